@@ -1,0 +1,1 @@
+"""The ``neuron-dra`` command."""

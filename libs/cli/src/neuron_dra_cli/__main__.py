@@ -1,0 +1,3 @@
+from neuron_dra_cli.main import main
+
+raise SystemExit(main())

@@ -1,0 +1,3 @@
+"""Shared building blocks of the neuron-dra services."""
+
+DRIVER_NAME = "neuron.aws.com"

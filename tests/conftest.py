@@ -1,0 +1,5 @@
+"""Shared fixtures: real servers started on free ports (see tests/fixtures/)."""
+
+pytest_plugins = [
+    "tests.fixtures.stack",
+]
