@@ -1,0 +1,228 @@
+"""``neuron-dra dev``: the local stack (control plane, simulated Neuron nodes, NATS)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from types import FrameType
+
+from neuron_dra_cli import paths
+from neuron_dra_cli.errors import CliError
+from neuron_dra_cli.stack import lifecycle, process, state
+from neuron_dra_cli.stack.fleet import FleetError, load_fleet
+
+K8S_VERSION_ENV = "NEURON_DRA_K8S_VERSION"
+FLEET_ENV = "NEURON_DRA_FLEET"
+
+
+def _state_dir(args: argparse.Namespace) -> Path:
+    return (
+        Path(args.state_dir).expanduser().resolve() if args.state_dir else paths.default_state_dir()
+    )
+
+
+def _add_state_dir(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--state-dir",
+        default=None,
+        help=f"where the stack keeps its state, logs and kubeconfig "
+        f"(env {paths.STATE_DIR_ENV}; default .state/stack in the checkout)",
+    )
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    dev = sub.add_parser(
+        "dev",
+        help="run the local stack: a real control plane, simulated Neuron nodes and NATS",
+        description="Run neuron-dra's local stack on this machine: etcd, kube-apiserver, "
+        "kube-controller-manager and kube-scheduler built from the official Kubernetes "
+        "sources, one simulated node per fleet entry running the real kubelet code, and "
+        "NATS with JetStream. Everything listens on 127.0.0.1 on free ports, so several "
+        "stacks can run side by side with different --state-dir.",
+    )
+    verbs = dev.add_subparsers(dest="verb", metavar="VERB")
+    verbs.required = True
+
+    p = verbs.add_parser("up", help="build what is missing, start the stack, wait until ready")
+    p.add_argument(
+        "--fleet",
+        default=os.environ.get(FLEET_ENV),
+        help=f"fleet file: which simulated nodes to run (env {FLEET_ENV}; "
+        "default deploy/fleets/default.yaml)",
+    )
+    p.add_argument(
+        "--k8s-version",
+        default=os.environ.get(K8S_VERSION_ENV),
+        help=f"Kubernetes release to build and run (env {K8S_VERSION_ENV}; default the pinned one)",
+    )
+    p.add_argument(
+        "--detach",
+        action="store_true",
+        help="return once the stack is ready and leave it running (stop it with `dev down`)",
+    )
+    _add_state_dir(p)
+    p.set_defaults(handler=cmd_up)
+
+    p = verbs.add_parser("down", help="stop every process of the stack")
+    _add_state_dir(p)
+    p.set_defaults(handler=cmd_down)
+
+    p = verbs.add_parser("status", help="each component, up or down, with pid, ports and log")
+    _add_state_dir(p)
+    p.set_defaults(handler=cmd_status)
+
+    p = verbs.add_parser("kubeconfig", help="print the path of the stack's admin kubeconfig")
+    _add_state_dir(p)
+    p.set_defaults(handler=cmd_kubeconfig)
+
+    p = verbs.add_parser("build", help="build (or find cached) the Kubernetes binaries")
+    p.add_argument("--k8s-version", default=os.environ.get(K8S_VERSION_ENV))
+    p.set_defaults(handler=cmd_build)
+
+
+def _progress(msg: str) -> None:
+    print(msg, flush=True)
+
+
+def cmd_build(args: argparse.Namespace) -> int:
+    from neuron_dra_cli import kubebuild
+
+    version = args.k8s_version or kubebuild.DEFAULT_VERSION
+    bins = kubebuild.ensure_binaries(version, progress=_progress)
+    print(f"Kubernetes {bins.version} binaries in {bins.kube_apiserver.parent}")
+    return 0
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    from neuron_dra_cli import kubebuild
+
+    state_dir = _state_dir(args)
+    fleet_path = (
+        Path(args.fleet) if args.fleet else paths.repo_root() / "deploy" / "fleets" / "default.yaml"
+    )
+    try:
+        fleet = load_fleet(fleet_path)
+    except FleetError as exc:
+        raise CliError(str(exc)) from None
+    version = args.k8s_version or kubebuild.DEFAULT_VERSION
+    t0 = time.monotonic()
+    # SIGTERM (from a supervisor or `kill`) stops the stack like Ctrl-C does.
+    signal.signal(signal.SIGTERM, _raise_interrupt)
+    current = lifecycle.up(
+        lifecycle.UpOptions(
+            fleet=fleet, fleet_path=fleet_path, k8s_version=version, state_dir=state_dir
+        ),
+        progress=_progress,
+    )
+    print(
+        summary(current, state_dir=state_dir, seconds=time.monotonic() - t0, detached=args.detach)
+    )
+    if args.detach:
+        return 0
+    try:
+        _watch(state_dir)
+    except KeyboardInterrupt:
+        print("\nneuron-dra: stopping the stack", flush=True)
+    finally:
+        stopped = lifecycle.down(state_dir)
+        print(f"neuron-dra: stopped {stopped} processes", flush=True)
+    return 0
+
+
+def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
+def _watch(state_dir: Path) -> None:
+    """Stay in the foreground; report any component that dies, with its log's tail."""
+    reported: set[str] = set()
+    while True:
+        time.sleep(2.0)
+        found = lifecycle.status(state_dir)
+        if found is None:
+            return
+        for c in found[1]:
+            if not c.up and c.name not in reported:
+                reported.add(c.name)
+                print(
+                    f"neuron-dra: {c.name} (pid {c.pid}) exited; last lines of {c.log}:\n"
+                    + _indent(process.tail(Path(c.log), lines=20)),
+                    file=sys.stderr,
+                    flush=True,
+                )
+
+
+def _indent(text: str) -> str:
+    return "\n".join("    " + line for line in text.splitlines())
+
+
+def summary(current: state.StackState, *, state_dir: Path, seconds: float, detached: bool) -> str:
+    nodes = [c for c in current.components if c.kind == "node"]
+    others = [c for c in current.components if c.kind != "node"]
+    lines = [
+        "",
+        f"neuron-dra local stack ready in {seconds:.0f} s (Kubernetes {current.k8s_version}, "
+        f"{len(nodes)} simulated nodes from {current.fleet})",
+        "",
+    ]
+    for c in others:
+        ports = " ".join(f"{k}={v}" for k, v in c.ports.items())
+        lines.append(f"  {c.name:<26} pid {c.pid:<8} {ports}")
+    lines.append(f"  {'simulated nodes':<26} {len(nodes)} kubelets (`kubectl get nodes`)")
+    venv_bin = Path(sys.executable).parent
+    lines += [
+        "",
+        f"  API server   {current.apiserver}",
+        f"  NATS         {current.nats_url}",
+        f"  logs         {state_dir / 'logs'}",
+        "",
+        "Use it:",
+        f"  export KUBECONFIG={current.kubeconfig}",
+        f"  export PATH={venv_bin}:$PATH   # the pinned kubectl",
+        "  kubectl get nodes -L node.kubernetes.io/instance-type",
+        "",
+    ]
+    if detached:
+        lines.append(f"Stop it with: neuron-dra dev down --state-dir {state_dir}")
+    else:
+        lines.append("Press Ctrl-C to stop everything.")
+    return "\n".join(lines)
+
+
+def cmd_down(args: argparse.Namespace) -> int:
+    state_dir = _state_dir(args)
+    stopped = lifecycle.down(state_dir)
+    print(f"neuron-dra: stopped {stopped} processes of the stack in {state_dir}")
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    state_dir = _state_dir(args)
+    found = lifecycle.status(state_dir)
+    if found is None:
+        print(f"no stack in {state_dir}")
+        return 3
+    current, comps = found
+    print(
+        f"stack in {state_dir} (Kubernetes {current.k8s_version}); KUBECONFIG={current.kubeconfig}"
+    )
+    down_count = 0
+    for c in comps:
+        ports = " ".join(f"{k}={v}" for k, v in c.ports.items())
+        print(f"  {c.name:<30} {'up' if c.up else 'DOWN':<5} pid {c.pid:<8} {ports}")
+        if not c.up:
+            down_count += 1
+            print(_indent(process.tail(Path(c.log), lines=5)))
+    return 1 if down_count else 0
+
+
+def cmd_kubeconfig(args: argparse.Namespace) -> int:
+    current = state.load(_state_dir(args))
+    if current is None:
+        raise CliError(f"no stack in {_state_dir(args)}; start one with `neuron-dra dev up`")
+    print(current.kubeconfig)
+    return 0

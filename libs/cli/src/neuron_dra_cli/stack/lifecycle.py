@@ -1,0 +1,276 @@
+"""Bringing the local stack up and down.
+
+``up`` starts the components in dependency order (NATS and etcd, the apiserver, the
+controller-manager and scheduler, then one simulated kubelet per node of the fleet),
+records each one in ``state.json`` as soon as it starts, waits until it is ready, and
+finally waits until every node is Ready. A failure stops whatever was started and says
+which component failed, with the tail of its log.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import msgspec
+
+from neuron_dra_cli.errors import CliError
+from neuron_dra_cli.stack import components as comp
+from neuron_dra_cli.stack import kubectl, process, state
+from neuron_dra_cli.stack.fleet import Fleet
+from neuron_dra_cli.stack.layout import Layout
+from neuron_dra_cli.stack.nodes import node_component
+from neuron_dra_cli.stack.pki import Pki, write_kubeconfig
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class UpOptions:
+    fleet: Fleet
+    fleet_path: Path
+    k8s_version: str
+    state_dir: Path
+
+
+def _running(c: state.ComponentState) -> process.Running:
+    return process.Running(pid=c.pid, start_ticks=c.start_ticks)
+
+
+class Launcher:
+    """Starts components, records each in ``state.json``, and waits until they are ready."""
+
+    def __init__(self, layout: Layout, current: state.StackState, progress: Progress) -> None:
+        self.layout = layout
+        self.current = current
+        self.progress = progress
+
+    def start(self, items: Sequence[comp.Component], *, timeout: float = 90.0) -> None:
+        """Start ``items`` together, then wait until each one is ready."""
+        t0 = time.monotonic()
+        started: list[tuple[comp.Component, process.Running]] = []
+        for c in items:
+            log = self.layout.log(c.name)
+            running = process.start(c.argv, log_path=log, env=c.env)
+            entry = state.ComponentState(
+                name=c.name,
+                kind=c.kind,
+                pid=running.pid,
+                start_ticks=running.start_ticks,
+                log=str(log),
+                ports=c.ports,
+            )
+            self.current = msgspec.structs.replace(
+                self.current, components=(*self.current.components, entry)
+            )
+            started.append((c, running))
+        # Recorded before waiting, so `dev down` finds them even if this command dies now.
+        state.save(self.layout.root, self.current)
+        deadline = t0 + timeout
+        for c, running in started:
+            log = self.layout.log(c.name)
+            while not c.ready():
+                if not process.alive(running):
+                    raise CliError(
+                        f"{c.name} exited while starting; last lines of {log}:\n"
+                        + process.tail(log, lines=15)
+                    )
+                if time.monotonic() > deadline:
+                    raise CliError(
+                        f"{c.name} was not ready after {timeout:.0f} s; last lines of {log}:\n"
+                        + process.tail(log, lines=15)
+                    )
+                time.sleep(0.2)
+        names = (
+            ", ".join(c.name for c, _ in started)
+            if len(started) <= 3
+            else f"{len(started)} components"
+        )
+        self.progress(f"  {names} ready in {time.monotonic() - t0:.1f} s")
+
+
+def up(opts: UpOptions, *, progress: Progress = print) -> state.StackState:
+    """Start the whole stack; return its recorded state once every node is Ready."""
+    from neuron_dra_cli import kubebuild
+
+    layout = Layout(opts.state_dir)
+    existing = state.load(layout.root)
+    if existing is not None:
+        live = [c for c in existing.components if process.alive(_running(c))]
+        if live:
+            raise CliError(
+                f"a stack is already running from {layout.root} "
+                f"({len(live)} components up); `neuron-dra dev down` first, "
+                "or pass another --state-dir"
+            )
+        state.clear(layout.root)
+
+    progress(f"neuron-dra: Kubernetes {opts.k8s_version} binaries")
+    bins = kubebuild.ensure_binaries(opts.k8s_version, progress=lambda m: progress("  " + m))
+
+    progress(f"neuron-dra: certificates in {layout.pki}")
+    pki = Pki(layout.pki)
+    admin = pki.client("admin", user="kubernetes-admin", groups=("system:masters",))
+
+    ports = {
+        name: process.free_port()
+        for name in ("nats", "nats_monitor", "etcd", "etcd_peer", "apiserver", "kcm", "scheduler")
+    }
+    server = f"https://127.0.0.1:{ports['apiserver']}"
+    write_kubeconfig(
+        layout.kubeconfig, server=server, ca=pki.ca.cert, pair=admin, user="kubernetes-admin"
+    )
+    current = state.StackState(
+        k8s_version=opts.k8s_version,
+        fleet=str(opts.fleet_path),
+        kubeconfig=str(layout.kubeconfig),
+        apiserver=server,
+        nats_url=f"nats://127.0.0.1:{ports['nats']}",
+    )
+    state.save(layout.root, current)
+    launcher = Launcher(layout, current, progress)
+    try:
+        progress("neuron-dra: starting the control plane and NATS")
+        launcher.start(
+            [
+                comp.nats(
+                    state_dir=layout.root, port=ports["nats"], monitor_port=ports["nats_monitor"]
+                ),
+                comp.etcd(
+                    binary=bins.etcd,
+                    state_dir=layout.root,
+                    port=ports["etcd"],
+                    peer_port=ports["etcd_peer"],
+                ),
+            ]
+        )
+        launcher.start(
+            [
+                comp.apiserver(
+                    binary=bins.kube_apiserver,
+                    pki=pki,
+                    etcd_port=ports["etcd"],
+                    port=ports["apiserver"],
+                    admin=admin,
+                )
+            ]
+        )
+        kcm_cfg = write_kubeconfig(
+            layout.component_kubeconfig("kube-controller-manager"),
+            server=server,
+            ca=pki.ca.cert,
+            pair=pki.client("kube-controller-manager", user="system:kube-controller-manager"),
+            user="system:kube-controller-manager",
+        )
+        sched_cfg = write_kubeconfig(
+            layout.component_kubeconfig("kube-scheduler"),
+            server=server,
+            ca=pki.ca.cert,
+            pair=pki.client("kube-scheduler", user="system:kube-scheduler"),
+            user="system:kube-scheduler",
+        )
+        launcher.start(
+            [
+                comp.controller_manager(
+                    binary=bins.kube_controller_manager,
+                    pki=pki,
+                    kubeconfig=kcm_cfg,
+                    port=ports["kcm"],
+                ),
+                comp.scheduler(
+                    binary=bins.kube_scheduler, kubeconfig=sched_cfg, port=ports["scheduler"]
+                ),
+            ]
+        )
+        progress(f"neuron-dra: starting {len(opts.fleet.nodes)} simulated nodes")
+        nodes = [
+            node_component(
+                fleet=opts.fleet,
+                node=n,
+                binary=bins.hollow_node,
+                layout=layout,
+                kubeconfig=write_kubeconfig(
+                    layout.component_kubeconfig(f"node-{n.name}"),
+                    server=server,
+                    ca=pki.ca.cert,
+                    pair=pki.node(n.name),
+                    user=f"system:node:{n.name}",
+                ),
+                version=opts.k8s_version,
+            )
+            for n in opts.fleet.nodes
+        ]
+        launcher.start(nodes, timeout=60.0 + 5.0 * len(nodes))
+        progress("neuron-dra: waiting for every node to be Ready")
+        wait_nodes_ready(
+            layout.kubeconfig, [n.name for n in opts.fleet.nodes], timeout=120.0 + 2.0 * len(nodes)
+        )
+    except BaseException:
+        progress("neuron-dra: start failed; stopping what was started")
+        stop_all(launcher.current)
+        raise
+    return launcher.current
+
+
+def wait_nodes_ready(kubeconfig: Path, names: Sequence[str], *, timeout: float) -> None:
+    """Wait until every named Node reports the Ready condition True."""
+    deadline = time.monotonic() + timeout
+    missing: list[str] = list(names)
+    while time.monotonic() < deadline:
+        ready = kubectl.ready_nodes(kubeconfig)
+        missing = [n for n in names if n not in ready]
+        if not missing:
+            return
+        time.sleep(1.0)
+    raise CliError(f"nodes not Ready after {timeout:.0f} s: {', '.join(missing)}")
+
+
+def stop_all(current: state.StackState, *, timeout: float = 15.0) -> None:
+    """Stop every recorded component: nodes first, then the control plane, then the bus."""
+    order = {
+        "node": 0,
+        "kube-scheduler": 1,
+        "kube-controller-manager": 1,
+        "kube-apiserver": 2,
+        "etcd": 3,
+        "nats": 3,
+    }
+    by_rank: dict[int, list[process.Running]] = {}
+    for c in current.components:
+        by_rank.setdefault(order.get(c.kind, 0), []).append(_running(c))
+    for rank in sorted(by_rank):
+        process.stop(by_rank[rank], timeout=timeout)
+
+
+def down(state_dir: Path) -> int:
+    """Stop the stack recorded in ``state_dir``; return how many processes were stopped."""
+    current = state.load(state_dir)
+    if current is None:
+        return 0
+    live = [c for c in current.components if process.alive(_running(c))]
+    stop_all(current)
+    state.clear(state_dir)
+    return len(live)
+
+
+@dataclass(frozen=True)
+class ComponentStatus:
+    name: str
+    kind: str
+    up: bool
+    pid: int
+    ports: dict[str, int]
+    log: str
+
+
+def status(state_dir: Path) -> tuple[state.StackState, list[ComponentStatus]] | None:
+    """Each recorded component with whether it is still running; None if no stack."""
+    current = state.load(state_dir)
+    if current is None:
+        return None
+    return current, [
+        ComponentStatus(c.name, c.kind, process.alive(_running(c)), c.pid, dict(c.ports), c.log)
+        for c in current.components
+    ]

@@ -1,0 +1,51 @@
+"""One simulated node: the real kubelet code (hollow kubelet with the DRA manager)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from neuron_dra_cli.stack import probes, process
+from neuron_dra_cli.stack.components import Component
+from neuron_dra_cli.stack.fleet import Fleet, NodeSpec, node_labels
+from neuron_dra_cli.stack.instances import SHAPES
+from neuron_dra_cli.stack.layout import Layout
+
+
+def kubelet_root(layout: Layout, node: str) -> Path:
+    """The node's kubelet root (``plugins_registry``, ``plugins``, ``pods`` live here)."""
+    return layout.node_dir(node) / "kubelet"
+
+
+def node_component(
+    *,
+    fleet: Fleet,
+    node: NodeSpec,
+    binary: Path,
+    layout: Layout,
+    kubeconfig: Path,
+    version: str,
+) -> Component:
+    shape = SHAPES[node.instance_type]
+    root = kubelet_root(layout, node.name)
+    root.mkdir(parents=True, exist_ok=True)
+    port = process.free_port()
+    healthz = process.free_port()
+    labels = ",".join(f"{k}={v}" for k, v in sorted(node_labels(fleet, node).items()))
+    return Component(
+        name=f"node-{node.name}",
+        kind="node",
+        argv=[
+            str(binary),
+            f"--kubeconfig={kubeconfig}",
+            f"--node-name={node.name}",
+            f"--root-dir={root}",
+            f"--node-labels={labels}",
+            f"--cpu={shape.vcpus}",
+            f"--memory={shape.memory_gib}Gi",
+            f"--max-pods={shape.max_pods}",
+            f"--kubelet-port={port}",
+            f"--healthz-port={healthz}",
+        ],
+        ports={"kubelet": port, "healthz": healthz},
+        ready=lambda: probes.tcp_open(healthz),
+    )

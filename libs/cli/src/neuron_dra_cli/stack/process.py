@@ -1,0 +1,128 @@
+"""Starting, watching and stopping the stack's processes.
+
+Every component runs in its own session (process group) so that ``dev down`` can stop it
+and everything it spawned, and so that a detached stack outlives the command that started
+it. A process is identified by pid *and* start time, so a recycled pid is never killed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Running:
+    """A started process: enough to find it again from another command."""
+
+    pid: int
+    start_ticks: int
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _start_ticks(pid: int) -> int | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # The command name may hold spaces and parentheses; fields resume after the last ')'.
+    fields = stat[stat.rindex(")") + 2 :].split()
+    if fields[0] == "Z":
+        return None
+    return int(fields[19])
+
+
+def start(
+    argv: Sequence[str],
+    *,
+    log_path: Path,
+    env: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
+) -> Running:
+    """Start ``argv`` in a new session, appending stdout and stderr to ``log_path``."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    full_env = dict(os.environ)
+    if env:
+        full_env.update(env)
+    with open(log_path, "ab") as log:
+        log.write(f"--- {time.strftime('%Y-%m-%dT%H:%M:%S')} {' '.join(argv)}\n".encode())
+        log.flush()
+        proc = subprocess.Popen(
+            list(argv),
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=full_env,
+            cwd=cwd,
+            start_new_session=True,
+        )
+    ticks = _start_ticks(proc.pid)
+    return Running(pid=proc.pid, start_ticks=ticks if ticks is not None else -1)
+
+
+def alive(proc: Running) -> bool:
+    """True while the very process that was started is still running."""
+    _reap(proc.pid)
+    ticks = _start_ticks(proc.pid)
+    return ticks is not None and ticks == proc.start_ticks
+
+
+def _reap(pid: int) -> None:
+    # Our own children become zombies until waited for; collect them so they read as dead.
+    with contextlib.suppress(ChildProcessError, OSError):
+        os.waitpid(pid, os.WNOHANG)
+
+
+def stop(procs: Sequence[Running], *, timeout: float = 10.0) -> None:
+    """SIGTERM each process group, then SIGKILL whatever is left after ``timeout``."""
+    live = [p for p in procs if alive(p)]
+    for p in live:
+        _signal_group(p.pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while live and time.monotonic() < deadline:
+        live = [p for p in live if alive(p)]
+        if live:
+            time.sleep(0.1)
+    for p in live:
+        _signal_group(p.pid, signal.SIGKILL)
+    deadline = time.monotonic() + 5.0
+    while live and time.monotonic() < deadline:
+        live = [p for p in live if alive(p)]
+        if live:
+            time.sleep(0.05)
+
+
+def _signal_group(pid: int, sig: signal.Signals) -> None:
+    try:
+        os.killpg(pid, sig)
+    except ProcessLookupError:
+        return
+    except PermissionError:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, sig)
+
+
+def tail(path: Path, *, lines: int = 20) -> str:
+    """The last ``lines`` lines of a log file (empty if it does not exist)."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            size = fh.tell()
+            fh.seek(max(0, size - 64 * 1024))
+            data = fh.read().decode(errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(data.splitlines()[-lines:])

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# The project's test command: bootstrap, build the pinned Kubernetes releases, lint, test.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/bootstrap.sh
+export PATH="$PWD/.venv/bin:$PATH"
+
+echo "==> Kubernetes binaries (built once, cached under ${XDG_CACHE_HOME:-$HOME/.cache}/neuron-dra)"
+neuron-dra dev build
+neuron-dra dev build --k8s-version "$(python -c 'from neuron_dra_cli.kubebuild import FLOOR_VERSION; print(FLOOR_VERSION)')"
+
+echo "==> lint"
+ruff check .
+ruff format --check .
+mypy libs/common/src
+lint-imports
+codespell
+
+echo "==> tests"
+pytest "$@"
