@@ -1,0 +1,103 @@
+"""`neuron-dra dev ...` as a user drives it: up, status, kubeconfig, down."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.fixtures.stack import neuron_dra, start_stack, stop_stack
+
+TINY_FLEET = "nodes:\n  - instanceType: trn1.32xlarge\n    count: 1\n"
+
+
+def processes_mentioning(text: str) -> list[str]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if text in cmdline:
+            found.append(f"{entry.name}: {cmdline[:200]}")
+    return found
+
+
+def test_bad_fleet_fails_fast_naming_line_and_field(tmp_path: Path) -> None:
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text("nodes:\n  - instanceType: trn2.48xlarge\n    count: -1\n")
+    t0 = time.monotonic()
+    proc = neuron_dra("dev", "up", "--fleet", str(fleet), "--state-dir", str(tmp_path / "state"))
+    assert proc.returncode == 2
+    assert (
+        f"{fleet}:3: nodes[0].count: expected a whole number from 1 to 1000, got '-1'"
+        in proc.stderr
+    )
+    assert time.monotonic() - t0 < 30
+    assert not (tmp_path / "state" / "state.json").exists()
+
+
+def test_status_without_a_stack_says_so(tmp_path: Path) -> None:
+    proc = neuron_dra("dev", "status", "--state-dir", str(tmp_path))
+    assert proc.returncode == 3
+    assert f"no stack in {tmp_path}" in proc.stdout
+
+
+@pytest.mark.stack
+def test_up_status_down_then_up_again_from_cache(tmp_path: Path) -> None:
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text(TINY_FLEET)
+    state_dir = tmp_path / "state"
+    stack = start_stack(state_dir, fleet=fleet)
+    try:
+        nodes = stack.get_json("nodes")["items"]
+        assert [n["metadata"]["name"] for n in nodes] == ["trn1-32xl-0"]
+        labels = nodes[0]["metadata"]["labels"]
+        assert labels["node.kubernetes.io/instance-type"] == "trn1.32xlarge"
+        assert nodes[0]["status"]["nodeInfo"]["kubeletVersion"] == f"v{stack.k8s_version}"
+
+        status = neuron_dra("dev", "status", "--state-dir", str(state_dir))
+        assert status.returncode == 0, status.stdout
+        for name in (
+            "nats",
+            "etcd",
+            "kube-apiserver",
+            "kube-controller-manager",
+            "kube-scheduler",
+            "node-trn1-32xl-0",
+        ):
+            assert f"  {name}" in status.stdout
+        assert "DOWN" not in status.stdout
+        kubeconfig = neuron_dra("dev", "kubeconfig", "--state-dir", str(state_dir))
+        assert kubeconfig.stdout.strip() == str(stack.kubeconfig)
+
+        # A component that dies is reported, with the tail of its log.
+        recorded = json.loads((state_dir / "state.json").read_text())
+        sched = next(c for c in recorded["components"] if c["name"] == "kube-scheduler")
+        os.kill(sched["pid"], 9)
+        time.sleep(0.5)
+        status = neuron_dra("dev", "status", "--state-dir", str(state_dir))
+        assert status.returncode == 1
+        line = next(ln for ln in status.stdout.splitlines() if ln.strip().startswith("kube-scheduler"))
+        assert "DOWN" in line
+    finally:
+        stop_stack(state_dir)
+    assert processes_mentioning(str(state_dir)) == []
+
+    # Second start: binaries come from the cache, so nothing is built again.
+    t0 = time.monotonic()
+    again = neuron_dra(
+        "dev", "up", "--detach", "--state-dir", str(state_dir), "--fleet", str(fleet)
+    )
+    try:
+        assert again.returncode == 0, again.stderr
+        assert "building" not in again.stdout.lower()
+        assert time.monotonic() - t0 < 120
+    finally:
+        stop_stack(state_dir)
+    assert processes_mentioning(str(state_dir)) == []

@@ -1,0 +1,209 @@
+"""The simulated nodes run the real kubelet code: a DRA kubelet plugin (the upstream test
+driver, built at the same pin) registers with a node's kubelet, which prepares a pod's
+claim, runs the pod, and unprepares the claim when the pod is deleted."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from neuron_dra_cli import kubebuild
+
+from tests.fixtures.stack import KubeStack, start_stack, stop_stack
+
+DRIVER = "test-driver.cdi.k8s.io"
+NODE = "inf2-48xl-0"
+
+
+class TestDriver:
+    def __init__(self, stack: KubeStack, node: str, workdir: Path) -> None:
+        self.stack = stack
+        self.node = node
+        self.root = stack.state_dir / "nodes" / node / "kubelet"
+        self.cdi = workdir / "cdi"
+        self.log = workdir / "test-driver.log"
+        bins = kubebuild.ensure_binaries(stack.k8s_version, progress=lambda _m: None)
+        with open(self.log, "wb") as log:
+            self.proc = subprocess.Popen(
+                [
+                    str(bins.dra_test_driver),
+                    f"--kubeconfig={stack.kubeconfig}",
+                    f"--drivername={DRIVER}",
+                    "kubelet-plugin",
+                    f"--node-name={node}",
+                    f"--datadir={self.root / 'plugins'}",
+                    f"--plugin-registration-path={self.root / 'plugins_registry'}",
+                    f"--cdi-dir={self.cdi}",
+                    "--num-devices=2",
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def run_claim_lifecycle(stack: KubeStack, workdir: Path) -> None:
+    driver = TestDriver(stack, NODE, workdir)
+    try:
+        stack.kubectl(
+            "apply",
+            "-f",
+            "-",
+            input=json.dumps(
+                {
+                    "apiVersion": "resource.k8s.io/v1",
+                    "kind": "DeviceClass",
+                    "metadata": {"name": DRIVER},
+                    "spec": {
+                        "selectors": [{"cel": {"expression": f"device.driver == '{DRIVER}'"}}]
+                    },
+                }
+            ),
+        )
+        # The plugin publishes its devices once the kubelet has registered it.
+        stack.wait_for(
+            f"{DRIVER} to publish a ResourceSlice for {NODE}",
+            lambda: [
+                s
+                for s in stack.get_json("resourceslices")["items"]
+                if s["spec"]["driver"] == DRIVER and s["spec"].get("nodeName") == NODE
+            ],
+            timeout=60,
+        )
+        manifest = {
+            "apiVersion": "v1",
+            "kind": "List",
+            "items": [
+                {
+                    "apiVersion": "resource.k8s.io/v1",
+                    "kind": "ResourceClaimTemplate",
+                    "metadata": {"name": "one-test-device", "namespace": "default"},
+                    "spec": {
+                        "spec": {
+                            "devices": {
+                                "requests": [
+                                    {"name": "dev", "exactly": {"deviceClassName": DRIVER}}
+                                ]
+                            }
+                        }
+                    },
+                },
+                {
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "metadata": {"name": "uses-test-device", "namespace": "default"},
+                    "spec": {
+                        "nodeSelector": {"kubernetes.io/hostname": NODE},
+                        "containers": [
+                            {
+                                "name": "c",
+                                "image": "busybox",
+                                "resources": {"claims": [{"name": "dev"}]},
+                            }
+                        ],
+                        "resourceClaims": [
+                            {"name": "dev", "resourceClaimTemplateName": "one-test-device"}
+                        ],
+                    },
+                },
+            ],
+        }
+        stack.kubectl("apply", "-f", "-", input=json.dumps(manifest))
+        stack.wait_for(
+            "the pod to be Running",
+            lambda: (
+                stack.get_json("pod", "uses-test-device", "-n", "default")["status"].get("phase")
+                == "Running"
+            ),
+            timeout=90,
+        )
+        claims = [
+            c
+            for c in stack.get_json("resourceclaims", "-n", "default")["items"]
+            if any(
+                o.get("name") == "uses-test-device"
+                for o in c["metadata"].get("ownerReferences", [])
+            )
+        ]
+        assert len(claims) == 1
+        claim = claims[0]
+        uid = claim["metadata"]["uid"]
+        assert claim["status"]["allocation"]["devices"]["results"][0]["driver"] == DRIVER
+        assert [r["name"] for r in claim["status"]["reservedFor"]] == ["uses-test-device"]
+        # The driver wrote a CDI spec for the claim: proof that the kubelet called Prepare.
+        assert any(uid in p.name for p in driver.cdi.glob("*")), list(driver.cdi.glob("*"))
+
+        stack.kubectl("delete", "pod", "uses-test-device", "-n", "default", "--wait=false")
+        stack.wait_for(
+            "the pod to be gone",
+            lambda: (
+                stack.kubectl(
+                    "get", "pod", "uses-test-device", "-n", "default", check=False
+                ).returncode
+                != 0
+            ),
+            timeout=90,
+        )
+        # Unprepare removed the CDI spec, and the claim made from the template is freed.
+        assert not any(uid in p.name for p in driver.cdi.glob("*"))
+        stack.wait_for(
+            "the claim to be deleted",
+            lambda: (
+                stack.kubectl(
+                    "get", "resourceclaim", claim["metadata"]["name"], "-n", "default", check=False
+                ).returncode
+                != 0
+            ),
+            timeout=60,
+        )
+    finally:
+        driver.stop()
+        stack.kubectl(
+            "delete",
+            "resourceclaimtemplate",
+            "one-test-device",
+            "-n",
+            "default",
+            "--ignore-not-found",
+        )
+
+
+@pytest.mark.stack
+def test_pod_with_claim_runs_and_frees_on_the_default_release(
+    kube_stack: KubeStack, tmp_path: Path
+) -> None:
+    run_claim_lifecycle(kube_stack, tmp_path)
+
+
+@pytest.fixture(scope="module")
+def floor_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeStack]:
+    state_dir = tmp_path_factory.mktemp("floor-stack")
+    stack = start_stack(state_dir, k8s_version=kubebuild.FLOOR_VERSION)
+    try:
+        yield stack
+    finally:
+        stop_stack(state_dir)
+
+
+@pytest.mark.stack
+@pytest.mark.floor
+def test_pod_with_claim_runs_and_frees_on_the_floor_release(
+    floor_stack: KubeStack, tmp_path: Path
+) -> None:
+    version = floor_stack.kubectl("version", "-o", "json").stdout
+    assert json.loads(version)["serverVersion"]["gitVersion"] == f"v{kubebuild.FLOOR_VERSION}"
+    nodes = floor_stack.get_json("nodes")["items"]
+    assert {n["status"]["nodeInfo"]["kubeletVersion"] for n in nodes} == {
+        f"v{kubebuild.FLOOR_VERSION}"
+    }
+    run_claim_lifecycle(floor_stack, tmp_path)

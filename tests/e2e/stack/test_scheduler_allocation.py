@@ -1,0 +1,126 @@
+"""The real kube-scheduler allocates connected Neuron devices from a hand-written
+ResourceSlice when a user applies seed 000's 1x4 template verbatim (v1beta1)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.fixtures.stack import KubeStack
+
+pytestmark = pytest.mark.stack
+MANIFESTS = Path(__file__).parent / "manifests"
+
+
+def hand_written_slice(node: str) -> str:
+    """16 trn2 devices in one pool; devicegroup4_id is the torus row (as in the real driver,
+    one value per row of four)."""
+    devices = [
+        {
+            "name": f"neurondevice{i}",
+            "attributes": {
+                "deviceId": {"int": i},
+                "instanceType": {"string": "trn2.48xlarge"},
+                "resourceType": {"string": "neuron_device"},
+                "resource.aws.com/devicegroup4_id": {"string": f"row-{i // 4}"},
+            },
+        }
+        for i in range(16)
+    ]
+    return json.dumps(
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceSlice",
+            "metadata": {"name": f"{node}-neuron.aws.com"},
+            "spec": {
+                "driver": "neuron.aws.com",
+                "nodeName": node,
+                "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+                "devices": devices,
+            },
+        }
+    )
+
+
+def allocated_devices(stack: KubeStack, pod: str) -> tuple[str, list[str]]:
+    claims = stack.get_json("resourceclaims", "-n", "default")["items"]
+    mine = [
+        c
+        for c in claims
+        if any(o.get("name") == pod for o in c["metadata"].get("ownerReferences", []))
+    ]
+    assert len(mine) == 1, (
+        f"expected one claim for {pod}, found {[c['metadata']['name'] for c in mine]}"
+    )
+    results: list[dict[str, Any]] = (
+        mine[0].get("status", {}).get("allocation", {}).get("devices", {}).get("results", [])
+    )
+    return mine[0]["metadata"]["name"], sorted(r["device"] for r in results)
+
+
+def test_seed_1x4_template_gets_one_connected_row(kube_stack: KubeStack) -> None:
+    node = "trn2-48xl-0"
+    kube_stack.kubectl("apply", "-f", str(MANIFESTS / "deviceclass.yaml"))
+    kube_stack.kubectl("apply", "-f", "-", input=hand_written_slice(node))
+    # Another workload first takes neurondevice0, so the first four free devices (1-4)
+    # are *not* connected: only the matchAttribute constraint leads the scheduler to row 1.
+    single = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": "one-device", "namespace": "default"},
+        "spec": {
+            "devices": {
+                "requests": [
+                    {"name": "n", "exactly": {"deviceClassName": "neuron.aws.com", "count": 1}}
+                ]
+            }
+        },
+    }
+    holder = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "holder", "namespace": "default"},
+        "spec": {
+            "nodeSelector": {"kubernetes.io/hostname": node},
+            "containers": [
+                {"name": "c", "image": "busybox", "resources": {"claims": [{"name": "n"}]}}
+            ],
+            "resourceClaims": [{"name": "n", "resourceClaimName": "one-device"}],
+        },
+    }
+    kube_stack.kubectl(
+        "apply",
+        "-f",
+        "-",
+        input=json.dumps({"apiVersion": "v1", "kind": "List", "items": [single, holder]}),
+    )
+    kube_stack.wait_for(
+        "one-device to be allocated",
+        lambda: (
+            kube_stack.get_json("resourceclaim", "one-device", "-n", "default")
+            .get("status", {})
+            .get("allocation")
+        ),
+    )
+    first = kube_stack.get_json("resourceclaim", "one-device", "-n", "default")
+    assert [r["device"] for r in first["status"]["allocation"]["devices"]["results"]] == [
+        "neurondevice0"
+    ]
+
+    applied = kube_stack.kubectl("apply", "-f", str(MANIFESTS / "seed000-1x4.yaml"))
+    assert "resourceclaimtemplate.resource.k8s.io/1x4-connected-neurons created" in applied.stdout
+
+    pod = kube_stack.wait_for(
+        "pod0 to be bound to a node",
+        lambda: (
+            (p := kube_stack.get_json("pod", "pod0", "-n", "default"))["spec"].get("nodeName") and p
+        ),
+    )
+    assert pod["spec"]["nodeName"] == node
+    claim, devices = allocated_devices(kube_stack, "pod0")
+    assert devices == ["neurondevice4", "neurondevice5", "neurondevice6", "neurondevice7"], claim
+    listing = kube_stack.kubectl("get", "resourceclaim", claim, "-n", "default").stdout
+    assert "allocated" in listing
