@@ -1,0 +1,105 @@
+"""One NATS connection per process, that reconnects for ever, and what is built on it."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Sequence
+
+import nats
+from nats.aio.client import Client
+from nats.js import JetStreamContext
+from opentelemetry import trace
+
+from neuron_dra_common.bus.declarations import STREAMS, ConsumerSpec, StreamSpec
+from neuron_dra_common.bus.publisher import Publisher
+from neuron_dra_common.bus.reconcile import Change, reconcile
+from neuron_dra_common.bus.runner import ConsumerRunner, Handler, RunnerOptions
+from neuron_dra_common.telemetry.tracing import INSTRUMENTATION
+
+__all__ = ["Bus"]
+
+log = logging.getLogger(__name__)
+
+
+class Bus:
+    """A connected bus: the JetStream context, publishers, consumer runners, and drain.
+
+    >>> bus = await Bus.connect(["nats://127.0.0.1:4222"], name="slice-publisher")
+    >>> await bus.reconcile(consumers=[consumer("slice-publisher-inventory")])
+    >>> runner = bus.runner(consumer("slice-publisher-inventory"), handle)
+    >>> await bus.close()
+    """
+
+    def __init__(self, nc: Client, *, tracer_provider: trace.TracerProvider | None = None) -> None:
+        self.nc = nc
+        self.js: JetStreamContext = nc.jetstream()
+        # None means the process-wide provider, looked up when a tracer is first needed.
+        self._tracer = (
+            tracer_provider.get_tracer(INSTRUMENTATION) if tracer_provider is not None else None
+        )
+
+    @classmethod
+    async def connect(
+        cls,
+        servers: Sequence[str],
+        *,
+        name: str,
+        connect_timeout: float = 5.0,
+        reconnect_wait: float = 0.25,
+    ) -> Bus:
+        """Connect to NATS; after a server restart the client reconnects without limit."""
+
+        async def on_disconnected() -> None:
+            log.warning("nats disconnected", extra={"client": name})
+
+        async def on_reconnected() -> None:
+            log.info("nats reconnected", extra={"client": name, "url": str(nc.connected_url)})
+
+        async def on_error(exc: Exception) -> None:
+            log.warning("nats error", extra={"client": name, "error": repr(exc)})
+
+        nc = await nats.connect(
+            servers=list(servers),
+            name=name,
+            connect_timeout=connect_timeout,
+            reconnect_time_wait=reconnect_wait,
+            max_reconnect_attempts=-1,
+            allow_reconnect=True,
+            disconnected_cb=on_disconnected,
+            reconnected_cb=on_reconnected,
+            error_cb=on_error,
+        )
+        return cls(nc)
+
+    @property
+    def connected(self) -> bool:
+        return bool(self.nc.is_connected)
+
+    async def reconcile(
+        self,
+        *,
+        streams: Iterable[StreamSpec] = STREAMS,
+        consumers: Iterable[ConsumerSpec] = (),
+    ) -> dict[str, Change]:
+        """Make streams and consumers match their declarations (idempotent)."""
+        return await reconcile(self.js, streams=streams, consumers=consumers)
+
+    def publisher(self, *, source: str, ack_timeout: float = 5.0) -> Publisher:
+        """A publisher whose events carry ``source`` as their CloudEvents source."""
+        return Publisher(self.js, source=source, ack_timeout=ack_timeout, tracer=self._tracer)
+
+    def runner(
+        self, spec: ConsumerSpec, handler: Handler, *, options: RunnerOptions | None = None
+    ) -> ConsumerRunner:
+        """A runner for ``spec``; start its ``run()`` as a named task."""
+        return ConsumerRunner(self.js, spec, handler, options=options, tracer=self._tracer)
+
+    async def close(self) -> None:
+        """Drain: flush what was published, finish subscriptions, then close."""
+        if self.nc.is_closed:
+            return
+        try:
+            await self.nc.drain()
+        except nats.errors.Error as exc:
+            log.warning("nats drain failed, closing", extra={"error": repr(exc)})
+            await self.nc.close()

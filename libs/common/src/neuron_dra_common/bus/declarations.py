@@ -1,0 +1,195 @@
+"""Every stream and durable consumer of the product, declared in one place.
+
+Subjects are ``neuron.<kind>.<...>``; each event's ``subject`` property says which. A service
+reconciles all streams (cheap and idempotent) and the consumers it runs.
+"""
+
+from __future__ import annotations
+
+from typing import Final, Literal
+
+import msgspec
+
+from neuron_dra_common.events.base import SUBJECT_ROOT
+
+__all__ = [
+    "ALLOCATION",
+    "AUDIT",
+    "CLAIMS",
+    "CONSUMERS",
+    "DEADLETTER",
+    "DEAD_LETTER_PREFIX",
+    "HEALTH",
+    "HEARTBEAT",
+    "INVENTORY",
+    "STREAMS",
+    "WORKLOADS",
+    "ConsumerSpec",
+    "StreamSpec",
+    "consumer",
+    "dead_letter_subject",
+]
+
+_DAY = 86_400.0
+
+
+class StreamSpec(msgspec.Struct, frozen=True, kw_only=True):
+    """What a stream should look like; reconciliation makes the server match it.
+
+    ``sources`` names other streams whose messages this one also holds (the audit view).
+    ``max_age_seconds`` 0 keeps messages until another limit removes them.
+    """
+
+    name: str
+    subjects: tuple[str, ...] = ()
+    description: str = ""
+    max_age_seconds: float = 0.0
+    max_msgs_per_subject: int = -1
+    max_bytes: int = -1
+    duplicate_window_seconds: float = 120.0
+    storage: Literal["file", "memory"] = "file"
+    replicas: int = 1
+    sources: tuple[str, ...] = ()
+
+
+class ConsumerSpec(msgspec.Struct, frozen=True, kw_only=True):
+    """A durable pull consumer on ``stream``.
+
+    ``ack_wait_seconds`` is how long the server waits for an ack before redelivering; the
+    runner sends in-progress acks well within it while a handler is slow. ``max_deliver`` is
+    left unlimited on the server on purpose: the runner bounds attempts itself and sends a
+    message that keeps failing to the dead letter, so the server never drops one silently.
+    """
+
+    stream: str
+    durable: str
+    filter_subjects: tuple[str, ...] = ()
+    description: str = ""
+    ack_wait_seconds: float = 30.0
+    max_ack_pending: int = 10_000
+    deliver_policy: Literal["all", "new", "last_per_subject"] = "all"
+
+
+def _subjects(kind: str) -> tuple[str, ...]:
+    return (f"{SUBJECT_ROOT}.{kind}.>",)
+
+
+DEAD_LETTER_PREFIX: Final = f"{SUBJECT_ROOT}.deadletter"
+
+INVENTORY: Final = StreamSpec(
+    name="NEURON_INVENTORY",
+    subjects=_subjects("inventory"),
+    description="Latest NodeInventory per node",
+    max_msgs_per_subject=1,
+)
+HEARTBEAT: Final = StreamSpec(
+    name="NEURON_HEARTBEAT",
+    subjects=_subjects("heartbeat"),
+    description="Latest NodeHeartbeat per node",
+    max_msgs_per_subject=1,
+    max_age_seconds=_DAY,
+)
+HEALTH: Final = StreamSpec(
+    name="NEURON_HEALTH",
+    subjects=_subjects("health"),
+    description="Device health changes",
+    max_age_seconds=30 * _DAY,
+)
+ALLOCATION: Final = StreamSpec(
+    name="NEURON_ALLOCATION",
+    subjects=_subjects("allocation"),
+    description="Allocation requests and decisions",
+    max_age_seconds=30 * _DAY,
+)
+CLAIMS: Final = StreamSpec(
+    name="NEURON_CLAIMS",
+    subjects=_subjects("claim"),
+    description="Claim preparations and releases",
+    max_age_seconds=30 * _DAY,
+)
+WORKLOADS: Final = StreamSpec(
+    name="NEURON_WORKLOADS",
+    subjects=_subjects("workload"),
+    description="Workload state changes",
+    max_age_seconds=30 * _DAY,
+)
+AUDIT: Final = StreamSpec(
+    name="NEURON_AUDIT",
+    description="Every decision of every stream except heartbeats, for audit and replay",
+    max_age_seconds=90 * _DAY,
+    sources=(
+        INVENTORY.name,
+        HEALTH.name,
+        ALLOCATION.name,
+        CLAIMS.name,
+        WORKLOADS.name,
+    ),
+)
+DEADLETTER: Final = StreamSpec(
+    name="NEURON_DEADLETTER",
+    subjects=(f"{DEAD_LETTER_PREFIX}.>",),
+    description="Messages a consumer could not decode or handle, with the reason",
+    max_age_seconds=90 * _DAY,
+)
+
+#: All streams, in an order where a sourced stream exists before the one sourcing it.
+STREAMS: Final[tuple[StreamSpec, ...]] = (
+    INVENTORY,
+    HEARTBEAT,
+    HEALTH,
+    ALLOCATION,
+    CLAIMS,
+    WORKLOADS,
+    AUDIT,
+    DEADLETTER,
+)
+
+
+def _allocation(kind: str) -> tuple[str, ...]:
+    return (f"{SUBJECT_ROOT}.allocation.{kind}.>",)
+
+
+#: The durable consumers of the product's services, by durable name.
+CONSUMERS: Final[dict[str, ConsumerSpec]] = {
+    spec.durable: spec
+    for spec in (
+        ConsumerSpec(stream=INVENTORY.name, durable="slice-publisher-inventory"),
+        ConsumerSpec(stream=HEALTH.name, durable="slice-publisher-health"),
+        ConsumerSpec(
+            stream=ALLOCATION.name,
+            durable="slice-publisher-allocation",
+            filter_subjects=_allocation("decided"),
+        ),
+        ConsumerSpec(
+            stream=ALLOCATION.name,
+            durable="topology-allocator-requests",
+            filter_subjects=_allocation("requested"),
+        ),
+        ConsumerSpec(stream=INVENTORY.name, durable="topology-allocator-inventory"),
+        ConsumerSpec(stream=HEALTH.name, durable="topology-allocator-health"),
+        ConsumerSpec(
+            stream=ALLOCATION.name,
+            durable="ultraserver-operator-decisions",
+            filter_subjects=_allocation("decided"),
+        ),
+        ConsumerSpec(stream=INVENTORY.name, durable="ultraserver-operator-inventory"),
+        ConsumerSpec(stream=HEALTH.name, durable="ultraserver-operator-health"),
+        ConsumerSpec(stream=HEARTBEAT.name, durable="health-monitor-heartbeats"),
+        ConsumerSpec(stream=AUDIT.name, durable="audit"),
+        ConsumerSpec(stream=AUDIT.name, durable="alert"),
+    )
+}
+
+
+def consumer(durable: str) -> ConsumerSpec:
+    """The declared consumer named ``durable``; the error lists the known names."""
+    try:
+        return CONSUMERS[durable]
+    except KeyError:
+        known = ", ".join(sorted(CONSUMERS))
+        raise KeyError(f"consumer {durable!r} is not declared; known: {known}") from None
+
+
+def dead_letter_subject(spec: ConsumerSpec) -> str:
+    """Where ``spec``'s consumer sends what it cannot handle."""
+    return f"{DEAD_LETTER_PREFIX}.{spec.stream}.{spec.durable}"

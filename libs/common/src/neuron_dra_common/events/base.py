@@ -1,0 +1,54 @@
+"""The base every event shares, and how names become subject tokens."""
+
+from __future__ import annotations
+
+import re
+
+import msgspec
+
+__all__ = ["SUBJECT_ROOT", "Event", "subject_token"]
+
+#: Every subject the product publishes starts with this token.
+SUBJECT_ROOT = "neuron"
+
+_UNSAFE = re.compile(r"[.\s*>]")
+
+
+def subject_token(name: str) -> str:
+    """Turn a Kubernetes name into one NATS subject token.
+
+    Kubernetes names never contain ``_``, so mapping ``.`` to ``_`` cannot make two names
+    collide, and node names such as ``ip-10-0-0-1.ec2.internal`` stay one token.
+
+    >>> subject_token("ip-10-0-0-1.ec2.internal")
+    'ip-10-0-0-1_ec2_internal'
+    """
+    if not name:
+        raise ValueError("subject token: name is empty")
+    return _UNSAFE.sub("_", name)
+
+
+class Event(msgspec.Struct, frozen=True, kw_only=True, tag_field="type"):
+    """Base of every event: frozen, keyword-only, tagged by ``type`` in the payload.
+
+    The tag carries the version (``node.inventory.v1``). A version evolves in place only by
+    adding fields with defaults; anything else is a new tag.
+    """
+
+    @property
+    def subject(self) -> str:
+        """The NATS subject the event is published on."""
+        raise NotImplementedError(f"{type(self).__name__}: no subject defined")
+
+    @property
+    def ce_subject(self) -> str:
+        """The CloudEvents ``subject`` attribute: the object the event is about."""
+        raise NotImplementedError(f"{type(self).__name__}: no ce subject defined")
+
+    @classmethod
+    def event_type(cls) -> str:
+        """The tag, e.g. ``node.inventory.v1``."""
+        tag = cls.__struct_config__.tag
+        if not isinstance(tag, str):
+            raise TypeError(f"{cls.__name__}: event tag must be a string, got {tag!r}")
+        return tag

@@ -1,0 +1,198 @@
+"""Every event the services exchange, one frozen Struct per type and version.
+
+Evolution rules (checked by ``tests/unit/events``): a field added to an existing version
+always has a default; a field's type never changes and a field is never removed. Anything
+else is a new tag (``...v2``) added to the union beside the old one.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+
+import msgspec
+
+from neuron_dra_common.events.base import SUBJECT_ROOT, Event, subject_token
+from neuron_dra_common.hardware.model import NodeHardware
+
+__all__ = [
+    "AllocationDecided",
+    "AllocationRequested",
+    "ClaimPrepared",
+    "ClaimUnprepared",
+    "DeviceHealth",
+    "DeviceHealthChanged",
+    "NodeHeartbeat",
+    "NodeInventory",
+    "ObjectRef",
+    "WorkloadStateChanged",
+]
+
+DeviceHealth = Literal["Healthy", "Unhealthy", "Unknown"]
+
+
+class ObjectRef(msgspec.Struct, frozen=True, kw_only=True):
+    """A namespaced Kubernetes object an event is about."""
+
+    namespace: str
+    name: str
+    uid: str = ""
+
+    @property
+    def token(self) -> str:
+        return f"{subject_token(self.namespace)}.{subject_token(self.name)}"
+
+
+class NodeInventory(Event, frozen=True, kw_only=True, tag="node.inventory.v1"):
+    """What a node has, published by discovery at start and whenever it changes.
+
+    ``generation`` grows with every inventory a discovery process publishes; together with
+    ``boot_id`` it lets a reader drop an inventory older than one it already applied.
+    """
+
+    node: str
+    boot_id: str
+    generation: int
+    hardware: NodeHardware
+    dra_driver_version: str = ""
+    observed_at: datetime | None = None
+
+    @property
+    def subject(self) -> str:
+        return f"{SUBJECT_ROOT}.inventory.{subject_token(self.node)}"
+
+    @property
+    def ce_subject(self) -> str:
+        return f"nodes/{self.node}"
+
+
+class NodeHeartbeat(Event, frozen=True, kw_only=True, tag="node.heartbeat.v1"):
+    """A node's discovery is alive; a missing run of these marks the node lost."""
+
+    node: str
+    boot_id: str
+    sequence: int
+    sent_at: datetime
+    interval_seconds: float = 10.0
+
+    @property
+    def subject(self) -> str:
+        return f"{SUBJECT_ROOT}.heartbeat.{subject_token(self.node)}"
+
+    @property
+    def ce_subject(self) -> str:
+        return f"nodes/{self.node}"
+
+
+class DeviceHealthChanged(Event, frozen=True, kw_only=True, tag="device.health.v1"):
+    """A device's health moved from ``previous`` to ``health``."""
+
+    node: str
+    device: str
+    health: DeviceHealth
+    previous: DeviceHealth = "Unknown"
+    reason: str = ""
+    error_code: str = ""
+    observed_at: datetime | None = None
+
+    @property
+    def subject(self) -> str:
+        return f"{SUBJECT_ROOT}.health.{subject_token(self.node)}.{subject_token(self.device)}"
+
+    @property
+    def ce_subject(self) -> str:
+        return f"nodes/{self.node}/devices/{self.device}"
+
+
+class AllocationRequested(Event, frozen=True, kw_only=True, tag="allocation.requested.v1"):
+    """The operator asks the allocator for UltraServer capacity for a workload."""
+
+    request_id: str
+    workload: ObjectRef
+    topology_size: int
+    instance_type: str = ""
+    ultraserver_mode: int | None = None
+    exclude_ultraservers: tuple[str, ...] = ()
+
+    @property
+    def subject(self) -> str:
+        return f"{SUBJECT_ROOT}.allocation.requested.{self.workload.token}"
+
+    @property
+    def ce_subject(self) -> str:
+        return f"neuronultraserverworkloads/{self.workload.namespace}/{self.workload.name}"
+
+
+class AllocationDecided(Event, frozen=True, kw_only=True, tag="allocation.decided.v1"):
+    """The allocator's answer to one :class:`AllocationRequested`.
+
+    ``ultraservers`` and ``nodes`` are empty when ``granted`` is false; ``reason`` then says
+    why no capacity fits.
+    """
+
+    request_id: str
+    workload: ObjectRef
+    granted: bool
+    ultraservers: tuple[str, ...] = ()
+    nodes: tuple[str, ...] = ()
+    reason: str = ""
+
+    @property
+    def subject(self) -> str:
+        return f"{SUBJECT_ROOT}.allocation.decided.{self.workload.token}"
+
+    @property
+    def ce_subject(self) -> str:
+        return f"neuronultraserverworkloads/{self.workload.namespace}/{self.workload.name}"
+
+
+class ClaimPrepared(Event, frozen=True, kw_only=True, tag="claim.prepared.v1"):
+    """The kubelet plugin prepared a ResourceClaim on a node (CDI devices written)."""
+
+    node: str
+    claim: ObjectRef
+    devices: tuple[str, ...]
+    cdi_devices: tuple[str, ...] = ()
+    workload_id: str = ""
+
+    @property
+    def subject(self) -> str:
+        return f"{SUBJECT_ROOT}.claim.prepared.{subject_token(self.node)}.{self.claim.token}"
+
+    @property
+    def ce_subject(self) -> str:
+        return f"resourceclaims/{self.claim.namespace}/{self.claim.name}"
+
+
+class ClaimUnprepared(Event, frozen=True, kw_only=True, tag="claim.unprepared.v1"):
+    """The kubelet plugin released a ResourceClaim on a node."""
+
+    node: str
+    claim: ObjectRef
+    devices: tuple[str, ...] = ()
+
+    @property
+    def subject(self) -> str:
+        return f"{SUBJECT_ROOT}.claim.unprepared.{subject_token(self.node)}.{self.claim.token}"
+
+    @property
+    def ce_subject(self) -> str:
+        return f"resourceclaims/{self.claim.namespace}/{self.claim.name}"
+
+
+class WorkloadStateChanged(Event, frozen=True, kw_only=True, tag="workload.state.v1"):
+    """A NeuronUltraServerWorkload moved from ``previous`` to ``state``."""
+
+    workload: ObjectRef
+    state: str
+    previous: str = ""
+    reason: str = ""
+    ultraservers: tuple[str, ...] = ()
+
+    @property
+    def subject(self) -> str:
+        return f"{SUBJECT_ROOT}.workload.{self.workload.token}"
+
+    @property
+    def ce_subject(self) -> str:
+        return f"neuronultraserverworkloads/{self.workload.namespace}/{self.workload.name}"

@@ -1,0 +1,72 @@
+"""The one tagged union of all events and its one decoder."""
+
+from __future__ import annotations
+
+from typing import Final
+
+import msgspec
+
+from neuron_dra_common.events.base import Event
+from neuron_dra_common.events.catalog import (
+    AllocationDecided,
+    AllocationRequested,
+    ClaimPrepared,
+    ClaimUnprepared,
+    DeviceHealthChanged,
+    NodeHeartbeat,
+    NodeInventory,
+    WorkloadStateChanged,
+)
+
+__all__ = ["EVENT_TYPES", "AnyEvent", "DecodeError", "decode", "encode"]
+
+AnyEvent = (
+    NodeInventory
+    | NodeHeartbeat
+    | DeviceHealthChanged
+    | AllocationRequested
+    | AllocationDecided
+    | ClaimPrepared
+    | ClaimUnprepared
+    | WorkloadStateChanged
+)
+
+#: Tag -> class, for every event in the union.
+EVENT_TYPES: Final[dict[str, type[Event]]] = {
+    cls.event_type(): cls
+    for cls in (
+        NodeInventory,
+        NodeHeartbeat,
+        DeviceHealthChanged,
+        AllocationRequested,
+        AllocationDecided,
+        ClaimPrepared,
+        ClaimUnprepared,
+        WorkloadStateChanged,
+    )
+}
+
+_decoder: Final[msgspec.json.Decoder[AnyEvent]] = msgspec.json.Decoder(AnyEvent)
+_encoder: Final = msgspec.json.Encoder()
+
+
+class DecodeError(ValueError):
+    """A payload is not a known event; the message says which field or tag was wrong."""
+
+
+def decode(payload: bytes) -> AnyEvent:
+    """Decode one payload into its event Struct.
+
+    Unknown fields are ignored so an older reader accepts a newer writer's payload.
+    """
+    try:
+        return _decoder.decode(payload)
+    except msgspec.ValidationError as exc:
+        raise DecodeError(f"event payload: {exc}") from exc
+    except msgspec.DecodeError as exc:
+        raise DecodeError(f"event payload is not JSON: {exc}") from exc
+
+
+def encode(event: Event) -> bytes:
+    """Encode an event to its JSON payload (the ``type`` tag included)."""
+    return _encoder.encode(event)

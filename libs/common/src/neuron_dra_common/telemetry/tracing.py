@@ -1,0 +1,45 @@
+"""OpenTelemetry tracer setup: OTLP export when an endpoint is given, nothing otherwise."""
+
+from __future__ import annotations
+
+from opentelemetry import trace
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
+
+__all__ = ["configure_tracing", "get_tracer", "shutdown_tracing"]
+
+INSTRUMENTATION = "neuron_dra_common"
+
+
+def configure_tracing(
+    *, service: str, otlp_endpoint: str = "", exporter: SpanExporter | None = None
+) -> TracerProvider | None:
+    """Install a tracer provider for the process and return it.
+
+    With neither ``otlp_endpoint`` nor ``exporter`` nothing is installed, so spans stay
+    no-ops and cost next to nothing; trace context is still propagated.
+    """
+    if not otlp_endpoint and exporter is None:
+        return None
+    provider = TracerProvider(resource=Resource.create({"service.name": service}))
+    if exporter is None:
+        # Imported here so a service without an endpoint never loads gRPC.
+        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+
+        exporter = OTLPSpanExporter(endpoint=otlp_endpoint)
+    provider.add_span_processor(BatchSpanProcessor(exporter))
+    trace.set_tracer_provider(provider)
+    return provider
+
+
+def get_tracer(name: str = INSTRUMENTATION) -> trace.Tracer:
+    """The tracer for ``name`` from whatever provider is installed (possibly a no-op)."""
+    return trace.get_tracer(name)
+
+
+def shutdown_tracing() -> None:
+    """Flush and stop the installed provider, if it is an SDK one."""
+    provider = trace.get_tracer_provider()
+    if isinstance(provider, TracerProvider):
+        provider.shutdown()
