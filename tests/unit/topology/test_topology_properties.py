@@ -12,6 +12,7 @@ from neuron_dra_common.topology import (
     group_attribute_names,
     is_connected_set,
     is_linked_graph,
+    node_attributes,
 )
 
 specs = st.sampled_from(CATALOG)
@@ -70,3 +71,30 @@ def test_every_connected_set_is_linked(spec: InstanceSpec, data: st.DataObject) 
 def test_ring_windows_are_contiguous_modulo_n(count: int, start: int) -> None:
     window = [(start + k) % 12 for k in range(count)]
     assert is_connected_set("inf2.48xlarge", window)
+
+
+def _size_of(attribute: str) -> int:
+    digits = "".join(ch for ch in attribute.rsplit("/", 1)[-1] if ch.isdigit())
+    return int(digits)
+
+
+@given(specs)
+def test_attributes_of_one_size_agree_on_the_groups(spec: InstanceSpec) -> None:
+    # topology4_id and devicegroup4_id must cut the node the same way, or a claim matching
+    # one would straddle the other's groups.
+    partitions: dict[int, set[frozenset[int]]] = {}
+    for attribute in group_attribute_names(spec):
+        cut = {frozenset(m) for m in attribute_groups(spec, attribute).values()}
+        assert partitions.setdefault(_size_of(attribute), cut) == cut, (spec.name, attribute)
+
+
+@given(specs)
+def test_attributes_fit_the_dra_limits(spec: InstanceSpec) -> None:
+    for attrs in node_attributes(spec):
+        assert len(attrs) <= 32
+        for name, value in attrs.items():
+            identifier = name.rsplit("/", 1)[-1]
+            assert identifier.isidentifier()
+            assert len(identifier) <= 32
+            if isinstance(value, str):
+                assert len(value) <= 64

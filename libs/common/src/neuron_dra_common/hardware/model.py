@@ -117,8 +117,9 @@ class HardwareProblem(msgspec.Struct, frozen=True, kw_only=True):
 class NodeHardware(msgspec.Struct, frozen=True, kw_only=True):
     """Everything discovery read from one node.
 
-    ``default_lnc`` is the node's logical NeuronCore config (``None`` where the instance has
-    no LNC or the node does not set one; the catalog default then applies).
+    ``default_lnc`` is the node's logical NeuronCore config as the node reports it (its LNC
+    file, else what ``neuron-ls`` shows); ``None`` where the instance has no LNC or the node
+    says nothing, and the catalog default applies.
     """
 
     instance_type: str
