@@ -119,3 +119,18 @@ def test_ultraserver_on_a_plain_instance_is_refused(tmp_path: Path) -> None:
         write_node(
             tmp_path, instance_type="trn2.48xlarge", node_name="n", ultraserver=SimUltraServer()
         )
+
+
+def test_trn3_busy_election(tmp_path: Path) -> None:
+    sim = write_node(
+        tmp_path,
+        instance_type="trn3.48xlarge",
+        node_name="n",
+        ultraserver=SimUltraServer(election_busy=True, reservation_id="ab" * 8, node_id=3),
+    )
+    hw = _read(tmp_path, sim.neuron_ls_command)
+    assert hw.ultraserver is not None
+    assert hw.ultraserver.election_busy
+    assert hw.ultraserver.node_id is None
+    assert hw.ultraserver.reservation_id == "ab" * 8
+    assert [p.path.endswith("node_id") for p in hw.problems] == [True]

@@ -238,18 +238,24 @@ def _read_ultraserver(paths: NodePaths, problems: ProblemLog) -> UltraServerInfo
             sid = None
         server_ids[size] = sid
         node_ids[size] = nid if isinstance(nid, int) else None
-    for path, reason in busy_reasons:
-        problems.add(path, reason)
 
     modes: tuple[int, ...] = ()
     mode_path = paths.class_file("ultraserver_mode")
     if mode_path.exists():
         modes = problems.value(mode_path, parse_int_list) or ()
-    reservation = trn3_node = None
+    reservation: str | None = None
+    trn3_node: int | None = None
     if paths.class_file("reservation_id").exists():
         reservation = problems.value(paths.class_file("reservation_id"), str) or None
-    if paths.class_file("node_id").exists():
-        trn3_node = problems.value(paths.class_file("node_id"), parse_int)
+    node_path = paths.class_file("node_id")
+    if node_path.exists():
+        raw_node = problems.value(node_path, _parse_node_id)
+        if raw_node == _BUSY:
+            busy_reasons.append((node_path, "node id reads 'busy': UltraServer election running"))
+        elif isinstance(raw_node, int):
+            trn3_node = raw_node
+    for path, reason in busy_reasons:
+        problems.add(path, reason)
     return UltraServerInfo(
         server_id_2=server_ids[2],
         server_id_4=server_ids[4],
