@@ -1,0 +1,160 @@
+"""The kubelet's ``DRAPlugin`` service, v1 and v1beta1, over a :class:`Preparer`.
+
+Every claim in a request gets an entry in the response. A claim that fails carries its
+error in that entry; the call itself only fails if the request cannot be read at all,
+because a gRPC error makes the kubelet retry every claim of the call. Claims of one call
+are handled concurrently.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+import grpc
+import msgspec
+from neuron_dra_protos.dra.v1 import dra_pb2 as v1
+from neuron_dra_protos.dra.v1 import dra_pb2_grpc as v1_grpc
+from neuron_dra_protos.dra.v1beta1 import dra_pb2 as v1beta1
+from neuron_dra_protos.dra.v1beta1 import dra_pb2_grpc as v1beta1_grpc
+
+from neuron_dra_kubelet_plugin.checkpoint import PreparedDevice
+from neuron_dra_kubelet_plugin.claims import ClaimRef
+from neuron_dra_kubelet_plugin.plan import PrepareError
+from neuron_dra_kubelet_plugin.preparer import Preparer
+
+__all__ = ["ClaimOutcome", "DraPluginV1", "DraPluginV1beta1", "DraService"]
+
+log = logging.getLogger(__name__)
+
+_Context = grpc.aio.ServicerContext[Any, Any]
+
+
+class ClaimOutcome(msgspec.Struct, frozen=True, kw_only=True):
+    """The answer for one claim: its devices, or the error that stopped it."""
+
+    devices: tuple[PreparedDevice, ...] = ()
+    error: str = ""
+
+
+def _request_names(names: Sequence[str]) -> list[str]:
+    # The kubelet matches containers to requests by the claim's request names, which never
+    # carry the "/subrequest" suffix of a prioritized-list allocation.
+    out: list[str] = []
+    for name in names:
+        parent = name.split("/", 1)[0]
+        if parent not in out:
+            out.append(parent)
+    return out
+
+
+class DraService:
+    """Runs prepare/unprepare for every claim of a call and collects per-claim outcomes."""
+
+    def __init__(self, preparer: Preparer) -> None:
+        self._preparer = preparer
+
+    async def _prepare_one(self, ref: ClaimRef) -> ClaimOutcome:
+        try:
+            return ClaimOutcome(devices=await self._preparer.prepare(ref))
+        except PrepareError as exc:
+            return ClaimOutcome(error=str(exc))
+        except Exception as exc:
+            log.exception("prepare of %s (%s) failed", ref, ref.uid)
+            return ClaimOutcome(error=f"{ref}: internal error: {exc!r}")
+
+    async def _unprepare_one(self, ref: ClaimRef) -> ClaimOutcome:
+        try:
+            await self._preparer.unprepare(ref)
+            return ClaimOutcome()
+        except PrepareError as exc:
+            return ClaimOutcome(error=str(exc))
+        except Exception as exc:
+            log.exception("unprepare of %s (%s) failed", ref, ref.uid)
+            return ClaimOutcome(error=f"{ref}: internal error: {exc!r}")
+
+    async def prepare(self, refs: Sequence[ClaimRef]) -> dict[str, ClaimOutcome]:
+        """Outcome per claim UID."""
+        outcomes = await asyncio.gather(*(self._prepare_one(r) for r in refs))
+        return {ref.uid: outcome for ref, outcome in zip(refs, outcomes, strict=True)}
+
+    async def unprepare(self, refs: Sequence[ClaimRef]) -> dict[str, ClaimOutcome]:
+        """Outcome per claim UID."""
+        outcomes = await asyncio.gather(*(self._unprepare_one(r) for r in refs))
+        return {ref.uid: outcome for ref, outcome in zip(refs, outcomes, strict=True)}
+
+
+def _refs(claims: Sequence[v1.Claim] | Sequence[v1beta1.Claim]) -> list[ClaimRef]:
+    return [ClaimRef(namespace=c.namespace, name=c.name, uid=c.uid) for c in claims]
+
+
+class DraPluginV1(v1_grpc.DRAPluginServicer):
+    """``k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin``."""
+
+    def __init__(self, service: DraService) -> None:
+        self._service = service
+
+    async def NodePrepareResources(
+        self, request: v1.NodePrepareResourcesRequest, context: _Context
+    ) -> v1.NodePrepareResourcesResponse:
+        outcomes = await self._service.prepare(_refs(request.claims))
+        response = v1.NodePrepareResourcesResponse()
+        for uid, outcome in outcomes.items():
+            entry = response.claims[uid]
+            entry.error = outcome.error
+            for d in outcome.devices:
+                entry.devices.append(
+                    v1.Device(
+                        request_names=_request_names(d.request_names),
+                        pool_name=d.pool,
+                        device_name=d.device,
+                        cdi_device_ids=list(d.cdi_device_ids),
+                    )
+                )
+        return response
+
+    async def NodeUnprepareResources(
+        self, request: v1.NodeUnprepareResourcesRequest, context: _Context
+    ) -> v1.NodeUnprepareResourcesResponse:
+        outcomes = await self._service.unprepare(_refs(request.claims))
+        response = v1.NodeUnprepareResourcesResponse()
+        for uid, outcome in outcomes.items():
+            response.claims[uid].error = outcome.error
+        return response
+
+
+class DraPluginV1beta1(v1beta1_grpc.DRAPluginServicer):
+    """``k8s.io.kubelet.pkg.apis.dra.v1beta1.DRAPlugin``: the v1 answers without share ids."""
+
+    def __init__(self, service: DraService) -> None:
+        self._service = service
+
+    async def NodePrepareResources(
+        self, request: v1beta1.NodePrepareResourcesRequest, context: _Context
+    ) -> v1beta1.NodePrepareResourcesResponse:
+        outcomes = await self._service.prepare(_refs(request.claims))
+        response = v1beta1.NodePrepareResourcesResponse()
+        for uid, outcome in outcomes.items():
+            entry = response.claims[uid]
+            entry.error = outcome.error
+            for d in outcome.devices:
+                entry.devices.append(
+                    v1beta1.Device(
+                        request_names=_request_names(d.request_names),
+                        pool_name=d.pool,
+                        device_name=d.device,
+                        cdi_device_ids=list(d.cdi_device_ids),
+                    )
+                )
+        return response
+
+    async def NodeUnprepareResources(
+        self, request: v1beta1.NodeUnprepareResourcesRequest, context: _Context
+    ) -> v1beta1.NodeUnprepareResourcesResponse:
+        outcomes = await self._service.unprepare(_refs(request.claims))
+        response = v1beta1.NodeUnprepareResourcesResponse()
+        for uid, outcome in outcomes.items():
+            response.claims[uid].error = outcome.error
+        return response

@@ -1,0 +1,235 @@
+"""Prepare and unprepare claims crash-safely: checkpoint, CDI spec, checkpoint.
+
+Every side effect goes through :class:`Effects`, in an order that a crash at any point can
+undo or finish:
+
+prepare
+  1. save the entry as ``PrepareStarted``
+  2. write the CDI spec
+  3. save the entry as ``PrepareCompleted``
+unprepare
+  1. remove the CDI spec
+  2. drop the entry
+
+:meth:`NodePreparer.recover`, run before serving, rolls back half-done prepares, drops
+entries from before the last reboot and removes CDI specs no entry accounts for. A prepare
+repeated for a completed claim answers from the checkpoint; for a half-done one it rolls
+back and starts over.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import Protocol
+
+import msgspec
+from neuron_dra_common import cdi
+
+from neuron_dra_kubelet_plugin.checkpoint import (
+    Checkpoint,
+    CheckpointError,
+    CheckpointStore,
+    ClaimEntry,
+    ClaimState,
+    PreparedDevice,
+)
+from neuron_dra_kubelet_plugin.claims import ClaimRef, ResourceClaim
+from neuron_dra_kubelet_plugin.edits import UltraServerPlacement
+from neuron_dra_kubelet_plugin.plan import NodeContext, PrepareError, entry_from_spec, plan_prepare
+
+__all__ = [
+    "ClaimSource",
+    "Effects",
+    "NodePreparer",
+    "Preparer",
+    "Recovery",
+]
+
+log = logging.getLogger(__name__)
+
+
+class Preparer(Protocol):
+    """What the DRA servicer delegates to, one claim at a time.
+
+    Both methods raise :class:`~neuron_dra_kubelet_plugin.plan.PrepareError` with a message
+    for that claim; both are idempotent.
+    """
+
+    async def prepare(self, ref: ClaimRef) -> tuple[PreparedDevice, ...]: ...
+
+    async def unprepare(self, ref: ClaimRef) -> None: ...
+
+
+class ClaimSource(Protocol):
+    """Where claim objects come from (informer cache, falling back to a GET)."""
+
+    async def get(self, ref: ClaimRef) -> ResourceClaim | None:
+        """The claim ``ref`` names, or ``None`` when it does not exist."""
+        ...
+
+
+class Effects:
+    """The file system side of prepare: one checkpoint file and the claims' CDI specs."""
+
+    def __init__(self, *, store: CheckpointStore, cdi_root: Path, kind: str = cdi.NEURON_CDI_KIND):
+        self.store = store
+        self.cdi_root = cdi_root
+        self.kind = kind
+
+    def load(self) -> tuple[Checkpoint, CheckpointError | None]:
+        self.store.remove_leftovers()
+        return self.store.load_or_quarantine()
+
+    def save(self, checkpoint: Checkpoint) -> None:
+        self.store.save(checkpoint)
+
+    def write_spec(self, uid: str, spec: cdi.Spec) -> None:
+        cdi.write_claim_spec(self.cdi_root, uid, spec)
+
+    def remove_spec(self, uid: str) -> None:
+        cdi.remove_claim_spec(self.cdi_root, uid, self.kind)
+
+    def read_spec(self, uid: str) -> cdi.Spec | None:
+        return cdi.read_claim_spec(self.cdi_root, uid, self.kind)
+
+    def has_spec(self, uid: str) -> bool:
+        return cdi.claim_spec_path(self.cdi_root, uid, self.kind).exists()
+
+    def spec_uids(self) -> set[str]:
+        return cdi.claim_spec_uids(self.cdi_root, self.kind)
+
+
+class Recovery(msgspec.Struct, frozen=True, kw_only=True):
+    """What :meth:`NodePreparer.recover` found and undid."""
+
+    rolled_back: tuple[str, ...] = ()
+    stale: tuple[str, ...] = ()
+    orphan_specs: tuple[str, ...] = ()
+    checkpoint_error: str | None = None
+
+
+def _no_placement(ref: ClaimRef) -> UltraServerPlacement | None:
+    return None
+
+
+class NodePreparer:
+    """The plugin's :class:`Preparer`: plans with :func:`plan_prepare`, applies with ``effects``."""
+
+    def __init__(
+        self,
+        *,
+        node: NodeContext,
+        claims: ClaimSource,
+        effects: Effects,
+        boot_id: str,
+        placement: Callable[[ClaimRef], UltraServerPlacement | None] = _no_placement,
+    ) -> None:
+        self._node = node
+        self._claims = claims
+        self._effects = effects
+        self._boot_id = boot_id
+        self._placement = placement
+        self._checkpoint = Checkpoint()
+        # One writer of the checkpoint at a time; the kubelet sends claims concurrently.
+        self._lock = asyncio.Lock()
+
+    @property
+    def checkpoint(self) -> Checkpoint:
+        return self._checkpoint
+
+    def recover(self) -> Recovery:
+        """Load the checkpoint and bring disk and checkpoint back to a consistent state."""
+        checkpoint, error = self._effects.load()
+        self._checkpoint = checkpoint
+        if error is not None:
+            log.error("%s; rebuilding it from the CDI specs on disk", error)
+            self._rebuild_from_specs()
+        stale = {e.uid for e in self._checkpoint.stale(self._boot_id)}
+        half = {e.uid for e in self._checkpoint.half_done()} - stale
+        for uid in sorted(stale | half):
+            self._rollback(uid)
+        orphans = self._effects.spec_uids() - set(self._checkpoint.claims)
+        for uid in sorted(orphans):
+            self._effects.remove_spec(uid)
+        return Recovery(
+            rolled_back=tuple(sorted(half)),
+            stale=tuple(sorted(stale)),
+            orphan_specs=tuple(sorted(orphans)),
+            checkpoint_error=str(error) if error else None,
+        )
+
+    def _rebuild_from_specs(self) -> None:
+        # The specs are the side effect that outlives the checkpoint, and they name their
+        # claim and devices: enough to keep refusing devices that are still in use.
+        checkpoint = Checkpoint()
+        for uid in sorted(self._effects.spec_uids()):
+            try:
+                spec = self._effects.read_spec(uid)
+            except cdi.CdiError as exc:
+                log.warning("CDI spec of claim %s is unreadable (%s); removing it", uid, exc)
+                continue
+            entry = entry_from_spec(spec, boot_id=self._boot_id) if spec else None
+            if entry is not None and entry.uid == uid:
+                checkpoint = checkpoint.with_entry(entry)
+        self._effects.save(checkpoint)
+        self._checkpoint = checkpoint
+
+    def _rollback(self, uid: str) -> None:
+        self._effects.remove_spec(uid)
+        updated = self._checkpoint.without(uid)
+        self._effects.save(updated)
+        self._checkpoint = updated
+
+    def _save(self, entry: ClaimEntry) -> None:
+        updated = self._checkpoint.with_entry(entry)
+        self._effects.save(updated)
+        self._checkpoint = updated
+
+    def _completed(self, ref: ClaimRef) -> ClaimEntry | None:
+        entry = self._checkpoint.claims.get(ref.uid)
+        if (
+            entry is not None
+            and entry.state is ClaimState.PREPARE_COMPLETED
+            and entry.boot_id == self._boot_id
+            and self._effects.has_spec(ref.uid)
+        ):
+            return entry
+        return None
+
+    async def prepare(self, ref: ClaimRef) -> tuple[PreparedDevice, ...]:
+        done = self._completed(ref)
+        if done is not None:
+            return done.devices
+        claim = await self._claims.get(ref)
+        if claim is None:
+            raise PrepareError(f"{ref}: not found")
+        async with self._lock:
+            done = self._completed(ref)
+            if done is not None:
+                return done.devices
+            if ref.uid in self._checkpoint.claims:
+                self._rollback(ref.uid)
+            plan = plan_prepare(
+                ref=ref,
+                claim=claim,
+                node=self._node,
+                checkpoint=self._checkpoint,
+                boot_id=self._boot_id,
+                placement=self._placement(ref),
+            )
+            self._save(msgspec.structs.replace(plan.entry, state=ClaimState.PREPARE_STARTED))
+            self._effects.write_spec(ref.uid, plan.spec)
+            self._save(plan.entry)
+            return plan.entry.devices
+
+    async def unprepare(self, ref: ClaimRef) -> None:
+        # Needs nothing but the UID: the claim object may be gone already.
+        async with self._lock:
+            self._effects.remove_spec(ref.uid)
+            if ref.uid in self._checkpoint.claims:
+                updated = self._checkpoint.without(ref.uid)
+                self._effects.save(updated)
+                self._checkpoint = updated
