@@ -117,16 +117,15 @@ class Publisher:
             except TRANSIENT:
                 future = None
             futures.append(future)
+        # One deadline for the whole window: after a lost connection many acks never come,
+        # and waiting for each in turn would add their timeouts up.
+        in_flight = [f for f in futures if f is not None]
+        if in_flight:
+            await asyncio.wait(in_flight, timeout=self._ack_timeout)
         results: list[PublishResult] = []
         for item, future in zip(prepared, futures, strict=True):
-            ack: api.PubAck | None = None
-            if future is not None:
-                try:
-                    ack = await asyncio.wait_for(future, self._ack_timeout)
-                except TRANSIENT:
-                    ack = None
-            result = self._result(item, ack) if ack is not None else await self._send(item)
-            results.append(result)
+            ack = _ack_of(future)
+            results.append(self._result(item, ack) if ack else await self._send(item))
         return results
 
     def _result(self, item: _Prepared, ack: api.PubAck) -> PublishResult:
@@ -161,3 +160,15 @@ class Publisher:
                     extra={"subject": item.subject, "msg_id": item.msg_id, "error": repr(exc)},
                 )
                 await asyncio.sleep(pause)
+
+
+def _ack_of(future: asyncio.Future[api.PubAck] | None) -> api.PubAck | None:
+    """The ack of a finished publish, or None if it failed, timed out or never started."""
+    if future is None:
+        return None
+    if not future.done():
+        future.cancel()
+        return None
+    if future.cancelled() or future.exception() is not None:
+        return None
+    return future.result()

@@ -1,0 +1,166 @@
+"""The contract every service that consumes events must keep, run against its real handler.
+
+A service's test module subclasses :class:`ConsumerContract`, names its consumer, gives a few
+events it handles, builds its real handler, and says how many times an event's effect is
+visible. pytest then runs every ``test_*`` here against it::
+
+    class TestSlicePublisherInventory(ConsumerContract):
+        spec = consumer("slice-publisher-inventory")
+
+        def sample_event(self, index: int) -> Event: ...
+        async def make_handler(self, bus: Bus) -> Handler: ...
+        async def effect_count(self, event: Event) -> int: ...
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+from collections.abc import AsyncIterator
+
+import msgspec
+import pytest
+from neuron_dra_common.bus import Bus, ConsumerSpec, Delivery, Handler, RunnerOptions
+from neuron_dra_common.events import AnyEvent, Event
+
+from tests.contracts.support import dead_letters, running
+from tests.fixtures.nats import NatsServer
+
+__all__ = ["ConsumerContract"]
+
+
+class ConsumerContract(abc.ABC):
+    """Ack, redelivery, poison to dead letter with its reason, idempotency."""
+
+    #: The consumer under test (its ack wait is shortened for the tests).
+    spec: ConsumerSpec
+    #: Runner settings with short pauses; a service may override with its own.
+    options = RunnerOptions(backoff=(0.05,), max_attempts=3, fetch_timeout=0.2)
+
+    @abc.abstractmethod
+    def sample_event(self, index: int) -> Event:
+        """A distinct event the consumer handles successfully, for ``index`` 0, 1, 2, ..."""
+
+    @abc.abstractmethod
+    async def make_handler(self, bus: Bus) -> Handler:
+        """The service's real handler, wired to fresh state for this test."""
+
+    @abc.abstractmethod
+    async def effect_count(self, event: Event) -> int:
+        """How many times ``event``'s effect was applied (1 once handled, never more)."""
+
+    # -- plumbing ------------------------------------------------------------------------------
+
+    @pytest.fixture
+    async def contract_bus(self, nats_server: NatsServer) -> AsyncIterator[Bus]:
+        bus = await Bus.connect([nats_server.url], name=f"contract-{self.spec.durable}")
+        await bus.reconcile()
+        try:
+            yield bus
+        finally:
+            await bus.close()
+
+    def _spec(self) -> ConsumerSpec:
+        return msgspec.structs.replace(self.spec, ack_wait_seconds=2.0)
+
+    async def _effect(self, event: Event, *, at_least: int = 1) -> None:
+        deadline = asyncio.get_running_loop().time() + 10
+        while await self.effect_count(event) < at_least:
+            if asyncio.get_running_loop().time() > deadline:
+                raise AssertionError(f"{event.event_type()}: effect not applied within 10s")
+            await asyncio.sleep(0.02)
+
+    async def _publish(self, bus: Bus, event: Event) -> None:
+        await bus.publisher(source="/contract").publish(event)
+
+    async def _settled(self, bus: Bus) -> None:
+        spec = self._spec()
+
+        async def pending() -> int:
+            info = await bus.js.consumer_info(spec.stream, spec.durable)
+            return int(info.num_ack_pending + info.num_pending)
+
+        deadline = asyncio.get_running_loop().time() + 10
+        while await pending():
+            if asyncio.get_running_loop().time() > deadline:
+                raise AssertionError(f"{spec.durable}: messages still unacked after 10s")
+            await asyncio.sleep(0.05)
+
+    # -- the contract --------------------------------------------------------------------------
+
+    async def test_handled_message_is_applied_and_acked(self, contract_bus: Bus) -> None:
+        handler = await self.make_handler(contract_bus)
+        event = self.sample_event(0)
+        await self._publish(contract_bus, event)
+        async with running(contract_bus.runner(self._spec(), handler, options=self.options)):
+            await self._effect(event)
+            await self._settled(contract_bus)
+        assert await self.effect_count(event) == 1
+
+    async def test_failed_handling_is_redelivered(self, contract_bus: Bus) -> None:
+        real = await self.make_handler(contract_bus)
+        attempts: list[int] = []
+
+        async def fails_first(event: AnyEvent, delivery: Delivery) -> None:
+            attempts.append(delivery.deliveries)
+            if delivery.deliveries == 1:
+                raise ConnectionError("dependency unavailable")
+            await real(event, delivery)
+
+        event = self.sample_event(0)
+        await self._publish(contract_bus, event)
+        async with running(contract_bus.runner(self._spec(), fails_first, options=self.options)):
+            await self._effect(event)
+            await self._settled(contract_bus)
+        assert attempts == [1, 2]
+        assert await self.effect_count(event) == 1
+
+    async def test_poison_message_goes_to_dead_letter_with_reason(self, contract_bus: Bus) -> None:
+        handler = await self.make_handler(contract_bus)
+        good = self.sample_event(1)
+        poison = b'{"type":"no.such.event.v1"}'
+        await contract_bus.js.publish(
+            self.sample_event(0).subject, poison, headers={"Nats-Msg-Id": "poison"}
+        )
+        await self._publish(contract_bus, good)
+        async with running(contract_bus.runner(self._spec(), handler, options=self.options)):
+            [record] = await dead_letters(contract_bus.js)
+            await self._effect(good)
+            await self._settled(contract_bus)
+        assert record.payload == poison
+        assert record.kind == "decode"
+        assert "no.such.event.v1" in record.reason
+        assert record.consumer == self.spec.durable
+
+    async def test_redelivery_after_the_effect_is_not_applied_twice(
+        self, contract_bus: Bus
+    ) -> None:
+        real = await self.make_handler(contract_bus)
+
+        async def crashes_before_ack(event: AnyEvent, delivery: Delivery) -> None:
+            # The effect happens, then the process "dies" before acking: the message comes
+            # back, and the handler must recognise it.
+            await real(event, delivery)
+            if delivery.deliveries == 1:
+                raise RuntimeError("lost before ack")
+
+        event = self.sample_event(2)
+        await self._publish(contract_bus, event)
+        runner = contract_bus.runner(self._spec(), crashes_before_ack, options=self.options)
+        async with running(runner):
+            await self._effect(event)
+            await self._settled(contract_bus)
+        assert await self.effect_count(event) == 1
+
+    async def test_a_restarted_consumer_resumes_where_it_stopped(self, contract_bus: Bus) -> None:
+        handler = await self.make_handler(contract_bus)
+        first, second = self.sample_event(0), self.sample_event(1)
+        await self._publish(contract_bus, first)
+        async with running(contract_bus.runner(self._spec(), handler, options=self.options)):
+            await self._effect(first)
+            await self._settled(contract_bus)
+        await self._publish(contract_bus, second)
+        async with running(contract_bus.runner(self._spec(), handler, options=self.options)):
+            await self._effect(second)
+            await self._settled(contract_bus)
+        assert (await self.effect_count(first), await self.effect_count(second)) == (1, 1)
