@@ -1,0 +1,1 @@
+"""Per-node discovery: reads the Neuron hardware, publishes NodeInventory on the bus."""

@@ -1,0 +1,1 @@
+"""Slice publisher: NodeInventory events in, each node's pool of ResourceSlices out."""
