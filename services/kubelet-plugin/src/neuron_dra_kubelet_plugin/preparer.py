@@ -149,6 +149,9 @@ class NodePreparer:
             self._rebuild_from_specs()
         stale = {e.uid for e in self._checkpoint.stale(self._boot_id)}
         half = {e.uid for e in self._checkpoint.half_done()} - stale
+        # A completed entry whose spec is gone is an unprepare that stopped between its two
+        # steps: finishing it is the only safe direction (the kubelet retries either call).
+        half |= {uid for uid in self._checkpoint.claims if not self._effects.has_spec(uid)} - stale
         for uid in sorted(stale | half):
             self._rollback(uid)
         orphans = self._effects.spec_uids() - set(self._checkpoint.claims)

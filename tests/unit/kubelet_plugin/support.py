@@ -1,0 +1,98 @@
+"""Claims and nodes for the kubelet plugin tests, shaped as the API and discovery give them."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from neuron_dra_common.topology import instance_spec
+from neuron_dra_kubelet_plugin.claims import ClaimRef, ResourceClaim, claim_from_api
+from neuron_dra_kubelet_plugin.plan import NodeContext
+
+NODE = "ip-10-0-0-1.ec2.internal"
+
+
+def trn2_node(*, pool: str = NODE, default_lnc: int | None = None) -> NodeContext:
+    return NodeContext(
+        pool=pool,
+        instance=instance_spec("trn2.48xlarge"),
+        devices=frozenset(range(16)),
+        default_lnc=default_lnc,
+        supported_ultraserver_modes=(1, 3, 4),
+    )
+
+
+def claim_json(
+    uid: str,
+    devices: Sequence[int | str],
+    *,
+    name: str | None = None,
+    namespace: str = "default",
+    pool: str = NODE,
+    request: str = "neurons",
+    config: Sequence[dict[str, Any]] = (),
+) -> dict[str, Any]:
+    """A ResourceClaim as the API returns it, allocated ``devices`` of ``pool``."""
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name or f"claim-{uid}", "namespace": namespace, "uid": uid},
+        "spec": {"devices": {"requests": [{"name": request.split("/")[0]}]}},
+        "status": {
+            "allocation": {
+                "devices": {
+                    "results": [
+                        {
+                            "request": request,
+                            "driver": "neuron.aws.com",
+                            "pool": pool,
+                            "device": d if isinstance(d, str) else f"neurondevice{d}",
+                        }
+                        for d in devices
+                    ],
+                    "config": list(config),
+                },
+                "nodeSelector": {"nodeSelectorTerms": []},
+            }
+        },
+    }
+
+
+def make_claim(uid: str, devices: Sequence[int | str], **kwargs: Any) -> ResourceClaim:
+    return claim_from_api(claim_json(uid, devices, **kwargs))
+
+
+def ref_of(claim: ResourceClaim) -> ClaimRef:
+    return ClaimRef(
+        namespace=claim.metadata.namespace, name=claim.metadata.name, uid=claim.metadata.uid
+    )
+
+
+def opaque(
+    kind: str, *, source: str = "FromClaim", requests: Sequence[str] = (), **fields: Any
+) -> dict[str, Any]:
+    """An allocation config entry for neuron.aws.com."""
+    return {
+        "source": source,
+        "requests": list(requests),
+        "opaque": {
+            "driver": "neuron.aws.com",
+            "parameters": {"apiVersion": "neuron.aws.com/v1", "kind": kind, **fields},
+        },
+    }
+
+
+class MemoryClaims:
+    """A :class:`ClaimSource` over a dict, standing in for the informer cache."""
+
+    def __init__(self, claims: Sequence[ResourceClaim] = ()) -> None:
+        self.claims = {c.metadata.uid: c for c in claims}
+
+    def add(self, claim: ResourceClaim) -> None:
+        self.claims[claim.metadata.uid] = claim
+
+    async def get(self, ref: ClaimRef) -> ResourceClaim | None:
+        claim = self.claims.get(ref.uid)
+        if claim is None or claim.metadata.name != ref.name:
+            return None
+        return claim
