@@ -1,0 +1,172 @@
+"""A service process: named tasks started in one place, probes, orderly shutdown.
+
+>>> async def build() -> Service:
+...     bus = await Bus.connect(settings.nats_servers, name="slice-publisher")
+...     service = Service(name="slice-publisher", settings=settings)
+...     service.add_task("inventory", runner.run, stop=runner.stop, ready=lambda: runner.ready)
+...     service.on_shutdown(bus.close)
+...     return service
+>>> raise SystemExit(run(build, name="slice-publisher", settings=settings))
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+import uvloop
+
+from neuron_dra_common.runtime.http import HealthServer
+from neuron_dra_common.settings import ServiceSettings
+from neuron_dra_common.telemetry.logs import configure_logging
+from neuron_dra_common.telemetry.tracing import configure_tracing, shutdown_tracing
+
+__all__ = ["Service", "run"]
+
+log = logging.getLogger(__name__)
+
+_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+@dataclass(frozen=True)
+class _TaskSpec:
+    name: str
+    start: Callable[[], Awaitable[None]]
+    stop: Callable[[], object] | None
+
+
+class Service:
+    """Owns a service's tasks, its HTTP server and its shutdown.
+
+    Each task runs until shutdown; one that ends or fails before then stops the whole
+    service with exit code 1, so Kubernetes restarts it rather than leaving it half alive.
+    """
+
+    def __init__(self, *, name: str, settings: ServiceSettings) -> None:
+        self.name = name
+        self.settings = settings
+        self.http = HealthServer(host=settings.http_host, port=settings.http_port)
+        self._specs: list[_TaskSpec] = []
+        self._shutdown: list[Callable[[], Awaitable[object]]] = []
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._stop_requested = asyncio.Event()
+        self._stopping = False
+        self._failed: list[str] = []
+        self.http.add_liveness("tasks", lambda: not self._failed)
+
+    def add_task(
+        self,
+        name: str,
+        start: Callable[[], Awaitable[None]],
+        *,
+        stop: Callable[[], object] | None = None,
+        ready: Callable[[], bool] | None = None,
+    ) -> None:
+        """Register a long-running task; ``stop`` asks it to finish (drain) at shutdown."""
+        if any(spec.name == name for spec in self._specs):
+            raise ValueError(f"service {self.name}: task {name!r} added twice")
+        self._specs.append(_TaskSpec(name=name, start=start, stop=stop))
+        if ready is not None:
+            self.http.add_readiness(name, ready)
+
+    def add_readiness(self, name: str, check: Callable[[], bool]) -> None:
+        self.http.add_readiness(name, check)
+
+    def on_shutdown(self, callback: Callable[[], Awaitable[object]]) -> None:
+        """Run ``callback`` after the tasks stopped (close the bus, flush), in reverse order."""
+        self._shutdown.append(callback)
+
+    def request_stop(self) -> None:
+        self._stop_requested.set()
+
+    def _task_done(self, task: asyncio.Task[None]) -> None:
+        if self._stopping:
+            return
+        if task.cancelled():
+            reason = "cancelled"
+        elif task.exception() is not None:
+            reason = repr(task.exception())
+        else:
+            reason = "returned"
+        log.error("task ended before shutdown", extra={"task": task.get_name(), "reason": reason})
+        self._failed.append(task.get_name())
+        self._stop_requested.set()
+
+    async def run(self) -> int:
+        """Start everything, wait for SIGTERM/SIGINT or a failed task, shut down in order."""
+        loop = asyncio.get_running_loop()
+        for sig in _SIGNALS:
+            loop.add_signal_handler(sig, self._signalled, sig)
+        try:
+            await self.http.start()
+            for spec in self._specs:
+                task = asyncio.create_task(_call(spec.start), name=spec.name)
+                task.add_done_callback(self._task_done)
+                self._tasks[spec.name] = task
+            log.info(
+                "service started",
+                extra={"service": self.name, "tasks": list(self._tasks), "port": self.http.port},
+            )
+            await self._stop_requested.wait()
+            self._stopping = True
+            await self._stop_all(loop.time() + self.settings.shutdown_timeout)
+        finally:
+            for sig in _SIGNALS:
+                loop.remove_signal_handler(sig)
+        code = 1 if self._failed else 0
+        log.info("service stopped", extra={"service": self.name, "exit_code": code})
+        return code
+
+    def _signalled(self, sig: signal.Signals) -> None:
+        log.info("shutdown requested", extra={"signal": sig.name})
+        self._stop_requested.set()
+
+    async def _stop_all(self, deadline: float) -> None:
+        loop = asyncio.get_running_loop()
+        for spec in self._specs:
+            if spec.stop is not None:
+                result = spec.stop()
+                if asyncio.iscoroutine(result):
+                    await result
+        pending = [t for t in self._tasks.values() if not t.done()]
+        if pending:
+            _, late = await asyncio.wait(pending, timeout=max(0.0, deadline - loop.time()))
+            for task in late:
+                log.warning("task did not stop in time", extra={"task": task.get_name()})
+                task.cancel()
+            if late:
+                await asyncio.wait(late, timeout=1.0)
+        for callback in reversed(self._shutdown):
+            try:
+                await asyncio.wait_for(callback(), timeout=max(0.1, deadline - loop.time()))
+            except Exception as exc:  # one failing step must not skip the others
+                log.warning("shutdown step failed", extra={"error": repr(exc)})
+        await self.http.stop()
+
+
+async def _call(start: Callable[[], Awaitable[None]]) -> None:
+    await start()
+
+
+def run(build: Callable[[], Awaitable[Service]], *, name: str, settings: ServiceSettings) -> int:
+    """Set up logs and tracing, build the service on uvloop, run it, return its exit code.
+
+    ``build`` is async because wiring usually connects to NATS or the apiserver first.
+    """
+    configure_logging(service=name, level=settings.log_level)
+    configure_tracing(service=name, otlp_endpoint=settings.otlp_endpoint)
+
+    async def main() -> int:
+        service = await build()
+        try:
+            return await service.run()
+        finally:
+            shutdown_tracing()
+
+    with contextlib.suppress(KeyboardInterrupt):
+        return uvloop.run(main())
+    return 130

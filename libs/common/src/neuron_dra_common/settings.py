@@ -1,0 +1,197 @@
+"""Settings: a frozen Struct filled from flags, then environment variables, then defaults.
+
+Every field ``http_port`` of a settings Struct is read from ``--http-port`` or, when the flag is
+absent, from ``NEURON_DRA_HTTP_PORT``. A bad value stops the service at start with a message
+naming the variable (or flag) and what it expected::
+
+    NEURON_DRA_HTTP_PORT='http': expected an integer between 0 and 65535
+
+A service subclasses :class:`ServiceSettings` and adds its own fields, with
+``Annotated[..., msgspec.Meta(description=...)]`` for the ``--help`` text.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Mapping, Sequence
+from typing import Annotated, Any, Literal, TypeVar
+
+import msgspec
+
+__all__ = ["ENV_PREFIX", "ServiceSettings", "SettingsError", "env_name", "flag_name", "load"]
+
+ENV_PREFIX = "NEURON_DRA_"
+
+S = TypeVar("S", bound=msgspec.Struct)
+
+
+class SettingsError(ValueError):
+    """A setting had a bad value; the message names the variable or flag and the expectation."""
+
+
+class ServiceSettings(msgspec.Struct, frozen=True, kw_only=True):
+    """What every service is configured with."""
+
+    log_level: Annotated[
+        Literal["debug", "info", "warning", "error"], msgspec.Meta(description="Log level")
+    ] = "info"
+    http_host: Annotated[
+        str, msgspec.Meta(description="Address of /metrics, /healthz, /readyz")
+    ] = "0.0.0.0"
+    http_port: Annotated[
+        int, msgspec.Meta(ge=0, le=65535, description="Port of the HTTP server (0: any free)")
+    ] = 8080
+    nats_servers: Annotated[
+        tuple[str, ...], msgspec.Meta(min_length=1, description="NATS URLs, comma-separated")
+    ] = ("nats://127.0.0.1:4222",)
+    otlp_endpoint: Annotated[
+        str, msgspec.Meta(description="OTLP gRPC endpoint for traces; empty: no export")
+    ] = ""
+    shutdown_timeout: Annotated[
+        float, msgspec.Meta(gt=0, description="Seconds allowed for an orderly shutdown")
+    ] = 10.0
+
+
+def env_name(field: str, prefix: str = ENV_PREFIX) -> str:
+    """The environment variable of a field: ``http_port`` -> ``NEURON_DRA_HTTP_PORT``."""
+    return prefix + field.upper()
+
+
+def flag_name(field: str) -> str:
+    """The command-line flag of a field: ``http_port`` -> ``--http-port``."""
+    return "--" + field.replace("_", "-")
+
+
+def _expected(t: msgspec.inspect.Type) -> str:
+    if isinstance(t, msgspec.inspect.Metadata):
+        return _expected(t.type)
+    if isinstance(t, msgspec.inspect.BoolType):
+        return "true or false"
+    if isinstance(t, msgspec.inspect.LiteralType):
+        return "one of " + ", ".join(map(str, t.values))
+    if isinstance(t, msgspec.inspect.IntType | msgspec.inspect.FloatType):
+        kind = "an integer" if isinstance(t, msgspec.inspect.IntType) else "a number"
+        low = t.ge if t.ge is not None else t.gt
+        high = t.le if t.le is not None else t.lt
+        if low is not None and high is not None:
+            return f"{kind} between {low} and {high}"
+        if t.gt is not None:
+            return f"{kind} greater than {t.gt}"
+        if t.ge is not None:
+            return f"{kind} of at least {t.ge}"
+        return kind
+    if isinstance(t, msgspec.inspect.VarTupleType | msgspec.inspect.ListType):
+        least = f", at least {t.min_length}" if t.min_length else ""
+        item = _base(t.item_type)
+        items = "strings" if isinstance(item, msgspec.inspect.StrType) else _expected(item)
+        return f"a comma-separated list of {items}{least}"
+    if isinstance(t, msgspec.inspect.StrType):
+        return "a non-empty string" if t.min_length else "a string"
+    if isinstance(t, msgspec.inspect.UnionType):
+        return " or ".join(_expected(x) for x in t.types)
+    return type(t).__name__.removesuffix("Type").lower()
+
+
+def _is_sequence(t: msgspec.inspect.Type) -> bool:
+    if isinstance(t, msgspec.inspect.Metadata):
+        return _is_sequence(t.type)
+    return isinstance(t, msgspec.inspect.VarTupleType | msgspec.inspect.ListType)
+
+
+def _parser(cls: type[msgspec.Struct], fields: Sequence[msgspec.inspect.Field], prog: str) -> Any:
+    parser = argparse.ArgumentParser(prog=prog, description=(cls.__doc__ or "").strip() or None)
+    for f in fields:
+        description = ""
+        if isinstance(f.type, msgspec.inspect.Metadata):
+            description = str((f.type.extra_json_schema or {}).get("description", ""))
+        default = "" if f.required else f" (default: {f.default!r})"
+        parser.add_argument(
+            flag_name(f.name),
+            dest=f.name,
+            default=None,
+            metavar=env_name(f.name),
+            help=f"{description}; env {env_name(f.name)}{default}",
+        )
+    return parser
+
+
+def load(
+    cls: type[S],
+    *,
+    argv: Sequence[str] | None = None,
+    environ: Mapping[str, str] | None = None,
+    prog: str | None = None,
+) -> S:
+    """Build ``cls`` from ``argv`` flags, then ``environ``, then the field defaults.
+
+    Raises :class:`SettingsError` naming the first bad variable; ``--help`` exits as usual.
+
+    >>> load(ServiceSettings, argv=["--http-port", "9000"], environ={}).http_port
+    9000
+    """
+    info = msgspec.inspect.type_info(cls)
+    if not isinstance(info, msgspec.inspect.StructType):
+        raise TypeError(f"{cls.__name__} is not a msgspec Struct")
+    env = os.environ if environ is None else environ
+    parsed = _parser(cls, info.fields, prog or cls.__name__).parse_args(
+        list(argv) if argv is not None else []
+    )
+    values: dict[str, Any] = {}
+    sources: dict[str, tuple[str, str]] = {}
+    for f in info.fields:
+        flag_value = getattr(parsed, f.name)
+        if flag_value is not None:
+            raw, source = flag_value, flag_name(f.name)
+        elif env_name(f.name) in env:
+            raw, source = env[env_name(f.name)], env_name(f.name)
+        else:
+            continue
+        sources[f.name] = (source, raw)
+        if _is_sequence(f.type):
+            values[f.name] = [part.strip() for part in raw.split(",") if part.strip()]
+        elif isinstance(_base(f.type), msgspec.inspect.BoolType):
+            values[f.name] = _bool(raw)
+        else:
+            values[f.name] = raw
+    try:
+        return msgspec.convert(values, cls, strict=False)
+    except msgspec.ValidationError as exc:
+        raise _explain(exc, info, sources) from None
+
+
+def _base(t: msgspec.inspect.Type) -> msgspec.inspect.Type:
+    return t.type if isinstance(t, msgspec.inspect.Metadata) else t
+
+
+def _bool(raw: str) -> bool | str:
+    lowered = raw.strip().lower()
+    if lowered in {"1", "true", "yes", "on"}:
+        return True
+    if lowered in {"0", "false", "no", "off"}:
+        return False
+    return raw  # left as text so validation reports it against the variable
+
+
+def _explain(
+    exc: msgspec.ValidationError,
+    info: msgspec.inspect.StructType,
+    sources: Mapping[str, tuple[str, str]],
+) -> SettingsError:
+    text = str(exc)
+    if "missing required field `" in text:
+        field = text.split("missing required field `", 1)[1].split("`")[0]
+    elif "$." in text:
+        field = text.rsplit("$.", 1)[1].split("`")[0].split("[")[0]
+    else:
+        field = ""
+    by_name = {f.name: f for f in info.fields}
+    if field not in by_name:
+        return SettingsError(f"{info.cls.__name__}: {text}")
+    f = by_name[field]
+    if field in sources:
+        source, raw = sources[field]
+        return SettingsError(f"{source}={raw!r}: expected {_expected(f.type)}")
+    return SettingsError(
+        f"{env_name(field)} (or {flag_name(field)}) is required: expected {_expected(f.type)}"
+    )

@@ -1,0 +1,87 @@
+"""A service started as a real process answers its probes and exits cleanly on SIGTERM."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from tests.fixtures.nats import NatsServer, free_port
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def _get(url: str) -> tuple[int, bytes]:
+    try:
+        with urllib.request.urlopen(url, timeout=1) as resp:
+            return resp.status, resp.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+
+
+def _start(env: dict[str, str]) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests.integration.runtime.example_service"],
+        cwd=ROOT,
+        env={**os.environ, **env},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+
+
+def _wait_ready(proc: subprocess.Popen[bytes], port: int) -> None:
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
+        try:
+            if _get(f"http://127.0.0.1:{port}/readyz")[0] == 200:
+                return
+        except OSError:
+            pass
+        time.sleep(0.05)
+    raise AssertionError("service never became ready")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_service_exits_cleanly_and_promptly(nats_server: NatsServer, sig: signal.Signals) -> None:
+    port = free_port()
+    proc = _start({"NEURON_DRA_NATS_SERVERS": nats_server.url, "NEURON_DRA_HTTP_PORT": str(port)})
+    try:
+        _wait_ready(proc, port)
+        assert _get(f"http://127.0.0.1:{port}/healthz")[0] == 200
+        status, metrics = _get(f"http://127.0.0.1:{port}/metrics")
+        assert status == 200
+        assert b"neuron_bus_messages_total" in metrics or b"neuron_bus_handle_seconds" in metrics
+        sent = time.monotonic()
+        proc.send_signal(sig)
+        _, stderr = proc.communicate(timeout=10)
+        took = time.monotonic() - sent
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, stderr.decode()
+    assert took < 3.0, f"shutdown took {took:.1f}s"
+    lines = [json.loads(line) for line in stderr.decode().splitlines() if line.startswith("{")]
+    messages = [line["message"] for line in lines]
+    assert "shutdown requested" in messages
+    assert lines[-1]["message"] == "service stopped"
+    assert lines[-1]["exit_code"] == 0
+    assert all(line["service"] == "example" for line in lines)
+
+
+def test_bad_setting_fails_start_naming_the_variable(nats_server: NatsServer) -> None:
+    proc = _start({"NEURON_DRA_HTTP_PORT": "eighty"})
+    _, stderr = proc.communicate(timeout=20)
+    assert proc.returncode == 2
+    assert "NEURON_DRA_HTTP_PORT='eighty': expected an integer between 0 and 65535" in (
+        stderr.decode()
+    )
