@@ -1,0 +1,186 @@
+"""What to write so that the stored pool of a node matches its content (no I/O).
+
+A pool is replaced as a whole: when anything differs, every slice is written again under the
+next generation and the slices that are no longer needed are deleted afterwards. Consumers use
+only the highest generation and wait until ``resourceSliceCount`` slices of it are visible,
+so a reader never mixes two versions of a node. When the stored slices already match (same
+names, one generation, the content digests in their annotation, the same owner) nothing is
+written at all.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from typing import Any, Final
+
+import msgspec
+
+from neuron_dra_slice_publisher.slices import DRIVER, PoolContent, SliceContent, content_hash
+
+__all__ = [
+    "CONTENT_ANNOTATION",
+    "MANAGED_BY",
+    "NODE_LABEL",
+    "NodeRef",
+    "Plan",
+    "StoredSlice",
+    "Write",
+    "plan_pool",
+    "render_slice",
+    "slice_name",
+    "stored_slice",
+]
+
+API_VERSION: Final = "resource.k8s.io/v1"
+CONTENT_ANNOTATION: Final = "neuron.aws.com/content-hash"
+NODE_LABEL: Final = "neuron.aws.com/node"
+MANAGED_BY: Final = "neuron-dra-slice-publisher"
+_MAX_NAME: Final = 253
+
+
+class NodeRef(msgspec.Struct, frozen=True, kw_only=True):
+    """The Node a pool belongs to (its slices are owned by it and go when it goes)."""
+
+    name: str
+    uid: str
+
+
+class StoredSlice(msgspec.Struct, frozen=True, kw_only=True):
+    """What the publisher needs to know of a slice already in the API."""
+
+    name: str
+    pool: str
+    generation: int
+    slice_count: int
+    content_hash: str
+    owner_uid: str
+    resource_version: str
+
+
+class Write(msgspec.Struct, frozen=True, kw_only=True):
+    """Create (``resource_version`` empty) or replace one slice."""
+
+    name: str
+    body: dict[str, Any]
+    resource_version: str = ""
+
+
+class Plan(msgspec.Struct, frozen=True, kw_only=True):
+    """The writes (in order), then the deletes, that make the stored pool current."""
+
+    node: str
+    generation: int
+    writes: tuple[Write, ...] = ()
+    deletes: tuple[str, ...] = ()
+
+    @property
+    def unchanged(self) -> bool:
+        return not self.writes and not self.deletes
+
+
+def slice_name(node: str, index: int) -> str:
+    """``<node>-neuron.aws.com-<index>``; very long node names are shortened with a digest."""
+    name = f"{node}-{DRIVER}-{index}"
+    if len(name) <= _MAX_NAME:
+        return name
+    digest = hashlib.sha256(node.encode()).hexdigest()[:10]
+    keep = _MAX_NAME - len(f"-{digest}-{DRIVER}-{index}")
+    return f"{node[:keep].rstrip('.-')}-{digest}-{DRIVER}-{index}"
+
+
+def render_slice(
+    content: SliceContent, *, owner: NodeRef, index: int, generation: int, count: int
+) -> dict[str, Any]:
+    """The full ``resource.k8s.io/v1`` ResourceSlice object for slice ``index`` of a pool."""
+    spec: dict[str, Any] = {
+        "driver": DRIVER,
+        "nodeName": owner.name,
+        "pool": {"name": owner.name, "generation": generation, "resourceSliceCount": count},
+    }
+    if content.shared_counters:
+        spec["sharedCounters"] = [dict(c) for c in content.shared_counters]
+    else:
+        spec["devices"] = [dict(d) for d in content.devices]
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "ResourceSlice",
+        "metadata": {
+            "name": slice_name(owner.name, index),
+            "labels": {
+                NODE_LABEL: _label_value(owner.name),
+                "app.kubernetes.io/managed-by": MANAGED_BY,
+            },
+            "annotations": {CONTENT_ANNOTATION: content_hash(content)},
+            "ownerReferences": [
+                {"apiVersion": "v1", "kind": "Node", "name": owner.name, "uid": owner.uid}
+            ],
+        },
+        "spec": spec,
+    }
+
+
+def _label_value(node: str) -> str:
+    # Label values stop at 63 characters; longer node names are found by their digest.
+    if len(node) <= 63:
+        return node
+    return hashlib.sha256(node.encode()).hexdigest()[:63]
+
+
+def stored_slice(obj: dict[str, Any]) -> StoredSlice:
+    """Read what matters of a ResourceSlice object as the API returns it (JSON form)."""
+    meta = obj.get("metadata", {})
+    spec = obj.get("spec", {})
+    pool = spec.get("pool", {})
+    owners = [o for o in meta.get("ownerReferences") or [] if o.get("kind") == "Node"]
+    return StoredSlice(
+        name=meta.get("name", ""),
+        pool=pool.get("name", ""),
+        generation=int(pool.get("generation", 0)),
+        slice_count=int(pool.get("resourceSliceCount", 0)),
+        content_hash=(meta.get("annotations") or {}).get(CONTENT_ANNOTATION, ""),
+        owner_uid=owners[0].get("uid", "") if owners else "",
+        resource_version=meta.get("resourceVersion", ""),
+    )
+
+
+def plan_pool(
+    content: PoolContent | None, *, owner: NodeRef, stored: Sequence[StoredSlice]
+) -> Plan:
+    """The writes and deletes that turn ``stored`` into ``content`` (``None``: no pool)."""
+    by_name = {s.name: s for s in stored}
+    top = max((s.generation for s in stored), default=0)
+    if content is None or not content.slices:
+        return Plan(node=owner.name, generation=top, deletes=tuple(sorted(by_name)))
+    count = len(content.slices)
+    wanted = [
+        (slice_name(owner.name, i), content_hash(part)) for i, part in enumerate(content.slices)
+    ]
+    current = (
+        set(by_name) == {name for name, _ in wanted}
+        and len({s.generation for s in stored}) == 1
+        and all(
+            by_name[name].content_hash == digest
+            and by_name[name].slice_count == count
+            and by_name[name].owner_uid == owner.uid
+            for name, digest in wanted
+        )
+    )
+    if current:
+        return Plan(node=owner.name, generation=top)
+    generation = top + 1
+    writes = tuple(
+        Write(
+            name=name,
+            body=render_slice(part, owner=owner, index=i, generation=generation, count=count),
+            resource_version=by_name[name].resource_version if name in by_name else "",
+        )
+        for i, ((name, _), part) in enumerate(zip(wanted, content.slices, strict=True))
+    )
+    keep = {name for name, _ in wanted}
+    return Plan(
+        node=owner.name,
+        generation=generation,
+        writes=writes,
+        deletes=tuple(sorted(set(by_name) - keep)),
+    )
