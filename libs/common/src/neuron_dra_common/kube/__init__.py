@@ -1,0 +1,35 @@
+"""The only module that talks to the Kubernetes API: client, informer, work queue, apply."""
+
+from neuron_dra_common.kube.apply import apply, apply_status
+from neuron_dra_common.kube.client import (
+    CONFIGMAPS,
+    NODES,
+    RESOURCE_CLAIMS,
+    RESOURCE_SLICES,
+    ApiException,
+    KubeClient,
+    Resource,
+    connect,
+    object_key,
+)
+from neuron_dra_common.kube.informer import EventType, Informer
+from neuron_dra_common.kube.workqueue import QueueShutDown, WorkQueue, run_workers
+
+__all__ = [
+    "CONFIGMAPS",
+    "NODES",
+    "RESOURCE_CLAIMS",
+    "RESOURCE_SLICES",
+    "ApiException",
+    "EventType",
+    "Informer",
+    "KubeClient",
+    "QueueShutDown",
+    "Resource",
+    "WorkQueue",
+    "apply",
+    "apply_status",
+    "connect",
+    "object_key",
+    "run_workers",
+]

@@ -1,0 +1,240 @@
+"""The Kubernetes API client: kubeconfig or in-cluster, raw JSON, traced calls."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import AsyncIterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Final
+
+import aiohttp
+import msgspec
+from kubernetes_asyncio import client as k8s
+from kubernetes_asyncio import config as k8s_config
+from kubernetes_asyncio.client.exceptions import ApiException
+from opentelemetry import trace
+
+from neuron_dra_common.telemetry.propagation import kube_trace_headers
+from neuron_dra_common.telemetry.tracing import get_tracer
+
+__all__ = [
+    "CONFIGMAPS",
+    "NODES",
+    "RESOURCE_CLAIMS",
+    "RESOURCE_SLICES",
+    "ApiException",
+    "KubeClient",
+    "Resource",
+    "connect",
+    "object_key",
+]
+
+Obj = dict[str, Any]
+
+
+class Resource(msgspec.Struct, frozen=True, kw_only=True):
+    """A kind of API object: where its collection lives.
+
+    >>> Resource(group="resource.k8s.io", version="v1", plural="resourceslices").path()
+    '/apis/resource.k8s.io/v1/resourceslices'
+    """
+
+    group: str
+    version: str
+    plural: str
+    kind: str = ""
+    namespaced: bool = False
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    def path(self, *, namespace: str | None = None, name: str | None = None) -> str:
+        base = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
+        if self.namespaced and namespace:
+            base += f"/namespaces/{namespace}"
+        base += f"/{self.plural}"
+        return f"{base}/{name}" if name else base
+
+
+NODES: Final = Resource(group="", version="v1", plural="nodes", kind="Node")
+CONFIGMAPS: Final = Resource(
+    group="", version="v1", plural="configmaps", kind="ConfigMap", namespaced=True
+)
+RESOURCE_SLICES: Final = Resource(
+    group="resource.k8s.io", version="v1", plural="resourceslices", kind="ResourceSlice"
+)
+RESOURCE_CLAIMS: Final = Resource(
+    group="resource.k8s.io",
+    version="v1",
+    plural="resourceclaims",
+    kind="ResourceClaim",
+    namespaced=True,
+)
+
+
+class KubeClient:
+    """Thin async access to the API with plain JSON objects (dicts).
+
+    Every call runs in a client span and sends ``traceparent``, so an apiserver with tracing
+    on joins the caller's trace.
+    """
+
+    def __init__(self, api: k8s.ApiClient) -> None:
+        self.api = api
+        self._tracer = get_tracer()
+
+    async def close(self) -> None:
+        await self.api.close()
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Sequence[tuple[str, str]] = (),
+        body: Obj | None = None,
+        content_type: str = "application/json",
+        request_timeout: float | aiohttp.ClientTimeout | None = 30.0,
+    ) -> Obj:
+        """One call; returns the decoded JSON body. Raises ``ApiException`` on HTTP errors."""
+        with self._tracer.start_as_current_span(
+            f"kube {method} {path}",
+            kind=trace.SpanKind.CLIENT,
+            attributes={"http.request.method": method, "url.path": path},
+        ):
+            resp = await self._call(
+                method,
+                path,
+                query=query,
+                body=body,
+                content_type=content_type,
+                request_timeout=request_timeout,
+            )
+            try:
+                data = await resp.read()
+            finally:
+                resp.release()
+        decoded: Obj = json.loads(data) if data else {}
+        return decoded
+
+    async def _call(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Sequence[tuple[str, str]],
+        body: Obj | None,
+        content_type: str,
+        request_timeout: float | aiohttp.ClientTimeout | None,
+    ) -> aiohttp.ClientResponse:
+        headers = {"Accept": "application/json", "Content-Type": content_type}
+        headers.update(kube_trace_headers())
+        resp: aiohttp.ClientResponse = await self.api.call_api(
+            path,
+            method,
+            query_params=list(query),
+            header_params=headers,
+            body=body,
+            auth_settings=["BearerToken"],
+            _preload_content=False,
+            _return_http_data_only=True,
+            _request_timeout=request_timeout,
+        )
+        return resp
+
+    async def get(self, resource: Resource, name: str, *, namespace: str | None = None) -> Obj:
+        return await self.request("GET", resource.path(namespace=namespace, name=name))
+
+    async def delete(self, resource: Resource, name: str, *, namespace: str | None = None) -> Obj:
+        return await self.request("DELETE", resource.path(namespace=namespace, name=name))
+
+    async def list(
+        self,
+        resource: Resource,
+        *,
+        namespace: str | None = None,
+        label_selector: str = "",
+        page_size: int = 500,
+    ) -> tuple[list[Obj], str]:
+        """All objects (paginated) and the list's resourceVersion to watch from."""
+        items: list[Obj] = []
+        cont = ""
+        while True:
+            query = [("limit", str(page_size))]
+            if cont:
+                query.append(("continue", cont))
+            if label_selector:
+                query.append(("labelSelector", label_selector))
+            page = await self.request("GET", resource.path(namespace=namespace), query=query)
+            items.extend(page.get("items") or [])
+            meta = page.get("metadata") or {}
+            cont = meta.get("continue") or ""
+            if not cont:
+                return items, str(meta.get("resourceVersion", ""))
+
+    async def watch(
+        self,
+        resource: Resource,
+        *,
+        resource_version: str,
+        namespace: str | None = None,
+        label_selector: str = "",
+        timeout_seconds: int = 300,
+    ) -> AsyncIterator[Obj]:
+        """Watch events (``{"type", "object"}``) from ``resource_version``, bookmarks on.
+
+        Ends when the server closes the watch; an ``ERROR`` event is yielded as is (its
+        object is a Status, code 410 when the version is too old).
+        """
+        query = [
+            ("watch", "1"),
+            ("resourceVersion", resource_version),
+            ("allowWatchBookmarks", "true"),
+            ("timeoutSeconds", str(timeout_seconds)),
+        ]
+        if label_selector:
+            query.append(("labelSelector", label_selector))
+        resp = await self._call(
+            "GET",
+            resource.path(namespace=namespace),
+            query=query,
+            body=None,
+            content_type="application/json",
+            request_timeout=aiohttp.ClientTimeout(total=None, sock_read=timeout_seconds + 30),
+        )
+        try:
+            async for line in resp.content:
+                if line.strip():
+                    event: Obj = json.loads(line)
+                    yield event
+        finally:
+            resp.release()
+
+
+async def connect(
+    *, kubeconfig: Path | str | None = None, context: str | None = None
+) -> KubeClient:
+    """A client from ``kubeconfig`` (or ``$KUBECONFIG``), else the pod's service account."""
+    path = kubeconfig or os.environ.get("KUBECONFIG")
+    configuration = k8s.Configuration()
+    if path:
+        await k8s_config.load_kube_config(
+            config_file=str(path), context=context, client_configuration=configuration
+        )
+    elif os.environ.get("KUBERNETES_SERVICE_HOST"):
+        k8s_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+    else:
+        raise RuntimeError(
+            "Kubernetes client: no kubeconfig given, KUBECONFIG unset, and not in a pod "
+            "(KUBERNETES_SERVICE_HOST unset)"
+        )
+    return KubeClient(k8s.ApiClient(configuration))
+
+
+def object_key(obj: Mapping[str, Any]) -> str:
+    """``namespace/name`` (or ``name`` for cluster objects), as caches and queues key them."""
+    meta = obj.get("metadata") or {}
+    ns = meta.get("namespace")
+    return f"{ns}/{meta.get('name')}" if ns else str(meta.get("name"))

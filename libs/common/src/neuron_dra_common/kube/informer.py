@@ -1,0 +1,175 @@
+"""A small informer: list, then watch from the list's version, feeding a cache.
+
+Bookmarks keep the resume point fresh; a 410 Gone (the version was compacted away) makes it
+list again, and the differences are reported as events so no change is missed; any other
+error backs off and resumes the watch from the last version seen.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any, Final, Literal
+
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from neuron_dra_common.kube.client import KubeClient, Resource, object_key
+
+__all__ = ["EventType", "Informer"]
+
+log = logging.getLogger(__name__)
+
+Obj = dict[str, Any]
+EventType = Literal["ADDED", "MODIFIED", "DELETED"]
+Listener = Callable[[EventType, Obj], Awaitable[None] | None]
+
+_BACKOFF: Final = (0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
+
+
+class _Gone(Exception):
+    pass
+
+
+class Informer:
+    """Keeps :attr:`cache` (``namespace/name`` -> object) equal to the apiserver's view.
+
+    Listeners are called for each change after the cache is updated; a level-triggered
+    controller only enqueues the key there and reads the cache in its reconcile.
+
+    >>> informer = Informer(client, RESOURCE_SLICES)
+    >>> informer.add_listener(lambda kind, obj: queue.add(object_key(obj)))
+    >>> task = asyncio.create_task(informer.run(), name="slices-informer")
+    >>> await informer.wait_synced()
+    """
+
+    def __init__(
+        self,
+        client: KubeClient,
+        resource: Resource,
+        *,
+        namespace: str | None = None,
+        label_selector: str = "",
+        watch_timeout: int = 300,
+    ) -> None:
+        self.resource = resource
+        self.cache: dict[str, Obj] = {}
+        self.resource_version = ""
+        self.relists = 0
+        self._client = client
+        self._namespace = namespace
+        self._selector = label_selector
+        self._watch_timeout = watch_timeout
+        self._listeners: list[Listener] = []
+        self._synced = asyncio.Event()
+        self._stop = False
+
+    @property
+    def synced(self) -> bool:
+        """True once the first list filled the cache."""
+        return self._synced.is_set()
+
+    async def wait_synced(self) -> None:
+        await self._synced.wait()
+
+    def add_listener(self, listener: Listener) -> None:
+        self._listeners.append(listener)
+
+    def stop(self) -> None:
+        """Return from :meth:`run` at the next event or watch timeout."""
+        self._stop = True
+
+    async def _emit(self, kind: EventType, obj: Obj) -> None:
+        for listener in self._listeners:
+            result = listener(kind, obj)
+            if result is not None:
+                await result
+
+    async def _relist(self) -> None:
+        items, version = await self._client.list(
+            self.resource, namespace=self._namespace, label_selector=self._selector
+        )
+        fresh = {object_key(obj): obj for obj in items}
+        old, self.cache = self.cache, fresh
+        self.resource_version = version
+        for key, obj in fresh.items():
+            before = old.get(key)
+            if before is None:
+                await self._emit("ADDED", obj)
+            elif _version(before) != _version(obj):
+                await self._emit("MODIFIED", obj)
+        for key, obj in old.items():
+            if key not in fresh:
+                await self._emit("DELETED", obj)
+        self._synced.set()
+
+    async def _watch(self) -> None:
+        async for event in self._client.watch(
+            self.resource,
+            resource_version=self.resource_version,
+            namespace=self._namespace,
+            label_selector=self._selector,
+            timeout_seconds=self._watch_timeout,
+        ):
+            kind = event.get("type")
+            obj: Obj = event.get("object") or {}
+            if kind == "ERROR":
+                if obj.get("code") == 410:
+                    raise _Gone(obj.get("message", "resource version too old"))
+                raise ApiException(status=obj.get("code", 0), reason=obj.get("message", ""))
+            version = _version(obj)
+            if version:
+                self.resource_version = version
+            if kind == "BOOKMARK":
+                continue
+            key = object_key(obj)
+            if kind == "DELETED":
+                self.cache.pop(key, None)
+                await self._emit("DELETED", obj)
+            elif kind in ("ADDED", "MODIFIED"):
+                self.cache[key] = obj
+                await self._emit(kind, obj)
+            if self._stop:
+                return
+
+    async def run(self) -> None:
+        """List, then watch for ever (until :meth:`stop`), recovering from every error."""
+        failures = 0
+        need_list = True
+        while not self._stop:
+            try:
+                if need_list:
+                    await self._relist()
+                    need_list = False
+                await self._watch()
+                failures = 0
+            except _Gone as exc:
+                log.info(
+                    "watch expired, listing again",
+                    extra={"resource": self.resource.plural, "reason": str(exc)},
+                )
+                self.relists += 1
+                need_list = True
+            except ApiException as exc:
+                if exc.status == 410:
+                    self.relists += 1
+                    need_list = True
+                    continue
+                failures += 1
+                await self._pause(failures, exc)
+            except (TimeoutError, OSError, ValueError) as exc:
+                # Connection reset, apiserver restarting, a truncated line: resume later.
+                failures += 1
+                await self._pause(failures, exc)
+
+    async def _pause(self, failures: int, exc: Exception) -> None:
+        delay = _BACKOFF[min(failures - 1, len(_BACKOFF) - 1)]
+        log.warning(
+            "informer error, retrying",
+            extra={"resource": self.resource.plural, "retry_in": delay, "error": repr(exc)},
+        )
+        await asyncio.sleep(delay)
+
+
+def _version(obj: Obj) -> str:
+    return str((obj.get("metadata") or {}).get("resourceVersion") or "")

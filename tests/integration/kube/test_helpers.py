@@ -1,0 +1,123 @@
+"""Kubernetes helpers against the local stack's real apiserver."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from neuron_dra_common.kube import (
+    CONFIGMAPS,
+    Informer,
+    KubeClient,
+    WorkQueue,
+    apply,
+    connect,
+    object_key,
+    run_workers,
+)
+
+from tests.contracts.support import wait_until
+
+pytestmark = pytest.mark.stack
+
+NS = "default"
+
+
+@pytest.fixture
+async def kube(kube_stack: Any) -> AsyncIterator[KubeClient]:
+    client = await connect(kubeconfig=kube_stack.kubeconfig)
+    try:
+        yield client
+    finally:
+        await client.close()
+
+
+def configmap(name: str, run: str, **data: str) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "namespace": NS, "labels": {"test-run": run}},
+        "data": data,
+    }
+
+
+async def test_informer_lists_then_follows_every_change(kube: KubeClient) -> None:
+    run = uuid.uuid4().hex[:10]
+    await apply(kube, CONFIGMAPS, configmap(f"a-{run}", run, v="1"), field_manager="test")
+    informer = Informer(kube, CONFIGMAPS, namespace=NS, label_selector=f"test-run={run}")
+    seen: list[tuple[str, str]] = []
+    informer.add_listener(lambda kind, obj: seen.append((kind, obj["metadata"]["name"])))
+    task = asyncio.create_task(informer.run(), name="test-informer")
+    try:
+        await asyncio.wait_for(informer.wait_synced(), 30)
+        assert list(informer.cache) == [f"{NS}/a-{run}"]
+        await apply(kube, CONFIGMAPS, configmap(f"b-{run}", run, v="1"), field_manager="test")
+        await apply(kube, CONFIGMAPS, configmap(f"a-{run}", run, v="2"), field_manager="test")
+        await kube.delete(CONFIGMAPS, f"b-{run}", namespace=NS)
+        await wait_until(lambda: len(seen) >= 4, within=30, what="four events")
+    finally:
+        informer.stop()
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    assert seen == [
+        ("ADDED", f"a-{run}"),
+        ("ADDED", f"b-{run}"),
+        ("MODIFIED", f"a-{run}"),
+        ("DELETED", f"b-{run}"),
+    ]
+    assert informer.cache[f"{NS}/a-{run}"]["data"] == {"v": "2"}
+    await kube.delete(CONFIGMAPS, f"a-{run}", namespace=NS)
+
+
+async def test_level_triggered_reconcile_sees_latest_state(kube: KubeClient) -> None:
+    run = uuid.uuid4().hex[:10]
+    informer = Informer(kube, CONFIGMAPS, namespace=NS, label_selector=f"test-run={run}")
+    queue: WorkQueue[str] = WorkQueue(name="test")
+    informer.add_listener(lambda kind, obj: queue.add(object_key(obj)))
+    reconciled: dict[str, str] = {}
+
+    async def reconcile(key: str) -> None:
+        obj = informer.cache.get(key)
+        reconciled[key] = obj["data"]["v"] if obj else "<gone>"
+
+    tasks = [
+        asyncio.create_task(informer.run(), name="test-informer"),
+        asyncio.create_task(run_workers(queue, reconcile, workers=2), name="test-workers"),
+    ]
+    try:
+        await asyncio.wait_for(informer.wait_synced(), 30)
+        for v in range(5):
+            await apply(kube, CONFIGMAPS, configmap(f"c-{run}", run, v=str(v)), field_manager="t")
+        key = f"{NS}/c-{run}"
+        await wait_until(lambda: reconciled.get(key) == "4", within=30, what="latest state")
+        await kube.delete(CONFIGMAPS, f"c-{run}", namespace=NS)
+        await wait_until(lambda: reconciled.get(key) == "<gone>", within=30, what="deletion")
+    finally:
+        informer.stop()
+        queue.shutdown()
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def test_server_side_apply_keeps_each_managers_fields(kube: KubeClient) -> None:
+    run = uuid.uuid4().hex[:10]
+    name = f"ssa-{run}"
+    await apply(kube, CONFIGMAPS, configmap(name, run, a="1", x="1"), field_manager="svc-a")
+    await apply(kube, CONFIGMAPS, configmap(name, run, b="1"), field_manager="svc-b")
+    stored = await apply(kube, CONFIGMAPS, configmap(name, run, a="2"), field_manager="svc-a")
+    try:
+        assert stored["data"] == {"a": "2", "b": "1"}  # svc-a dropped x; svc-b's b stays
+        managers = {m["manager"]: m["operation"] for m in stored["metadata"]["managedFields"]}
+        assert managers == {"svc-a": "Apply", "svc-b": "Apply"}
+    finally:
+        await kube.delete(CONFIGMAPS, name, namespace=NS)
+
+
+async def test_api_errors_name_the_object(kube: KubeClient) -> None:
+    from neuron_dra_common.kube import ApiException
+
+    with pytest.raises(ApiException) as caught:
+        await kube.get(CONFIGMAPS, "does-not-exist", namespace=NS)
+    assert caught.value.status == 404

@@ -1,0 +1,93 @@
+"""Informer recovery paths that a healthy apiserver rarely shows on demand: 410 Gone and errors.
+
+The same informer is tested against the real apiserver in tests/integration/kube.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+from neuron_dra_common.kube import CONFIGMAPS, Informer
+
+
+def cm(name: str, rv: str) -> dict[str, Any]:
+    return {"metadata": {"name": name, "namespace": "ns", "resourceVersion": rv}}
+
+
+class ScriptedApi:
+    """Answers list and watch calls from a script, one entry per call."""
+
+    def __init__(self, lists: list[Any], watches: list[list[dict[str, Any]] | Exception]) -> None:
+        self.lists, self.watches = lists, watches
+        self.watched_from: list[str] = []
+
+    async def list(self, resource: Any, **kw: Any) -> tuple[list[dict[str, Any]], str]:
+        result = self.lists.pop(0)
+        if isinstance(result, Exception):
+            raise result
+        return result  # type: ignore[no-any-return]
+
+    async def watch(self, resource: Any, *, resource_version: str, **kw: Any) -> AsyncIterator[Any]:
+        self.watched_from.append(resource_version)
+        step = self.watches.pop(0) if self.watches else []
+        if isinstance(step, Exception):
+            raise step
+        for event in step:
+            yield event
+        if not self.watches:
+            await asyncio.sleep(3600)
+
+
+async def test_gone_relists_and_reports_what_changed_meanwhile() -> None:
+    api = ScriptedApi(
+        lists=[([cm("a", "1"), cm("b", "1")], "10"), ([cm("a", "12"), cm("c", "13")], "13")],
+        watches=[
+            [{"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "11"}}}],
+            [{"type": "ERROR", "object": {"kind": "Status", "code": 410, "message": "too old"}}],
+            [{"type": "ADDED", "object": cm("d", "14")}],
+        ],
+    )
+    informer = Informer(api, CONFIGMAPS)  # type: ignore[arg-type]
+    seen: list[tuple[str, str]] = []
+    informer.add_listener(lambda kind, obj: seen.append((kind, obj["metadata"]["name"])))
+    task = asyncio.create_task(informer.run())
+    for _ in range(200):
+        if ("ADDED", "d") in seen:
+            break
+        await asyncio.sleep(0.01)
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    assert api.watched_from == ["10", "11", "13"]  # bookmark moved the resume point
+    assert informer.relists == 1
+    assert seen == [
+        ("ADDED", "a"),
+        ("ADDED", "b"),
+        ("MODIFIED", "a"),
+        ("ADDED", "c"),
+        ("DELETED", "b"),
+        ("ADDED", "d"),
+    ]
+    assert sorted(informer.cache) == ["ns/a", "ns/c", "ns/d"]
+
+
+async def test_connection_errors_back_off_and_resume_from_last_version() -> None:
+    api = ScriptedApi(
+        lists=[([cm("a", "1")], "5")],
+        watches=[
+            ConnectionResetError("apiserver restarting"),
+            [{"type": "ADDED", "object": cm("b", "6")}],
+        ],
+    )
+    informer = Informer(api, CONFIGMAPS)  # type: ignore[arg-type]
+    task = asyncio.create_task(informer.run())
+    for _ in range(300):
+        if "ns/b" in informer.cache:
+            break
+        await asyncio.sleep(0.01)
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    assert api.watched_from == ["5", "5"]
+    assert informer.relists == 0
+    assert sorted(informer.cache) == ["ns/a", "ns/b"]
