@@ -1,0 +1,54 @@
+"""``neuron-dra-discovery``: settings, wiring, run."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+
+from neuron_dra_common.bus import Bus
+from neuron_dra_common.runtime import Service, run
+from neuron_dra_common.settings import SettingsError, load
+
+from neuron_dra_discovery.agent import Agent, hardware_reader, make_tracker
+from neuron_dra_discovery.settings import DiscoverySettings, package_version
+
+__all__ = ["build", "main"]
+
+NAME = "discovery"
+
+
+async def build(settings: DiscoverySettings) -> Service:
+    """Connect to the bus and wire the agent into a service."""
+    bus = await Bus.connect(settings.nats_servers, name=f"{NAME}-{settings.node_name}")
+    # Streams are declared in one place; reconciling them is idempotent and cheap.
+    await bus.reconcile()
+    agent = Agent(
+        publisher=bus.publisher(source=f"/neuron-dra/{NAME}/{settings.node_name}"),
+        tracker=make_tracker(
+            settings, dra_driver_version=settings.dra_driver_version or package_version()
+        ),
+        read=hardware_reader(settings),
+        poll_seconds=settings.poll_seconds,
+    )
+    service = Service(name=NAME, settings=settings)
+    service.add_task("inventory", agent.run, stop=agent.stop, ready=lambda: agent.ready)
+    service.add_readiness("nats", lambda: bus.connected)
+    service.on_shutdown(bus.close)
+    return service
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        settings = load(
+            DiscoverySettings,
+            argv=sys.argv[1:] if argv is None else argv,
+            prog="neuron-dra-discovery",
+        )
+    except SettingsError as exc:
+        print(f"neuron-dra-discovery: {exc}", file=sys.stderr)
+        return 2
+
+    async def wire() -> Service:
+        return await build(settings)
+
+    return run(wire, name=NAME, settings=settings)

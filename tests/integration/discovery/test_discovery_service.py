@@ -1,0 +1,142 @@
+"""The discovery process against simulated hardware and a real NATS server."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from neuron_dra_common.bus import Bus
+from neuron_dra_common.bus.declarations import HEARTBEAT, INVENTORY
+from neuron_dra_common.events import NodeHeartbeat, NodeInventory, decode
+from neuron_dra_common.hardware.simulate import write_node
+
+from tests.fixtures.nats import NatsServer
+
+NODE = "trn2-48xl-7"
+
+
+def start(nats: NatsServer, root: Path, log: Path, **extra: str) -> subprocess.Popen[bytes]:
+    env = {
+        **os.environ,
+        "NEURON_DRA_NODE_NAME": NODE,
+        "NEURON_DRA_HARDWARE_ROOT": str(root),
+        "NEURON_DRA_NEURON_LS_COMMAND": f"{root}/opt/aws/neuron/bin/neuron-ls,-j",
+        "NEURON_DRA_NATS_SERVERS": nats.url,
+        "NEURON_DRA_HTTP_HOST": "127.0.0.1",
+        "NEURON_DRA_HTTP_PORT": "0",
+        "NEURON_DRA_POLL_SECONDS": "0.2",
+        **extra,
+    }
+    with log.open("ab") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "neuron_dra_discovery"],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+
+
+@pytest.fixture
+def hw_root(tmp_path: Path) -> Path:
+    sim = write_node(tmp_path / "hw", instance_type="trn2.48xlarge", node_name=NODE)
+    assert Path(sim.neuron_ls_command[0]).exists()
+    return sim.root
+
+
+async def latest_inventory(bus: Bus) -> tuple[int, NodeInventory]:
+    """The stream's message count and its one stored inventory of NODE."""
+    for _ in range(200):
+        info = await bus.js.stream_info(INVENTORY.name)
+        if info.state.messages:
+            msg = await bus.js.get_last_msg(INVENTORY.name, f"neuron.inventory.{NODE}")
+            event = decode(msg.data or b"")
+            assert isinstance(event, NodeInventory)
+            return int(info.state.last_seq), event
+        await asyncio.sleep(0.05)
+    raise AssertionError("no inventory published within 10 s")
+
+
+def stop(proc: subprocess.Popen[bytes], log: Path) -> None:
+    proc.send_signal(signal.SIGTERM)
+    code = proc.wait(timeout=20)
+    assert code == 0, log.read_text()
+
+
+async def test_publishes_on_start_and_on_change_and_exits_cleanly(
+    nats_server: NatsServer, nats_bus: Bus, hw_root: Path, tmp_path: Path
+) -> None:
+    log = tmp_path / "discovery.log"
+    proc = start(nats_server, hw_root, log)
+    try:
+        seq, first = await latest_inventory(nats_bus)
+        assert first.hardware.instance_type == "trn2.48xlarge"
+        assert len(first.hardware.devices) == 16
+        assert first.hardware.driver_version == "2.24.7.0"
+        # Nothing changed: a few polls later, still one stored inventory.
+        await asyncio.sleep(1.0)
+        assert (await latest_inventory(nats_bus))[0] == seq
+
+        (hw_root / "sys/module/neuron/version").write_text("2.26.0.0\n")
+        for _ in range(100):
+            seq2, changed = await latest_inventory(nats_bus)
+            if changed.hardware.driver_version == "2.26.0.0":
+                break
+            await asyncio.sleep(0.1)
+        assert changed.hardware.driver_version == "2.26.0.0"
+        assert changed.generation > first.generation
+        assert seq2 == seq + 1
+        beat = await nats_bus.js.get_last_msg(HEARTBEAT.name, f"neuron.heartbeat.{NODE}")
+        assert isinstance(decode(beat.data or b""), NodeHeartbeat)
+    finally:
+        stop(proc, log)
+
+
+async def test_a_restart_with_the_same_hardware_stores_nothing_new(
+    nats_server: NatsServer, nats_bus: Bus, hw_root: Path, tmp_path: Path
+) -> None:
+    log = tmp_path / "discovery.log"
+    proc = start(nats_server, hw_root, log)
+    try:
+        seq, _ = await latest_inventory(nats_bus)
+    finally:
+        stop(proc, log)
+    proc = start(nats_server, hw_root, log)
+    try:
+        await asyncio.sleep(1.5)
+        seq_after, _ = await latest_inventory(nats_bus)
+    finally:
+        stop(proc, log)
+    assert seq_after == seq, "identical inventory stored twice"
+
+
+async def test_a_missing_device_is_reported_not_fatal(
+    nats_server: NatsServer, nats_bus: Bus, tmp_path: Path
+) -> None:
+    sim = write_node(
+        tmp_path / "odd", instance_type="trn2.48xlarge", node_name=NODE, missing_devices=[3]
+    )
+    log = tmp_path / "discovery.log"
+    proc = start(nats_server, sim.root, log)
+    try:
+        _, inventory = await latest_inventory(nats_bus)
+    finally:
+        stop(proc, log)
+    assert 3 not in {d.index for d in inventory.hardware.devices}
+    assert inventory.hardware.problems
+
+
+def test_bad_settings_exit_with_the_variable_named(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "neuron_dra_discovery"],
+        env={**os.environ, "NEURON_DRA_NODE_NAME": "n", "NEURON_DRA_POLL_SECONDS": "-1"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2
+    assert "NEURON_DRA_POLL_SECONDS='-1'" in proc.stderr
