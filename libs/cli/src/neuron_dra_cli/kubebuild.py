@@ -1,0 +1,332 @@
+"""Build and cache the Kubernetes binaries of the local stack.
+
+The binaries come from the official Kubernetes Go modules at a pinned release
+(``tools/kube``): kube-apiserver, kube-controller-manager, kube-scheduler, etcd,
+the upstream DRA test driver and ``hollow-node`` (the real kubelet code with a
+fake container runtime and the kubelet's DRA manager). They are built once per
+release into ``<cache>/kube/<version>/bin`` and reused from there.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from neuron_dra_cli import paths
+from neuron_dra_cli.errors import CliError
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Release:
+    """How one Kubernetes release is built from ``tools/kube``."""
+
+    version: str
+    modfile: str  # relative to tools/kube; go.mod is the default release
+    sumfile: str
+    tags: tuple[str, ...]
+    etcd_version: str
+    build_date: str  # the release's publication time, stamped into the binaries
+
+    @property
+    def major_minor(self) -> tuple[str, str]:
+        major, minor, _ = self.version.split(".")
+        return major, minor
+
+
+DEFAULT_VERSION = "1.36.3"
+FLOOR_VERSION = "1.34.4"
+
+SUPPORTED: dict[str, Release] = {
+    "1.36.3": Release(
+        version="1.36.3",
+        modfile="go.mod",
+        sumfile="go.sum",
+        tags=(),
+        etcd_version="3.6.8",
+        build_date="2026-07-22T18:07:38Z",
+    ),
+    "1.34.4": Release(
+        version="1.34.4",
+        modfile="go.1.34.mod",
+        sumfile="go.1.34.sum",
+        tags=("k8s1_34",),
+        etcd_version="3.6.4",
+        build_date="2026-02-10T12:53:36Z",
+    ),
+}
+
+
+@dataclass(frozen=True)
+class KubeBinaries:
+    version: str
+    kube_apiserver: Path
+    kube_controller_manager: Path
+    kube_scheduler: Path
+    etcd: Path
+    hollow_node: Path
+    dra_test_driver: Path
+
+
+@dataclass(frozen=True)
+class _Binary:
+    name: str  # file name in the cache
+    package: str  # Go package path (or ./relative to tools/kube)
+    built_as: str  # file name `go build -o DIR` gives it
+    own_sources: tuple[str, ...] = ()  # tools/kube folders whose files key the build
+
+
+_BINARIES: tuple[_Binary, ...] = (
+    _Binary("kube-apiserver", "k8s.io/kubernetes/cmd/kube-apiserver", "kube-apiserver"),
+    _Binary(
+        "kube-controller-manager",
+        "k8s.io/kubernetes/cmd/kube-controller-manager",
+        "kube-controller-manager",
+    ),
+    _Binary("kube-scheduler", "k8s.io/kubernetes/cmd/kube-scheduler", "kube-scheduler"),
+    _Binary("etcd", "go.etcd.io/etcd/server/v3", "server"),
+    _Binary("hollow-node", "./cmd/hollow-node", "hollow-node", ("cmd/hollow-node",)),
+    _Binary("dra-test-driver", "k8s.io/kubernetes/test/e2e/dra/test-driver", "test-driver"),
+)
+
+_KEYS_FILE = "build-keys.json"
+
+
+class KubeBuildError(CliError):
+    """A Kubernetes binary could not be built."""
+
+
+def resolve_version(version: str) -> Release:
+    """The supported release for ``1.36.3``, ``v1.36.3`` or a minor like ``1.34``."""
+    wanted = version.strip().removeprefix("v")
+    if wanted in SUPPORTED:
+        return SUPPORTED[wanted]
+    by_minor = [r for v, r in SUPPORTED.items() if v.rsplit(".", 1)[0] == wanted]
+    if len(by_minor) == 1:
+        return by_minor[0]
+    supported = ", ".join(sorted(SUPPORTED, key=_version_key, reverse=True))
+    raise KubeBuildError(
+        f"Kubernetes version {version!r} is not supported; supported versions: {supported}"
+    )
+
+
+def _version_key(v: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in v.split("."))
+
+
+def bin_dir(version: str = DEFAULT_VERSION) -> Path:
+    """Where the binaries of ``version`` are cached."""
+    return paths.cache_dir() / "kube" / resolve_version(version).version / "bin"
+
+
+def ldflags(release: Release) -> str:
+    """Linker flags: stripped, with the release's version stamped in."""
+    major, minor = release.major_minor
+    values = {
+        "gitVersion": f"v{release.version}",
+        "gitMajor": major,
+        "gitMinor": minor,
+        "gitTreeState": "clean",
+        "buildDate": release.build_date,
+    }
+    flags = ["-s", "-w"]
+    for pkg in ("k8s.io/component-base/version", "k8s.io/client-go/pkg/version"):
+        flags += [f"-X {pkg}.{key}={value}" for key, value in values.items()]
+    return " ".join(flags)
+
+
+def go_build_argv(release: Release, out_dir: Path, packages: list[str]) -> list[str]:
+    """The ``go build`` command line (run in tools/kube)."""
+    argv = ["go", "build", "-mod=readonly", "-trimpath", f"-ldflags={ldflags(release)}"]
+    if release.modfile != "go.mod":
+        argv.append(f"-modfile={release.modfile}")
+    if release.tags:
+        argv.append(f"-tags={','.join(release.tags)}")
+    return [*argv, "-o", str(out_dir) + os.sep, *packages]
+
+
+def _build_key(release: Release, binary: _Binary, module_dir: Path) -> str:
+    """What a cached binary depends on: the release, flags and its own sources."""
+    h = hashlib.sha256()
+    h.update(json.dumps([release.version, release.tags, ldflags(release)]).encode())
+    if binary.own_sources:
+        files = [module_dir / release.modfile, module_dir / release.sumfile]
+        for folder in binary.own_sources:
+            files += sorted((module_dir / folder).rglob("*.go"))
+        for f in files:
+            h.update(f.relative_to(module_dir).as_posix().encode() + b"\0")
+            h.update(f.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def _result(release: Release, bdir: Path) -> KubeBinaries:
+    return KubeBinaries(
+        version=release.version,
+        kube_apiserver=bdir / "kube-apiserver",
+        kube_controller_manager=bdir / "kube-controller-manager",
+        kube_scheduler=bdir / "kube-scheduler",
+        etcd=bdir / "etcd",
+        hollow_node=bdir / "hollow-node",
+        dra_test_driver=bdir / "dra-test-driver",
+    )
+
+
+def _missing(release: Release, bdir: Path, module_dir: Path) -> list[tuple[_Binary, str]]:
+    try:
+        keys = json.loads((bdir.parent / _KEYS_FILE).read_text())
+    except (OSError, ValueError):
+        keys = {}
+    out = []
+    for b in _BINARIES:
+        key = _build_key(release, b, module_dir)
+        if keys.get(b.name) != key or not os.access(bdir / b.name, os.X_OK):
+            out.append((b, key))
+    return out
+
+
+@contextlib.contextmanager
+def _locked(path: Path, progress: Progress) -> Iterator[None]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            progress(f"waiting for another build of the same version ({path})")
+            fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _fmt(seconds: float) -> str:
+    m, s = divmod(int(seconds), 60)
+    return f"{m}m{s:02d}s" if m else f"{s}s"
+
+
+def _watch(
+    tmp: Path,
+    todo: list[_Binary],
+    t0: float,
+    progress: Progress,
+    stop: threading.Event,
+    done: set[str],
+) -> None:
+    """Print one line per binary as `go build` writes it, and a heartbeat."""
+    sizes: dict[str, int] = {}
+    last_note = t0
+    while not stop.wait(1.0):
+        for b in todo:
+            if b.name in done:
+                continue
+            try:
+                size = (tmp / b.built_as).stat().st_size
+            except OSError:
+                continue
+            if size and sizes.get(b.name) == size:
+                done.add(b.name)
+                progress(f"{b.name} built ({_fmt(time.monotonic() - t0)})")
+            sizes[b.name] = size
+        now = time.monotonic()
+        if now - last_note >= 60 and len(done) < len(todo):
+            last_note = now
+            progress(f"still compiling ({_fmt(now - t0)}, {len(done)}/{len(todo)} done)")
+
+
+def _go() -> str:
+    go = shutil.which("go")
+    if go is None:
+        raise KubeBuildError(
+            "`go` is not on PATH; the Kubernetes binaries are built from the official "
+            "Go modules (tools/kube) and need Go 1.26 or newer (https://go.dev/dl/)"
+        )
+    return go
+
+
+def ensure_binaries(version: str = DEFAULT_VERSION, *, progress: Progress = print) -> KubeBinaries:
+    """Return the cached binaries of ``version``, building whatever is missing."""
+    release = resolve_version(version)
+    module_dir = paths.repo_root() / "tools" / "kube"
+    bdir = paths.cache_dir() / "kube" / release.version / "bin"
+    result = _result(release, bdir)
+    if not _missing(release, bdir, module_dir):
+        return result
+
+    with _locked(bdir.parent / ".lock", progress):
+        todo = _missing(release, bdir, module_dir)  # another process may have built them
+        if not todo:
+            return result
+        go = _go()
+        bdir.mkdir(parents=True, exist_ok=True)
+        names = ", ".join(b.name for b, _ in todo)
+        progress(
+            f"building Kubernetes v{release.version} ({names}) with {go}; "
+            "a first build takes about 10 minutes on 2 cores"
+        )
+        t0 = time.monotonic()
+        with tempfile.TemporaryDirectory(prefix=".build-", dir=bdir.parent) as tmp_name:
+            tmp = Path(tmp_name)
+            argv = go_build_argv(release, tmp, [b.package for b, _ in todo])
+            argv[0] = go
+            env = {**os.environ, "CGO_ENABLED": "0", "GOWORK": "off", "GOFLAGS": "-mod=readonly"}
+            stop = threading.Event()
+            done: set[str] = set()
+            watcher = threading.Thread(
+                target=_watch,
+                args=(tmp, [b for b, _ in todo], t0, progress, stop, done),
+                daemon=True,
+            )
+            watcher.start()
+            try:
+                proc = subprocess.run(
+                    argv,
+                    cwd=module_dir,
+                    env=env,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    text=True,
+                    check=False,
+                )
+            finally:
+                stop.set()
+                watcher.join()
+            if proc.returncode != 0:
+                raise KubeBuildError(
+                    f"building Kubernetes v{release.version} ({names}) failed "
+                    f"(go build exited {proc.returncode}; command, run in {module_dir}: "
+                    f"{' '.join(argv)}):\n{proc.stdout.strip()}"
+                )
+            keys_path = bdir.parent / _KEYS_FILE
+            try:
+                keys = json.loads(keys_path.read_text())
+            except (OSError, ValueError):
+                keys = {}
+            for b, key in todo:
+                built = tmp / b.built_as
+                if not built.is_file():
+                    raise KubeBuildError(
+                        f"go build did not produce {b.name} ({b.package}) for v{release.version}"
+                    )
+                if b.name not in done:
+                    progress(f"{b.name} built ({_fmt(time.monotonic() - t0)})")
+                os.replace(built, bdir / b.name)
+                keys[b.name] = key
+            tmp_keys = keys_path.with_suffix(".tmp")
+            tmp_keys.write_text(json.dumps(keys, indent=2, sort_keys=True) + "\n")
+            os.replace(tmp_keys, keys_path)
+        progress(
+            f"Kubernetes v{release.version} binaries ready in {bdir} ({_fmt(time.monotonic() - t0)})"
+        )
+    return result
