@@ -1,0 +1,1 @@
+"""Topology allocator: whole-UltraServer placement for NeuronUltraServerWorkloads."""

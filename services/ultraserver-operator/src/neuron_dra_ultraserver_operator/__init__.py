@@ -1,0 +1,1 @@
+"""UltraServer operator: NeuronUltraServer discovery and NeuronUltraServerWorkload reconciliation."""
