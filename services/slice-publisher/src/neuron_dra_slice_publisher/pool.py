@@ -26,6 +26,7 @@ __all__ = [
     "Plan",
     "StoredSlice",
     "Write",
+    "label_value",
     "plan_pool",
     "render_slice",
     "slice_name",
@@ -108,7 +109,7 @@ def render_slice(
         "metadata": {
             "name": slice_name(owner.name, index),
             "labels": {
-                NODE_LABEL: _label_value(owner.name),
+                NODE_LABEL: label_value(owner.name),
                 "app.kubernetes.io/managed-by": MANAGED_BY,
             },
             "annotations": {CONTENT_ANNOTATION: content_hash(content)},
@@ -120,7 +121,7 @@ def render_slice(
     }
 
 
-def _label_value(node: str) -> str:
+def label_value(node: str) -> str:
     # Label values stop at 63 characters; longer node names are found by their digest.
     if len(node) <= 63:
         return node

@@ -1,0 +1,238 @@
+"""The publisher's state and its level-triggered reconcile of one node's pool.
+
+Three things make a node's pool what it should be: the node's latest inventory (from the bus),
+the Node object (labels, uid; from a Node informer) and the slices already stored. Each of
+them changing only queues the node's name; a worker then builds the pool, plans the writes
+against what this publisher last stored, and performs them. A failed call leaves the node
+queued again with backoff (the work queue's), and a conflict re-reads the node's slices first.
+
+Only one publisher writes at a time (see :mod:`neuron_dra_slice_publisher.leader`), so what
+it wrote itself is the truth about the stored pool; slice events from the API matter only
+when someone else changed or removed a slice.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import msgspec
+from neuron_dra_common.bus import Delivery, PermanentError
+from neuron_dra_common.events import AnyEvent, NodeInventory
+from neuron_dra_common.kube import WorkQueue
+from prometheus_client import Counter
+
+from neuron_dra_slice_publisher.pool import (
+    NODE_LABEL,
+    NodeRef,
+    StoredSlice,
+    plan_pool,
+    stored_slice,
+)
+from neuron_dra_slice_publisher.slices import (
+    InventoryError,
+    NodeDeviceMode,
+    PoolContent,
+    build_pool,
+)
+from neuron_dra_slice_publisher.store import Conflict, SliceStore
+
+__all__ = ["Controller", "NodeInfo"]
+
+log = logging.getLogger(__name__)
+
+Obj = dict[str, Any]
+
+POOL_WRITES = Counter("neuron_dra_pool_writes", "Pool generations written, by outcome", ["outcome"])
+
+
+class NodeInfo(msgspec.Struct, frozen=True, kw_only=True):
+    """What the publisher needs of a Node object."""
+
+    name: str
+    uid: str
+    labels: dict[str, str] = msgspec.field(default_factory=dict)
+
+    @classmethod
+    def from_object(cls, obj: Mapping[str, Any]) -> NodeInfo:
+        meta = obj.get("metadata") or {}
+        return cls(
+            name=meta["name"], uid=meta.get("uid", ""), labels=dict(meta.get("labels") or {})
+        )
+
+
+NodeLookup = Callable[[str], NodeInfo | None]
+
+
+class Controller:
+    """Inventories in, pools out; :meth:`handle` is the bus handler, :meth:`reconcile` the
+    work queue's."""
+
+    def __init__(
+        self,
+        *,
+        store: SliceStore,
+        nodes: NodeLookup,
+        mode: NodeDeviceMode,
+        dra_driver_version: str,
+    ) -> None:
+        self.store = store
+        self.nodes = nodes
+        self.mode = mode
+        self.dra_driver_version = dra_driver_version
+        self.queue: WorkQueue[str] = WorkQueue(name="pools", qps=50.0, burst=500)
+        self.inventories: dict[str, NodeInventory] = {}
+        self.stored: dict[str, dict[str, StoredSlice]] = {}
+        self.generations: dict[str, int] = {}
+        self.on_written: Callable[[str, int], None] | None = None
+
+    # -- inputs --------------------------------------------------------------------------------
+
+    def _content(self, inventory: NodeInventory, labels: Mapping[str, str]) -> PoolContent:
+        return build_pool(
+            node=inventory.node,
+            hardware=inventory.hardware,
+            labels=labels,
+            mode=self.mode,
+            dra_driver_version=inventory.dra_driver_version or self.dra_driver_version,
+        )
+
+    def accept(self, inventory: NodeInventory) -> bool:
+        """Keep ``inventory`` if it is not older than the one held; True when kept."""
+        held = self.inventories.get(inventory.node)
+        if held is not None and inventory.generation < held.generation:
+            return False
+        try:
+            self._content(inventory, {})
+        except InventoryError as exc:
+            # No retry can make this inventory usable: straight to the dead letter.
+            raise PermanentError(str(exc)) from exc
+        self.inventories[inventory.node] = inventory
+        self.queue.add(inventory.node)
+        return True
+
+    async def handle(self, event: AnyEvent, delivery: Delivery) -> None:
+        """The bus handler of ``slice-publisher-inventory``: remember, queue, ack."""
+        if isinstance(event, NodeInventory):
+            self.accept(event)
+
+    def node_changed(self, kind: str, obj: Obj) -> None:
+        """Node informer listener: a new, relabelled or deleted Node needs its pool looked at."""
+        name = (obj.get("metadata") or {}).get("name")
+        if name:
+            self.queue.add(name)
+
+    def slice_changed(self, kind: str, obj: Obj) -> None:
+        """Slice informer listener: act only on changes this publisher did not make."""
+        seen = stored_slice(obj)
+        node = ((obj.get("metadata") or {}).get("labels") or {}).get(NODE_LABEL, "")
+        mine = self.stored.get(seen.pool or node, {})
+        held = mine.get(seen.name)
+        if kind == "DELETED":
+            if held is not None and _not_older(held.resource_version, seen.resource_version):
+                del mine[seen.name]
+                self.queue.add(seen.pool)
+            return
+        if held is None or _newer(seen.resource_version, held.resource_version):
+            self.stored.setdefault(seen.pool, {})[seen.name] = seen
+            self.queue.add(seen.pool)
+
+    def forget_node(self, node: str) -> None:
+        self.stored.pop(node, None)
+
+    # -- the reconcile -------------------------------------------------------------------------
+
+    async def load_stored(self) -> None:
+        """Read every slice this publisher manages (at start, and after a lost leadership)."""
+        self.stored = {}
+        for obj in await self.store.list_all():
+            s = stored_slice(obj)
+            self.stored.setdefault(s.pool, {})[s.name] = s
+            self.queue.add(s.pool)
+
+    async def _refresh(self, node: str) -> None:
+        self.stored[node] = {s.name: s for s in map(stored_slice, await self.store.list_node(node))}
+
+    async def reconcile(self, node: str) -> None:
+        """Make the stored pool of ``node`` match its inventory and Node (or go with it)."""
+        try:
+            await self._reconcile(node)
+        except Conflict as exc:
+            log.info(
+                "pool changed under us, reading it again", extra={"node": node, "error": str(exc)}
+            )
+            await self._refresh(node)
+            raise
+
+    async def _reconcile(self, node: str) -> None:
+        info = self.nodes(node)
+        stored = list(self.stored.get(node, {}).values())
+        inventory = self.inventories.get(node)
+        if info is None:
+            if not stored:
+                return
+            # The Node is gone: its pool goes too (garbage collection would, later).
+            content = None
+            owner = NodeRef(name=node, uid="")
+        elif inventory is None:
+            return
+        else:
+            owner = NodeRef(name=node, uid=info.uid)
+            try:
+                content = self._content(inventory, info.labels)
+            except InventoryError as exc:
+                log.error("pool not buildable", extra={"node": node, "error": str(exc)})
+                return
+            for reason in content.skipped:
+                log.warning("value left out of pool", extra={"node": node, "reason": reason})
+        plan = plan_pool(content, owner=owner, stored=stored)
+        if plan.unchanged:
+            POOL_WRITES.labels("unchanged").inc()
+            return
+        held = self.stored.setdefault(node, {})
+        for write in plan.writes:
+            if write.resource_version:
+                obj = await self.store.replace(
+                    write.name, write.body, resource_version=write.resource_version
+                )
+            else:
+                obj = await self.store.create(write.body)
+            held[write.name] = stored_slice(obj)
+        for name in plan.deletes:
+            await self.store.delete(name)
+            held.pop(name, None)
+        if not held:
+            self.stored.pop(node, None)
+        POOL_WRITES.labels("written" if plan.writes else "deleted").inc()
+        self.generations[node] = plan.generation
+        log.info(
+            "pool written",
+            extra={
+                "node": node,
+                "generation": plan.generation,
+                "slices": len(plan.writes),
+                "deleted": len(plan.deletes),
+            },
+        )
+        if self.on_written is not None:
+            self.on_written(node, plan.generation)
+
+
+def _as_int(version: str) -> int | None:
+    return int(version) if version.isdigit() else None
+
+
+def _newer(a: str, b: str) -> bool:
+    """``a`` is a later resourceVersion than ``b`` (etcd revisions; unknown forms: differ)."""
+    x, y = _as_int(a), _as_int(b)
+    if x is None or y is None:
+        return a != b
+    return x > y
+
+
+def _not_older(held: str, seen: str) -> bool:
+    x, y = _as_int(held), _as_int(seen)
+    if x is None or y is None:
+        return True
+    return y >= x

@@ -1,0 +1,104 @@
+"""``neuron-dra-slice-publisher``: settings, wiring, run."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import sys
+from collections.abc import Sequence
+
+from neuron_dra_common.bus import Bus, PermanentError, consumer
+from neuron_dra_common.kube import NODES, RESOURCE_SLICES, Informer, connect, run_workers
+from neuron_dra_common.runtime import Service, run
+from neuron_dra_common.settings import SettingsError, load
+
+from neuron_dra_slice_publisher.controller import Controller, NodeInfo
+from neuron_dra_slice_publisher.leader import Elector
+from neuron_dra_slice_publisher.settings import SlicePublisherSettings, package_version
+from neuron_dra_slice_publisher.store import SELECTOR, KubeSliceStore
+from neuron_dra_slice_publisher.wiring import detect_mode, read_inventories
+
+__all__ = ["build", "main"]
+
+NAME = "slice-publisher"
+DURABLE = "slice-publisher-inventory"
+
+
+async def build(settings: SlicePublisherSettings) -> Service:
+    """Connect to the API and the bus; lead (consume and write) only while holding the Lease."""
+    kube = await connect(kubeconfig=settings.kubeconfig or None)
+    bus = await Bus.connect(settings.nats_servers, name=NAME)
+    await bus.reconcile(consumers=[consumer(DURABLE)])
+    mode = await detect_mode(kube, settings.node_device)
+    nodes = Informer(kube, NODES)
+
+    def lookup(name: str) -> NodeInfo | None:
+        obj = nodes.cache.get(name)
+        return NodeInfo.from_object(obj) if obj is not None else None
+
+    controller = Controller(
+        store=KubeSliceStore(kube),
+        nodes=lookup,
+        mode=mode,
+        dra_driver_version=package_version(),
+    )
+    elector = Elector(
+        kube,
+        namespace=settings.namespace,
+        name=settings.lease_name,
+        identity=settings.identity or socket.gethostname(),
+        lease_seconds=settings.lease_seconds,
+    )
+    runner = bus.runner(consumer(DURABLE), controller.handle)
+
+    async def lead() -> None:
+        slices = Informer(kube, RESOURCE_SLICES, label_selector=SELECTOR)
+        nodes.add_listener(controller.node_changed)
+        slices.add_listener(controller.slice_changed)
+        informers = [
+            asyncio.create_task(nodes.run(), name="nodes-informer"),
+            asyncio.create_task(slices.run(), name="slices-informer"),
+        ]
+        try:
+            await nodes.wait_synced()
+            await slices.wait_synced()
+            await controller.load_stored()
+            for inventory in await read_inventories(bus.js):
+                with contextlib.suppress(PermanentError):
+                    controller.accept(inventory)
+            await asyncio.gather(
+                runner.run(),
+                run_workers(controller.queue, controller.reconcile, workers=settings.workers),
+            )
+        finally:
+            runner.stop()
+            controller.queue.shutdown()
+            for task in informers:
+                task.cancel()
+            await asyncio.gather(*informers, return_exceptions=True)
+
+    service = Service(name=NAME, settings=settings)
+    # Every replica is ready (a standby is healthy); the leader's work shows in its metrics.
+    service.add_task("leader", lambda: elector.run(lead), stop=elector.stop)
+    service.add_readiness("nats", lambda: bus.connected)
+    service.on_shutdown(kube.close)
+    service.on_shutdown(bus.close)
+    return service
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        settings = load(
+            SlicePublisherSettings,
+            argv=sys.argv[1:] if argv is None else argv,
+            prog="neuron-dra-slice-publisher",
+        )
+    except SettingsError as exc:
+        print(f"neuron-dra-slice-publisher: {exc}", file=sys.stderr)
+        return 2
+
+    async def wire() -> Service:
+        return await build(settings)
+
+    return run(wire, name=NAME, settings=settings)

@@ -1,0 +1,46 @@
+"""The slice publisher's settings; every field also reads ``NEURON_DRA_<FIELD>``."""
+
+from __future__ import annotations
+
+from importlib.metadata import PackageNotFoundError, version
+from typing import Annotated, Literal
+
+import msgspec
+from neuron_dra_common.settings import ServiceSettings
+
+__all__ = ["SlicePublisherSettings", "package_version"]
+
+
+def package_version() -> str:
+    try:
+        return version("neuron-dra-slice-publisher")
+    except PackageNotFoundError:  # running from a source tree without metadata
+        return "0.0.0"
+
+
+class SlicePublisherSettings(ServiceSettings, frozen=True, kw_only=True):
+    """Writes each node's pool of ResourceSlices from the NodeInventory events."""
+
+    kubeconfig: Annotated[
+        str, msgspec.Meta(description="kubeconfig file (default: KUBECONFIG, else in-cluster)")
+    ] = ""
+    namespace: Annotated[
+        str, msgspec.Meta(min_length=1, description="Namespace of the leader election Lease")
+    ] = "neuron-dra-driver"
+    identity: Annotated[
+        str, msgspec.Meta(description="This replica's name in the Lease (default: host name)")
+    ] = ""
+    lease_name: Annotated[str, msgspec.Meta(min_length=1, description="Lease name")] = (
+        "neuron-dra-slice-publisher"
+    )
+    lease_seconds: Annotated[
+        float, msgspec.Meta(gt=1, description="How long a leader holds the Lease unrenewed")
+    ] = 15.0
+    node_device: Annotated[
+        Literal["auto", "counters", "node-only", "chips-only"],
+        msgspec.Meta(
+            description="How node and chip devices stay exclusive (auto: counters where the "
+            "cluster keeps shared counters, else node-only)"
+        ),
+    ] = "auto"
+    workers: Annotated[int, msgspec.Meta(ge=1, le=256, description="Concurrent pool writes")] = 16

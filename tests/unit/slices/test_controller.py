@@ -1,0 +1,175 @@
+"""The publisher's reconcile against an in-memory store: one write per change, retries,
+conflicts, vanished nodes, stale inventories."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+
+import msgspec
+import pytest
+from neuron_dra_common.bus import PermanentError
+from neuron_dra_common.events import NodeInventory
+from neuron_dra_common.hardware.model import NeuronDevice, NodeHardware
+from neuron_dra_common.kube import run_workers
+from neuron_dra_slice_publisher.controller import Controller, NodeInfo
+from neuron_dra_slice_publisher.leader import LeaseState, decide
+from neuron_dra_slice_publisher.slices import NodeDeviceMode
+from neuron_dra_slice_publisher.store import MemorySliceStore
+
+
+def inventory(node: str, *, generation: int = 1, driver: str = "2.24.7.0") -> NodeInventory:
+    return NodeInventory(
+        node=node,
+        boot_id="b",
+        generation=generation,
+        hardware=NodeHardware(
+            instance_type="trn2.48xlarge",
+            driver_version=driver,
+            devices=tuple(NeuronDevice(index=i) for i in range(16)),
+        ),
+        dra_driver_version="0.1.0",
+    )
+
+
+class World:
+    def __init__(self) -> None:
+        self.store = MemorySliceStore()
+        self.nodes: dict[str, NodeInfo] = {}
+        self.controller = Controller(
+            store=self.store,
+            nodes=self.nodes.get,
+            mode=NodeDeviceMode.COUNTERS,
+            dra_driver_version="0.1.0",
+        )
+
+    def add_node(self, name: str, uid: str = "uid") -> None:
+        self.nodes[name] = NodeInfo(name=name, uid=uid, labels={})
+
+    def pool(self, node: str) -> list[dict[str, object]]:
+        return [o for o in self.store.objects.values() if o["spec"]["nodeName"] == node]
+
+    async def settle(self) -> None:
+        for _ in range(500):
+            if not len(self.controller.queue) and not self.controller.queue._processing:
+                await asyncio.sleep(0.01)
+                if not len(self.controller.queue):
+                    return
+            await asyncio.sleep(0.005)
+        raise AssertionError("queue did not settle")
+
+
+@pytest.fixture
+async def world() -> AsyncIterator[World]:
+    w = World()
+    task = asyncio.create_task(
+        run_workers(w.controller.queue, w.controller.reconcile, workers=4), name="workers"
+    )
+    try:
+        yield w
+    finally:
+        w.controller.queue.shutdown()
+        await asyncio.wait_for(task, 5)
+
+
+async def test_an_inventory_becomes_a_pool_written_once(world: World) -> None:
+    world.add_node("n1")
+    world.controller.accept(inventory("n1"))
+    world.controller.accept(inventory("n1"))
+    await world.settle()
+    [obj] = world.pool("n1")
+    assert obj["spec"]["pool"] == {"name": "n1", "generation": 1, "resourceSliceCount": 1}  # type: ignore[index]
+    assert world.store.writes == {"n1-neuron.aws.com-0": 1}
+
+
+async def test_a_change_bumps_the_generation(world: World) -> None:
+    world.add_node("n1")
+    world.controller.accept(inventory("n1"))
+    await world.settle()
+    world.controller.accept(inventory("n1", generation=2, driver="2.26.0.0"))
+    await world.settle()
+    [obj] = world.pool("n1")
+    assert obj["spec"]["pool"]["generation"] == 2  # type: ignore[index]
+
+
+async def test_an_older_inventory_is_ignored(world: World) -> None:
+    world.add_node("n1")
+    world.controller.accept(inventory("n1", generation=5, driver="2.26.0.0"))
+    assert not world.controller.accept(inventory("n1", generation=4))
+    await world.settle()
+    [obj] = world.pool("n1")
+    assert obj["spec"]["devices"][0]["attributes"]["neuronDriverVersion"] == {"string": "2.26.0.0"}  # type: ignore[index]
+
+
+async def test_waits_for_the_node_then_writes(world: World) -> None:
+    world.controller.accept(inventory("late"))
+    await world.settle()
+    assert world.pool("late") == []
+    world.add_node("late")
+    world.controller.node_changed("ADDED", {"metadata": {"name": "late"}})
+    await world.settle()
+    assert len(world.pool("late")) == 1
+
+
+async def test_a_vanished_node_loses_its_pool(world: World) -> None:
+    world.add_node("n1")
+    world.controller.accept(inventory("n1"))
+    await world.settle()
+    del world.nodes["n1"]
+    world.controller.node_changed("DELETED", {"metadata": {"name": "n1"}})
+    await world.settle()
+    assert world.pool("n1") == []
+
+
+async def test_api_errors_are_retried_with_backoff(world: World) -> None:
+    world.add_node("n1")
+    world.store.fail_next = [ConnectionError("apiserver down"), TimeoutError()]
+    world.controller.accept(inventory("n1"))
+    await asyncio.sleep(0.2)
+    await world.settle()
+    assert len(world.pool("n1")) == 1
+
+
+async def test_a_slice_deleted_by_someone_else_is_put_back(world: World) -> None:
+    world.add_node("n1")
+    world.controller.accept(inventory("n1"))
+    await world.settle()
+    [obj] = world.pool("n1")
+    del world.store.objects[obj["metadata"]["name"]]  # type: ignore[index]
+    world.controller.slice_changed("DELETED", obj)  # type: ignore[arg-type]
+    await world.settle()
+    [again] = world.pool("n1")
+    assert again["spec"]["pool"]["generation"] == 1  # type: ignore[index]
+
+
+async def test_a_conflict_reads_the_pool_again_and_converges(world: World) -> None:
+    world.add_node("n1")
+    world.controller.accept(inventory("n1"))
+    await world.settle()
+    # Someone bumped the slice behind our back: our resourceVersion is stale.
+    [obj] = world.pool("n1")
+    name = obj["metadata"]["name"]  # type: ignore[index]
+    world.store._stamp(world.store.objects[name])
+    world.controller.accept(inventory("n1", generation=2, driver="2.26.0.0"))
+    await asyncio.sleep(0.1)
+    await world.settle()
+    [obj] = world.pool("n1")
+    assert obj["spec"]["devices"][0]["attributes"]["neuronDriverVersion"] == {"string": "2.26.0.0"}  # type: ignore[index]
+
+
+def test_an_unusable_inventory_is_permanent() -> None:
+    w = World()
+    bad = msgspec.structs.replace(inventory("n1"), hardware=NodeHardware(instance_type="m5.large"))
+    with pytest.raises(PermanentError, match="NodeInventory n1: hardware.instance_type"):
+        w.controller.accept(bad)
+
+
+def test_lease_rules() -> None:
+    now = datetime(2026, 1, 1, 0, 0, 30, tzinfo=UTC)
+    fresh = LeaseState(holder="a", renewed=datetime(2026, 1, 1, 0, 0, 20, tzinfo=UTC), duration=15)
+    stale = LeaseState(holder="a", renewed=datetime(2026, 1, 1, 0, 0, 10, tzinfo=UTC), duration=15)
+    assert decide(None, me="b", now=now)
+    assert decide(fresh, me="a", now=now), "the holder renews"
+    assert not decide(fresh, me="b", now=now), "nobody takes a live lease"
+    assert decide(stale, me="b", now=now), "an expired lease is taken over"
