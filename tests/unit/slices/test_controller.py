@@ -161,7 +161,7 @@ async def test_a_conflict_reads_the_pool_again_and_converges(world: World) -> No
 def test_an_unusable_inventory_is_permanent() -> None:
     w = World()
     bad = msgspec.structs.replace(inventory("n1"), hardware=NodeHardware(instance_type="m5.large"))
-    with pytest.raises(PermanentError, match="NodeInventory n1: hardware.instance_type"):
+    with pytest.raises(PermanentError, match=r"NodeInventory n1: hardware\.instance_type"):
         w.controller.accept(bad)
 
 
