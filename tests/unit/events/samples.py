@@ -6,6 +6,7 @@ from datetime import UTC, datetime
 
 from neuron_dra_common.events import (
     AllocationDecided,
+    AllocationReleased,
     AllocationRequested,
     ClaimPrepared,
     ClaimUnprepared,
@@ -82,6 +83,12 @@ def samples() -> list[Event]:
             request_id="req-1",
             workload=WORKLOAD,
             granted=True,
+            ultraservers=("us-0a1b2c3d4e5f6071",),
+            nodes=("ip-10-0-0-1.ec2.internal", "ip-10-0-0-2.ec2.internal"),
+        ),
+        AllocationReleased(
+            request_id="release-1",
+            workload=WORKLOAD,
             ultraservers=("us-0a1b2c3d4e5f6071",),
             nodes=("ip-10-0-0-1.ec2.internal", "ip-10-0-0-2.ec2.internal"),
         ),

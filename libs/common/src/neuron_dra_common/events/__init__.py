@@ -3,6 +3,7 @@
 from neuron_dra_common.events.base import SUBJECT_ROOT, Event, subject_token
 from neuron_dra_common.events.catalog import (
     AllocationDecided,
+    AllocationReleased,
     AllocationRequested,
     ClaimPrepared,
     ClaimUnprepared,
@@ -11,6 +12,8 @@ from neuron_dra_common.events.catalog import (
     NodeHeartbeat,
     NodeInventory,
     ObjectRef,
+    UltraServerGrant,
+    UltraServerRefusal,
     WorkloadStateChanged,
 )
 from neuron_dra_common.events.codec import EVENT_TYPES, AnyEvent, DecodeError, decode, encode
@@ -19,6 +22,7 @@ __all__ = [
     "EVENT_TYPES",
     "SUBJECT_ROOT",
     "AllocationDecided",
+    "AllocationReleased",
     "AllocationRequested",
     "AnyEvent",
     "ClaimPrepared",
@@ -30,6 +34,8 @@ __all__ = [
     "NodeHeartbeat",
     "NodeInventory",
     "ObjectRef",
+    "UltraServerGrant",
+    "UltraServerRefusal",
     "WorkloadStateChanged",
     "decode",
     "encode",

@@ -17,6 +17,7 @@ from neuron_dra_common.hardware.model import NodeHardware
 
 __all__ = [
     "AllocationDecided",
+    "AllocationReleased",
     "AllocationRequested",
     "ClaimPrepared",
     "ClaimUnprepared",
@@ -25,6 +26,8 @@ __all__ = [
     "NodeHeartbeat",
     "NodeInventory",
     "ObjectRef",
+    "UltraServerGrant",
+    "UltraServerRefusal",
     "WorkloadStateChanged",
 ]
 
@@ -113,6 +116,13 @@ class AllocationRequested(Event, frozen=True, kw_only=True, tag="allocation.requ
     instance_type: str = ""
     ultraserver_mode: int | None = None
     exclude_ultraservers: tuple[str, ...] = ()
+    #: How many UltraServers of ``topology_size`` nodes, all or nothing.
+    server_count: int = 1
+    #: The workload's metadata.generation; a decision is idempotent per (uid, generation).
+    generation: int = 0
+    #: An allocation the workload already records: the allocator keeps (or takes back) exactly
+    #: these nodes instead of placing anew, so its projection converges on the CRs' truth.
+    nodes: tuple[str, ...] = ()
 
     @property
     def subject(self) -> str:
@@ -123,11 +133,42 @@ class AllocationRequested(Event, frozen=True, kw_only=True, tag="allocation.requ
         return f"neuronultraserverworkloads/{self.workload.namespace}/{self.workload.name}"
 
 
+class UltraServerGrant(msgspec.Struct, frozen=True, kw_only=True):
+    """One UltraServer's share of a granted allocation.
+
+    ``nodes`` are node names ordered by their node id in the UltraServer (``node_ids``), so
+    ``nodes[0]`` is the leader and a node's position is its ``nodeIndex`` in the rank formula
+    ``topoID = index * len(nodes) + nodeIndex``. ``mode`` is the driver's ultraserver_mode
+    enum and ``server_id`` the driver's server id for that size.
+    """
+
+    ultraserver: str
+    index: int
+    nodes: tuple[str, ...]
+    node_ids: tuple[int, ...] = ()
+    mode: int = 0
+    server_id: str = ""
+
+
+class UltraServerRefusal(msgspec.Struct, frozen=True, kw_only=True):
+    """Why one UltraServer could not take (part of) a request.
+
+    ``code`` is one of ``too-few-healthy-nodes``, ``mode-not-supported``, ``taken``,
+    ``instance-type``, ``excluded``; ``holders`` names the workloads (``ns/name``) that hold
+    its nodes.
+    """
+
+    ultraserver: str
+    code: str
+    detail: str = ""
+    holders: tuple[str, ...] = ()
+
+
 class AllocationDecided(Event, frozen=True, kw_only=True, tag="allocation.decided.v1"):
     """The allocator's answer to one :class:`AllocationRequested`.
 
     ``ultraservers`` and ``nodes`` are empty when ``granted`` is false; ``reason`` then says
-    why no capacity fits.
+    why no capacity fits and ``refusals`` says it per UltraServer.
     """
 
     request_id: str
@@ -136,10 +177,31 @@ class AllocationDecided(Event, frozen=True, kw_only=True, tag="allocation.decide
     ultraservers: tuple[str, ...] = ()
     nodes: tuple[str, ...] = ()
     reason: str = ""
+    generation: int = 0
+    topology_size: int = 0
+    grants: tuple[UltraServerGrant, ...] = ()
+    refusals: tuple[UltraServerRefusal, ...] = ()
 
     @property
     def subject(self) -> str:
         return f"{SUBJECT_ROOT}.allocation.decided.{self.workload.token}"
+
+    @property
+    def ce_subject(self) -> str:
+        return f"neuronultraserverworkloads/{self.workload.namespace}/{self.workload.name}"
+
+
+class AllocationReleased(Event, frozen=True, kw_only=True, tag="allocation.released.v1"):
+    """A workload's UltraServer nodes went back to the free pool (or nothing was held)."""
+
+    request_id: str
+    workload: ObjectRef
+    ultraservers: tuple[str, ...] = ()
+    nodes: tuple[str, ...] = ()
+
+    @property
+    def subject(self) -> str:
+        return f"{SUBJECT_ROOT}.allocation.released.{self.workload.token}"
 
     @property
     def ce_subject(self) -> str:

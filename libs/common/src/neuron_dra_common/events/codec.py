@@ -9,6 +9,7 @@ import msgspec
 from neuron_dra_common.events.base import Event
 from neuron_dra_common.events.catalog import (
     AllocationDecided,
+    AllocationReleased,
     AllocationRequested,
     ClaimPrepared,
     ClaimUnprepared,
@@ -26,6 +27,7 @@ AnyEvent = (
     | DeviceHealthChanged
     | AllocationRequested
     | AllocationDecided
+    | AllocationReleased
     | ClaimPrepared
     | ClaimUnprepared
     | WorkloadStateChanged
@@ -40,6 +42,7 @@ EVENT_TYPES: Final[dict[str, type[Event]]] = {
         DeviceHealthChanged,
         AllocationRequested,
         AllocationDecided,
+        AllocationReleased,
         ClaimPrepared,
         ClaimUnprepared,
         WorkloadStateChanged,
