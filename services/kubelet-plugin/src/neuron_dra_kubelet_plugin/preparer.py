@@ -38,12 +38,14 @@ from neuron_dra_kubelet_plugin.checkpoint import (
 )
 from neuron_dra_kubelet_plugin.claims import ClaimRef, ResourceClaim
 from neuron_dra_kubelet_plugin.edits import UltraServerPlacement
+from neuron_dra_kubelet_plugin.faults import CrashPoint, no_crash
 from neuron_dra_kubelet_plugin.plan import NodeContext, PrepareError, entry_from_spec, plan_prepare
 
 __all__ = [
     "ClaimSource",
     "Effects",
     "NodePreparer",
+    "PrepareListener",
     "Preparer",
     "Recovery",
 ]
@@ -69,6 +71,18 @@ class ClaimSource(Protocol):
     async def get(self, ref: ClaimRef) -> ResourceClaim | None:
         """The claim ``ref`` names, or ``None`` when it does not exist."""
         ...
+
+
+class PrepareListener(Protocol):
+    """Told about every change of a claim's state on the node, after it is on disk.
+
+    Called only for real transitions: a repeated prepare answered from the checkpoint, or an
+    unprepare of a claim that was not prepared, says nothing.
+    """
+
+    def prepared(self, entry: ClaimEntry) -> None: ...
+
+    def unprepared(self, entry: ClaimEntry) -> None: ...
 
 
 class Effects:
@@ -126,12 +140,16 @@ class NodePreparer:
         effects: Effects,
         boot_id: str,
         placement: Callable[[ClaimRef], UltraServerPlacement | None] = _no_placement,
+        listener: PrepareListener | None = None,
+        crash: CrashPoint = no_crash,
     ) -> None:
         self._node = node
         self._claims = claims
         self._effects = effects
         self._boot_id = boot_id
         self._placement = placement
+        self._listener = listener
+        self._crash = crash
         self._checkpoint = Checkpoint()
         # One writer of the checkpoint at a time; the kubelet sends claims concurrently.
         self._lock = asyncio.Lock()
@@ -209,6 +227,7 @@ class NodePreparer:
         claim = await self._claims.get(ref)
         if claim is None:
             raise PrepareError(f"{ref}: not found")
+        self._crash("prepare:claim-read")
         async with self._lock:
             done = self._completed(ref)
             if done is not None:
@@ -224,15 +243,26 @@ class NodePreparer:
                 placement=self._placement(ref),
             )
             self._save(msgspec.structs.replace(plan.entry, state=ClaimState.PREPARE_STARTED))
+            self._crash("prepare:started-saved")
             self._effects.write_spec(ref.uid, plan.spec)
+            self._crash("prepare:spec-written")
             self._save(plan.entry)
+            self._crash("prepare:completed-saved")
+            if self._listener is not None:
+                self._listener.prepared(plan.entry)
             return plan.entry.devices
 
     async def unprepare(self, ref: ClaimRef) -> None:
         # Needs nothing but the UID: the claim object may be gone already.
         async with self._lock:
+            self._crash("unprepare:begin")
             self._effects.remove_spec(ref.uid)
-            if ref.uid in self._checkpoint.claims:
+            self._crash("unprepare:spec-removed")
+            entry = self._checkpoint.claims.get(ref.uid)
+            if entry is not None:
                 updated = self._checkpoint.without(ref.uid)
                 self._effects.save(updated)
                 self._checkpoint = updated
+                self._crash("unprepare:entry-dropped")
+                if self._listener is not None and entry.state is ClaimState.PREPARE_COMPLETED:
+                    self._listener.unprepared(entry)

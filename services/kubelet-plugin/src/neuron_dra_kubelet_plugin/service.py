@@ -1,7 +1,8 @@
 """The plugin's two gRPC servers, wired to a preparer and a health source.
 
 - the DRA socket serves ``DRAPlugin`` v1 and v1beta1 and ``v1alpha1.DRAResourceHealth``;
-- the registration socket serves ``pluginregistration.Registration``.
+- the registration socket serves ``pluginregistration.Registration``;
+- both serve ``grpc.health.v1.Health`` (SERVING while up, NOT_SERVING while stopping).
 
 The DRA server starts first and stops last: the kubelet dials the endpoint as soon as it
 sees the registration socket, and must not find it missing.
@@ -13,6 +14,9 @@ import contextlib
 from collections.abc import AsyncIterator
 from functools import partial
 
+from grpc_health.v1 import health as grpc_health
+from grpc_health.v1 import health_pb2 as grpc_health_pb2
+from grpc_health.v1 import health_pb2_grpc as grpc_health_grpc
 from neuron_dra_common.grpcserver import UnixGrpcServer
 from neuron_dra_protos.dra.v1 import dra_pb2_grpc as v1_grpc
 from neuron_dra_protos.dra.v1beta1 import dra_pb2_grpc as v1beta1_grpc
@@ -53,6 +57,8 @@ async def serve(
     """Run both servers for the duration of the ``async with`` block."""
     service = DraService(preparer)
     registration = RegistrationServicer(endpoint=paths.dra)
+    status = grpc_health.aio.HealthServicer()
+    add_status = partial(grpc_health_grpc.add_HealthServicer_to_server, status)
     dra = UnixGrpcServer(
         paths.dra,
         registrars=[
@@ -62,13 +68,19 @@ async def serve(
                 health_pb2_grpc.add_DRAResourceHealthServicer_to_server,
                 HealthServicer(health, heartbeat_seconds=heartbeat_seconds),
             ),
+            add_status,
         ],
     )
     registrar = UnixGrpcServer(
         paths.registration,
         registrars=[
-            partial(registration_pb2_grpc.add_RegistrationServicer_to_server, registration)
+            partial(registration_pb2_grpc.add_RegistrationServicer_to_server, registration),
+            add_status,
         ],
     )
     async with dra, registrar:
-        yield PluginServers(dra=dra, registrar=registrar, registration=registration)
+        await status.set("", grpc_health_pb2.HealthCheckResponse.SERVING)
+        try:
+            yield PluginServers(dra=dra, registrar=registrar, registration=registration)
+        finally:
+            await status.enter_graceful_shutdown()

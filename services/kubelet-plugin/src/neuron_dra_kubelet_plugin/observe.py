@@ -1,0 +1,198 @@
+"""What the plugin tells the outside: metrics, spans per claim, and claim events on the bus.
+
+:class:`ObservedPreparer` wraps the real preparer: every prepare/unprepare of a claim runs in
+a span carrying the claim's namespace, name and UID (so a trace search by claim finds it),
+and is counted and timed by outcome.
+
+:class:`ClaimEvents` turns the preparer's state changes into ``ClaimPrepared`` and
+``ClaimUnprepared`` events. The kubelet must never wait for the bus (its call times out at
+45 s and a pod's start should not depend on NATS), so events go into a bounded queue that a
+task publishes; each event's msg id is derived from the claim and the step, so a publish
+repeated after a reconnect is stored once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from typing import Final, Protocol
+
+from neuron_dra_common.events import ClaimPrepared, ClaimUnprepared, ObjectRef
+from neuron_dra_common.events.base import Event
+from opentelemetry import trace
+from prometheus_client import Counter, Gauge, Histogram
+
+from neuron_dra_kubelet_plugin.checkpoint import ClaimEntry, PreparedDevice
+from neuron_dra_kubelet_plugin.claims import ClaimRef
+from neuron_dra_kubelet_plugin.plan import PrepareError
+from neuron_dra_kubelet_plugin.preparer import Preparer
+
+__all__ = [
+    "DURATION",
+    "EVENTS_DROPPED",
+    "OPERATIONS",
+    "PREPARED_CLAIMS",
+    "ClaimEvents",
+    "EventSink",
+    "ObservedPreparer",
+]
+
+log = logging.getLogger(__name__)
+
+OPERATIONS: Final = Counter(
+    "neuron_kubelet_plugin_operations",
+    "Claim operations answered to the kubelet, by operation (prepare, unprepare) and outcome "
+    "(ok, failed: an error for that claim, internal: a bug or an I/O failure)",
+    ["operation", "outcome"],
+)
+DURATION: Final = Histogram(
+    "neuron_kubelet_plugin_operation_seconds",
+    "Time to prepare or unprepare one claim",
+    ["operation"],
+    buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 5.0, 45.0),
+)
+PREPARED_CLAIMS: Final = Gauge(
+    "neuron_kubelet_plugin_prepared_claims", "Claims prepared on this node (checkpoint entries)"
+)
+EVENTS_DROPPED: Final = Counter(
+    "neuron_kubelet_plugin_events_dropped",
+    "Claim events dropped because the bus was unreachable for longer than the queue holds",
+)
+
+_TRACER_NAME: Final = "neuron_dra_kubelet_plugin"
+
+
+class ObservedPreparer:
+    """A :class:`Preparer` that adds a span, a count and a duration to every claim operation."""
+
+    def __init__(self, inner: Preparer, *, tracer: trace.Tracer | None = None) -> None:
+        self._inner = inner
+        self._tracer = tracer or trace.get_tracer(_TRACER_NAME)
+
+    def _span(self, operation: str, ref: ClaimRef) -> contextlib.AbstractContextManager[trace.Span]:
+        return self._tracer.start_as_current_span(
+            f"{operation} claim",
+            attributes={
+                "k8s.namespace.name": ref.namespace,
+                "k8s.resourceclaim.name": ref.name,
+                "k8s.resourceclaim.uid": ref.uid,
+            },
+        )
+
+    async def prepare(self, ref: ClaimRef) -> tuple[PreparedDevice, ...]:
+        t0 = time.perf_counter()
+        outcome = "internal"
+        with self._span("prepare", ref) as span:
+            try:
+                devices = await self._inner.prepare(ref)
+                outcome = "ok"
+                span.set_attribute("neuron.devices", [d.device for d in devices])
+                return devices
+            except PrepareError as exc:
+                outcome = "failed"
+                span.set_status(trace.StatusCode.ERROR, str(exc))
+                raise
+            finally:
+                OPERATIONS.labels("prepare", outcome).inc()
+                DURATION.labels("prepare").observe(time.perf_counter() - t0)
+
+    async def unprepare(self, ref: ClaimRef) -> None:
+        t0 = time.perf_counter()
+        outcome = "internal"
+        with self._span("unprepare", ref) as span:
+            try:
+                await self._inner.unprepare(ref)
+                outcome = "ok"
+            except PrepareError as exc:
+                outcome = "failed"
+                span.set_status(trace.StatusCode.ERROR, str(exc))
+                raise
+            finally:
+                OPERATIONS.labels("unprepare", outcome).inc()
+                DURATION.labels("unprepare").observe(time.perf_counter() - t0)
+
+
+class EventSink(Protocol):
+    """Where :class:`ClaimEvents` sends events (``neuron_dra_common.bus.Publisher``)."""
+
+    async def publish(self, event: Event, *, msg_id: str | None = None) -> object: ...
+
+
+class ClaimEvents:
+    """A :class:`~neuron_dra_kubelet_plugin.preparer.PrepareListener` that publishes events.
+
+    ``run`` publishes queued events until ``stop``; with no sink attached yet (the bus is not
+    connected) events wait in the queue. When the queue is full the oldest event is dropped
+    and counted: the checkpoint, not the bus, is the record the plugin relies on.
+    """
+
+    def __init__(self, *, node: str, boot_id: str, capacity: int = 10_000) -> None:
+        self._node = node
+        self._boot_id = boot_id
+        # ``None`` is the stop marker.
+        self._queue: asyncio.Queue[tuple[Event, str] | None] = asyncio.Queue(maxsize=capacity)
+        self._sink: EventSink | None = None
+        self._sink_ready = asyncio.Event()
+        self.published = 0
+
+    def attach(self, sink: EventSink) -> None:
+        """Start publishing through ``sink`` (once the bus is connected)."""
+        self._sink = sink
+        self._sink_ready.set()
+
+    @property
+    def pending(self) -> int:
+        return self._queue.qsize()
+
+    def _put(self, item: tuple[Event, str] | None) -> None:
+        if self._queue.full():
+            self._queue.get_nowait()
+            EVENTS_DROPPED.inc()
+        self._queue.put_nowait(item)
+
+    def _claim(self, entry: ClaimEntry) -> ObjectRef:
+        return ObjectRef(namespace=entry.namespace, name=entry.name, uid=entry.uid)
+
+    def prepared(self, entry: ClaimEntry) -> None:
+        PREPARED_CLAIMS.inc()
+        event = ClaimPrepared(
+            node=self._node,
+            claim=self._claim(entry),
+            devices=tuple(d.device for d in entry.devices),
+            cdi_devices=tuple(i for d in entry.devices for i in d.cdi_device_ids),
+        )
+        self._put((event, f"claim-prepared/{self._node}/{entry.uid}/{self._boot_id}"))
+
+    def unprepared(self, entry: ClaimEntry) -> None:
+        PREPARED_CLAIMS.dec()
+        event = ClaimUnprepared(
+            node=self._node,
+            claim=self._claim(entry),
+            devices=tuple(d.device for d in entry.devices),
+        )
+        self._put((event, f"claim-unprepared/{self._node}/{entry.uid}/{self._boot_id}"))
+
+    def stop(self) -> None:
+        """Publish what is queued, then let :meth:`run` return."""
+        # Wake a run() that waits for the first sink or the next event.
+        self._sink_ready.set()
+        self._put(None)
+
+    async def run(self) -> None:
+        await self._sink_ready.wait()
+        while True:
+            item = await self._queue.get()
+            if item is None or self._sink is None:
+                return
+            event, msg_id = item
+            try:
+                await self._sink.publish(event, msg_id=msg_id)
+                self.published += 1
+            except Exception as exc:  # a lost event must never stop the plugin
+                EVENTS_DROPPED.inc()
+                log.warning(
+                    "claim event not published",
+                    extra={"type": event.event_type(), "msg_id": msg_id, "error": repr(exc)},
+                )
