@@ -121,3 +121,4 @@ async def test_api_errors_name_the_object(kube: KubeClient) -> None:
     with pytest.raises(ApiException) as caught:
         await kube.get(CONFIGMAPS, "does-not-exist", namespace=NS)
     assert caught.value.status == 404
+    assert 'configmaps "does-not-exist" not found' in str(caught.value)

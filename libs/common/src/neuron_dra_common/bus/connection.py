@@ -92,7 +92,7 @@ class Bus:
         self, spec: ConsumerSpec, handler: Handler, *, options: RunnerOptions | None = None
     ) -> ConsumerRunner:
         """A runner for ``spec``; start its ``run()`` as a named task."""
-        return ConsumerRunner(self.js, spec, handler, options=options, tracer=self._tracer)
+        return ConsumerRunner(self.nc, spec, handler, options=options, tracer=self._tracer)
 
     async def close(self) -> None:
         """Drain: flush what was published, finish subscriptions, then close."""

@@ -60,6 +60,9 @@ def new_msg_id() -> str:
 def event_headers(event: Event, *, source: str, msg_id: str) -> dict[str, str]:
     """Headers for publishing ``event``: de-duplication id, CloudEvents, trace context.
 
+    ``content-type`` is left out: every payload is JSON, and each header costs parsing time
+    on every consumer.
+
     ``msg_id`` is both ``Nats-Msg-Id`` and ``ce-id``, so a retried publish with the same id
     is stored once.
     """
@@ -71,7 +74,6 @@ def event_headers(event: Event, *, source: str, msg_id: str) -> dict[str, str]:
         CE_SPECVERSION: SPECVERSION,
         CE_TIME: datetime.now(UTC).isoformat(),
         CE_SUBJECT: event.ce_subject,
-        CONTENT_TYPE: "application/json",
     }
     inject_headers(headers)
     return headers

@@ -23,6 +23,7 @@ from typing import Final
 
 import msgspec
 import nats.errors
+from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from opentelemetry import trace
@@ -69,6 +70,21 @@ class Delivery(msgspec.Struct, frozen=True, kw_only=True):
 Handler = Callable[[AnyEvent, Delivery], Awaitable[None]]
 
 
+def _owed_after_status(owed: int, status: str, headers: dict[str, str]) -> int:
+    """How many messages are still owed after a status message from the server.
+
+    408 (request expired) and 409 (e.g. leadership change) say how many of a request were
+    not delivered; without that count the request is gone, so nothing is relied on as owed.
+    100 (heartbeat) changes nothing.
+    """
+    if status.startswith("100"):
+        return owed
+    pending = headers.get("Nats-Pending-Messages")
+    if pending is not None and pending.isdigit():
+        return max(0, owed - int(pending))
+    return 0
+
+
 class RunnerOptions(msgspec.Struct, frozen=True, kw_only=True):
     """How a runner fetches, retries and times out.
 
@@ -77,7 +93,7 @@ class RunnerOptions(msgspec.Struct, frozen=True, kw_only=True):
     ``dedupe_window`` is how many handled msg ids the runner remembers.
     """
 
-    batch: int = 256
+    batch: int = 500
     fetch_timeout: float = 1.0
     handler_timeout: float = 30.0
     max_attempts: int = 5
@@ -89,13 +105,13 @@ class RunnerOptions(msgspec.Struct, frozen=True, kw_only=True):
 class ConsumerRunner:
     """Runs ``handler`` for every message of one durable consumer until :meth:`stop`.
 
-    >>> runner = ConsumerRunner(js, consumer("slice-publisher-inventory"), handle)
+    >>> runner = ConsumerRunner(nc, consumer("slice-publisher-inventory"), handle)
     >>> await runner.run()  # in a named task; runner.stop() drains it
     """
 
     def __init__(
         self,
-        js: JetStreamContext,
+        nc: Client,
         spec: ConsumerSpec,
         handler: Handler,
         *,
@@ -103,7 +119,8 @@ class ConsumerRunner:
         tracer: trace.Tracer | None = None,
     ) -> None:
         self.spec = spec
-        self._js = js
+        self._nc = nc
+        self._js: JetStreamContext = nc.jetstream()
         self._handler = handler
         self._options = options or RunnerOptions()
         self._stopping = asyncio.Event()
@@ -130,35 +147,59 @@ class ConsumerRunner:
         self._stopping.set()
 
     async def run(self) -> None:
-        """Reconcile the consumer, then fetch and handle until stopped."""
+        """Reconcile the consumer, then pull and handle until stopped.
+
+        Pull requests are kept outstanding ahead of the handler (a new one whenever fewer
+        than half a batch is still owed), so messages stream in without a round trip per
+        batch. Requests lost with a connection are noticed by the reconnect count.
+        """
         await reconcile_consumer(self._js, self.spec)
-        sub = await self._js.pull_subscribe_bind(durable=self.spec.durable, stream=self.spec.stream)
+        nc, opts = self._nc, self._options
+        queue: asyncio.Queue[Msg] = asyncio.Queue()
+
+        async def deliver(msg: Msg) -> None:
+            queue.put_nowait(msg)
+
+        inbox = nc.new_inbox()
+        sub = await nc.subscribe(inbox, cb=deliver, pending_msgs_limit=-1, pending_bytes_limit=-1)
+        next_subject = f"$JS.API.CONSUMER.MSG.NEXT.{self.spec.stream}.{self.spec.durable}"
+        expires = max(1.0, opts.fetch_timeout * 5)
+        request = msgspec.json.encode({"batch": opts.batch, "expires": int(expires * 1e9)})
         progress = asyncio.create_task(
             self._progress_loop(), name=f"bus-progress-{self.spec.durable}"
         )
+        owed = 0
+        reconnects = nc.stats["reconnects"]
+        last_seen = time.monotonic()
         self._ready = True
-        opts = self._options
         try:
             while not self._stopping.is_set():
+                if nc.stats["reconnects"] != reconnects:
+                    reconnects, owed = nc.stats["reconnects"], 0
+                if owed <= opts.batch // 2 and nc.is_connected:
+                    try:
+                        await nc.publish(next_subject, request, reply=inbox)
+                        owed += opts.batch
+                    except nats.errors.Error as exc:
+                        log.warning("pull request failed", extra={"error": repr(exc)})
+                        await asyncio.sleep(_PAUSE_AFTER_ERROR)
+                        continue
                 try:
-                    msgs = await sub.fetch(opts.batch, timeout=opts.fetch_timeout)
-                except TimeoutError:
-                    # Nothing to fetch (nats-py raises both its own and the builtin kind).
+                    msg = queue.get_nowait()
+                except asyncio.QueueEmpty:
+                    try:
+                        msg = await asyncio.wait_for(queue.get(), opts.fetch_timeout)
+                    except TimeoutError:
+                        if time.monotonic() - last_seen > expires + 1:
+                            owed = 0  # requests expired without a word (server restarted)
+                        continue
+                last_seen = time.monotonic()
+                status = msg.headers.get("Status") if msg.headers else None
+                if status is not None:
+                    owed = _owed_after_status(owed, status, msg.headers or {})
                     continue
-                except nats.errors.Error as exc:
-                    # Reconnecting or JetStream restarting: the durable consumer keeps our
-                    # place, so waiting and fetching again loses nothing.
-                    log.warning(
-                        "fetch failed",
-                        extra={"consumer": self.spec.durable, "error": repr(exc)},
-                    )
-                    await asyncio.sleep(_PAUSE_AFTER_ERROR)
-                    continue
-                for index, msg in enumerate(msgs):
-                    if self._stopping.is_set():
-                        await self._requeue(msgs[index:])
-                        break
-                    await self._process(msg)
+                owed -= 1
+                await self._process(msg)
         finally:
             self._ready = False
             progress.cancel()
@@ -166,6 +207,12 @@ class ConsumerRunner:
                 await progress
             with contextlib.suppress(nats.errors.Error):
                 await sub.unsubscribe()
+            left = []
+            while not queue.empty():
+                msg = queue.get_nowait()
+                if not (msg.headers and "Status" in msg.headers):
+                    left.append(msg)
+            await self._requeue(left)
 
     async def _requeue(self, msgs: list[Msg]) -> None:
         # Handing back at once lets another instance take them without waiting for ack_wait.

@@ -142,6 +142,11 @@ class KubeClient:
             _return_http_data_only=True,
             _request_timeout=request_timeout,
         )
+        if resp.status >= 400:
+            # The generated client only raises when it reads the body itself.
+            text = await resp.read()
+            resp.release()
+            raise _api_error(resp.status, method, path, text)
         return resp
 
     async def get(self, resource: Resource, name: str, *, namespace: str | None = None) -> Obj:
@@ -231,6 +236,16 @@ async def connect(
             "(KUBERNETES_SERVICE_HOST unset)"
         )
     return KubeClient(k8s.ApiClient(configuration))
+
+
+def _api_error(status: int, method: str, path: str, body: bytes) -> ApiException:
+    try:
+        message = str(json.loads(body).get("message", ""))
+    except ValueError:
+        message = body[:200].decode(errors="replace")
+    error = ApiException(status=status, reason=f"{method} {path}: {message or status}")
+    error.body = body
+    return error
 
 
 def object_key(obj: Mapping[str, Any]) -> str:

@@ -1,0 +1,25 @@
+"""``python -m bench NAME [--quick]``: run one scenario, print its table and a JSON line."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+SCENARIOS = {"bus": "bench.scenarios.bus"}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    parser.add_argument("name", choices=sorted(SCENARIOS), help="scenario to run")
+    parser.add_argument("--quick", action="store_true", help="smaller run, under a minute")
+    args = parser.parse_args(argv)
+    scenario = importlib.import_module(SCENARIOS[args.name])
+    report = scenario.run(quick=args.quick)
+    print(report.table())
+    print(report.json_line())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,120 @@
+// Command busbench is the Go baseline of the bus benchmark: one JetStream publisher and one
+// durable pull consumer on the official client, measuring what the client can reach.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"sort"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+type result struct {
+	Events       int     `json:"events"`
+	EventsPerSec float64 `json:"events_per_sec"`
+	P50Micros    float64 `json:"p50_us"`
+	P99Micros    float64 `json:"p99_us"`
+}
+
+func main() {
+	url := flag.String("url", nats.DefaultURL, "NATS URL")
+	stream := flag.String("stream", "BENCH_GO", "stream to use (created by the harness)")
+	subject := flag.String("subject", "bench.go.events", "subject to publish on")
+	n := flag.Int("n", 50000, "events for the throughput run")
+	latencyN := flag.Int("latency-n", 2000, "events for the latency run")
+	payloadFile := flag.String("payload", "", "file holding the event payload")
+	flag.Parse()
+
+	payload, err := os.ReadFile(*payloadFile)
+	check(err)
+	nc, err := nats.Connect(*url)
+	check(err)
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	check(err)
+	ctx := context.Background()
+
+	throughput := run(ctx, js, *stream, *subject, "tput", payload, *n, false)
+	latency := run(ctx, js, *stream, *subject, "lat", payload, *latencyN, true)
+	out := result{
+		Events:       *n,
+		EventsPerSec: throughput.EventsPerSec,
+		P50Micros:    latency.P50Micros,
+		P99Micros:    latency.P99Micros,
+	}
+	check(json.NewEncoder(os.Stdout).Encode(out))
+}
+
+// run publishes n events and consumes them with a durable consumer. With sequential set,
+// each publish waits for the previous event to be handled, so the figures are latencies.
+func run(ctx context.Context, js jetstream.JetStream, stream, subject, name string,
+	payload []byte, n int, sequential bool) result {
+	cons, err := js.CreateOrUpdateConsumer(ctx, stream, jetstream.ConsumerConfig{
+		Durable:       "go-" + name,
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		FilterSubject: subject + "." + name,
+		MaxAckPending: 20000,
+	})
+	check(err)
+	sent := make([]time.Time, n)
+	latencies := make([]time.Duration, 0, n)
+	var handled atomic.Int64
+	done := make(chan struct{})
+	next := make(chan struct{}, 1)
+	cc, err := cons.Consume(func(msg jetstream.Msg) {
+		seq, _ := strconv.Atoi(msg.Headers().Get("Bench-Seq"))
+		latencies = append(latencies, time.Since(sent[seq]))
+		check(msg.Ack())
+		if handled.Add(1) == int64(n) {
+			close(done)
+		}
+		if sequential {
+			next <- struct{}{}
+		}
+	}, jetstream.PullMaxMessages(1000))
+	check(err)
+	defer cc.Stop()
+
+	start := time.Now()
+	for i := 0; i < n; i++ {
+		msg := nats.NewMsg(subject + "." + name)
+		msg.Data = payload
+		msg.Header.Set("Nats-Msg-Id", fmt.Sprintf("%s-%d", name, i))
+		msg.Header.Set("Bench-Seq", strconv.Itoa(i))
+		sent[i] = time.Now()
+		if sequential {
+			_, err := js.PublishMsg(ctx, msg)
+			check(err)
+			<-next
+			continue
+		}
+		_, err := js.PublishMsgAsync(msg)
+		check(err)
+	}
+	<-done
+	elapsed := time.Since(start)
+	sort.Slice(latencies, func(i, j int) bool { return latencies[i] < latencies[j] })
+	return result{
+		Events:       n,
+		EventsPerSec: float64(n) / elapsed.Seconds(),
+		P50Micros:    micros(latencies[len(latencies)/2]),
+		P99Micros:    micros(latencies[len(latencies)*99/100]),
+	}
+}
+
+func micros(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1000 }
+
+func check(err error) {
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "busbench:", err)
+		os.Exit(1)
+	}
+}
