@@ -1,0 +1,73 @@
+"""Every event lands in exactly one declared stream, and consumers are found by name."""
+
+from __future__ import annotations
+
+import pytest
+from neuron_dra_common.bus import CONSUMERS, STREAMS, consumer, dead_letter_subject
+from neuron_dra_common.bus.headers import cloud_event_attributes, event_headers
+from neuron_dra_common.bus.runner import _owed_after_status
+
+from tests.unit.events.samples import samples
+
+
+def _matches(pattern: str, subject: str) -> bool:
+    p, s = pattern.split("."), subject.split(".")
+    for i, token in enumerate(p):
+        if token == ">":
+            return len(s) > i
+        if i >= len(s) or (token != "*" and token != s[i]):
+            return False
+    return len(p) == len(s)
+
+
+@pytest.mark.parametrize("event", samples(), ids=lambda e: e.event_type())
+def test_each_event_subject_is_held_by_one_stream(event: object) -> None:
+    holders = [s.name for s in STREAMS for p in s.subjects if _matches(p, event.subject)]  # type: ignore[attr-defined]
+    assert len(holders) == 1, holders
+
+
+def test_consumers_point_at_declared_streams_and_sources_exist() -> None:
+    names = {s.name for s in STREAMS}
+    assert all(spec.stream in names for spec in CONSUMERS.values())
+    for stream in STREAMS:
+        assert set(stream.sources) <= names
+
+
+def test_unknown_consumer_error_lists_the_known_ones() -> None:
+    with pytest.raises(KeyError, match="consumer 'nope' is not declared; known: alert, audit"):
+        consumer("nope")
+
+
+def test_dead_letter_subject_names_stream_and_consumer() -> None:
+    spec = consumer("audit")
+    assert dead_letter_subject(spec) == "neuron.deadletter.NEURON_AUDIT.audit"
+
+
+def test_cloudevents_headers_round_trip() -> None:
+    event = samples()[2]
+    headers = event_headers(event, source="/neuron-dra/health-monitor/ip-1", msg_id="m-1")
+    attrs = cloud_event_attributes(headers)
+    assert attrs is not None
+    assert (attrs.id, attrs.type, attrs.specversion) == (
+        "m-1",
+        "com.aws.neuron.device.health.v1",
+        "1.0",
+    )
+    assert attrs.subject == "nodes/ip-10-0-0-1.ec2.internal/devices/neurondevice3"
+    assert headers["Nats-Msg-Id"] == "m-1"
+    assert cloud_event_attributes({"ce-id": "x"}) is None
+
+
+@pytest.mark.parametrize(
+    ("status", "headers", "owed"),
+    [
+        ("100", {}, 300),
+        ("408", {"Nats-Pending-Messages": "120"}, 180),
+        ("409", {"Nats-Pending-Messages": "500"}, 0),
+        ("409", {}, 0),
+    ],
+)
+def test_status_messages_adjust_what_is_still_owed(
+    status: str, headers: dict[str, str], owed: int
+) -> None:
+    assert _owed_after_status(300, status, headers) == owed
