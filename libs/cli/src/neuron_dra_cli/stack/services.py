@@ -1,0 +1,131 @@
+"""The product on the local stack: simulated hardware per node, one discovery process per
+node, the slice publisher, and the cluster objects they need (namespace, DeviceClass).
+
+``lifecycle.up`` calls :func:`apply_cluster_objects` and :func:`product_components` once the
+control plane is up, and starts the components with its launcher like any other.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from neuron_dra_common.hardware.simulate import SimNode
+
+from neuron_dra_cli.stack import kubectl, probes, process
+from neuron_dra_cli.stack.components import Component
+from neuron_dra_cli.stack.fleet import Fleet, NodeSpec
+from neuron_dra_cli.stack.layout import Layout
+
+__all__ = [
+    "LOCAL_OVERLAY",
+    "UNMANAGED_LABEL",
+    "apply_cluster_objects",
+    "hardware_root",
+    "product_components",
+]
+
+REPO = Path(__file__).resolve().parents[5]
+LOCAL_OVERLAY = REPO / "deploy" / "kustomize" / "overlays" / "local"
+#: A fleet group labelled ``neuron.aws.com/driver: "false"`` gets no hardware and no
+#: discovery: a node the driver does not manage (its pool is left to whoever writes it).
+UNMANAGED_LABEL = "neuron.aws.com/driver"
+
+
+def hardware_root(layout: Layout, node: str) -> Path:
+    """Where a simulated node's sysfs, /dev and neuron-ls live."""
+    return layout.node_dir(node) / "hw"
+
+
+def _write_hardware(layout: Layout, node: NodeSpec) -> SimNode:
+    from neuron_dra_common.hardware.simulate import SimUltraServer, write_node
+
+    us = node.ultraserver
+    sim_us = None
+    if us is not None:
+        sim_us = SimUltraServer(
+            server_id_2=us.server_id_2,
+            server_id_4=us.server_id_4,
+            node_id_2=us.node_id_2,
+            node_id_4=us.node_id_4,
+            supported_modes=(1, 2, 3, 4),
+            reservation_id=us.server_id_4,
+            node_id=us.node_id_4,
+        )
+    sim = write_node(
+        hardware_root(layout, node.name),
+        instance_type=node.instance_type,
+        node_name=node.name,
+        driver_version=node.driver_version,
+        lnc=node.lnc,
+        ultraserver=sim_us,
+    )
+    return sim
+
+
+def _python_service(
+    *, name: str, kind: str, module: str, env: dict[str, str], port: int
+) -> Component:
+    return Component(
+        name=name,
+        kind=kind,
+        argv=[sys.executable, "-m", module],
+        ports={"http": port},
+        ready=lambda: probes.tcp_open(port),
+        env={
+            **env,
+            "NEURON_DRA_HTTP_HOST": "127.0.0.1",
+            "NEURON_DRA_HTTP_PORT": str(port),
+        },
+    )
+
+
+def product_components(
+    *, fleet: Fleet, layout: Layout, nats_url: str, kubeconfig: Path
+) -> list[Component]:
+    """Write every node's simulated hardware; return one discovery per node and the publisher.
+
+    Nodes labelled ``neuron.aws.com/driver: "false"`` in the fleet are skipped. Discovery
+    polls every second on the stack so that a hardware edit shows within seconds.
+    """
+    items: list[Component] = []
+    for node in fleet.nodes:
+        if node.labels.get(UNMANAGED_LABEL) == "false":
+            continue
+        sim = _write_hardware(layout, node)
+        items.append(
+            _python_service(
+                name=f"discovery-{node.name}",
+                kind="discovery",
+                module="neuron_dra_discovery",
+                port=process.free_port(),
+                env={
+                    "NEURON_DRA_NODE_NAME": node.name,
+                    "NEURON_DRA_HARDWARE_ROOT": str(sim.root),
+                    "NEURON_DRA_NEURON_LS_COMMAND": ",".join(sim.neuron_ls_command),
+                    "NEURON_DRA_NATS_SERVERS": nats_url,
+                    "NEURON_DRA_POLL_SECONDS": "1",
+                    "NEURON_DRA_LOG_LEVEL": "warning",
+                },
+            )
+        )
+    items.append(
+        _python_service(
+            name="slice-publisher",
+            kind="slice-publisher",
+            module="neuron_dra_slice_publisher",
+            port=process.free_port(),
+            env={
+                "NEURON_DRA_KUBECONFIG": str(kubeconfig),
+                "NEURON_DRA_NATS_SERVERS": nats_url,
+                "NEURON_DRA_IDENTITY": "local",
+                "NEURON_DRA_LEASE_SECONDS": "6",
+            },
+        )
+    )
+    return items
+
+
+def apply_cluster_objects(kubeconfig: Path, *, overlay: Path = LOCAL_OVERLAY) -> None:
+    """Apply the local overlay (namespace, DeviceClass) with the stack's kubectl."""
+    kubectl.run(kubeconfig, ["apply", "-k", str(overlay)])
