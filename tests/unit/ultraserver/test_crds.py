@@ -27,8 +27,10 @@ def _version(crd: dict[str, Any], name: str) -> dict[str, Any]:
 def test_served_as_v1beta1_storage_and_v1_with_one_schema() -> None:
     for crd in (workload_crd(), ultraserver_crd()):
         beta, v1 = _version(crd, "v1beta1"), _version(crd, "v1")
-        assert beta["served"] and beta["storage"]
-        assert v1["served"] and not v1["storage"]
+        assert beta["served"]
+        assert beta["storage"]
+        assert v1["served"]
+        assert not v1["storage"]
         assert beta["schema"] == v1["schema"]
         assert beta["subresources"] == {"status": {}}
         assert crd["spec"]["scope"] == "Namespaced"
