@@ -52,7 +52,10 @@ def node_context(settings: PluginSettings) -> NodeContext:
         neuron_ls_path=Path(settings.neuron_ls_path) if settings.neuron_ls_path else None,
         instance_type=settings.instance_type or None,
     )
-    node = NodeContext.from_hardware(hardware, pool=settings.node_name, dev_root=str(root / "dev"))
+    # The container runtime reads CDI specs on the host: device paths are host paths, which
+    # differ from where this container reads sysfs when the host is mounted elsewhere.
+    dev_root = settings.dev_root or str(root / "dev")
+    node = NodeContext.from_hardware(hardware, pool=settings.node_name, dev_root=dev_root)
     return msgspec.structs.replace(node, node_device=node_device_for(node.instance))
 
 

@@ -35,6 +35,13 @@ class PluginSettings(ServiceSettings, frozen=True, kw_only=True):
     host_root: Annotated[
         str, msgspec.Meta(description="Root under which the host's /sys, /dev and /opt are read")
     ] = "/"
+    dev_root: Annotated[
+        str,
+        msgspec.Meta(
+            description="Where the device nodes are on the host, as CDI specs name them "
+            "(default: <host-root>/dev)"
+        ),
+    ] = ""
     neuron_ls_command: Annotated[
         tuple[str, ...],
         msgspec.Meta(description="neuron-ls command line, comma-separated (default neuron-ls -j)"),

@@ -1,0 +1,157 @@
+"""The kubelet plugin on the local stack: one process per simulated node.
+
+Each plugin serves its node's kubelet root (the hollow kubelet finds it under
+``plugins_registry`` and calls it exactly as a kubelet on EKS does), reads the node's
+simulated hardware, and writes CDI specs under ``<state>/nodes/<name>/cdi``.
+
+API access: on a cluster the plugin runs as the ``neuron-dra-kubelet-plugin``
+ServiceAccount bound to the ClusterRole in ``deploy/kustomize/base/kubelet-plugin``. Here it
+gets a client certificate for the user :data:`PLUGIN_USER`, bound to that same ClusterRole,
+so the local stack exercises the DaemonSet's least-privilege RBAC rather than admin rights.
+"""
+
+from __future__ import annotations
+
+import sys
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Final
+
+import yaml
+
+from neuron_dra_cli.stack import kubectl, process
+from neuron_dra_cli.stack.components import Component
+from neuron_dra_cli.stack.fleet import Fleet, NodeSpec
+from neuron_dra_cli.stack.layout import Layout
+from neuron_dra_cli.stack.nodes import kubelet_root
+from neuron_dra_cli.stack.pki import Pki, write_kubeconfig
+
+__all__ = [
+    "CLUSTER_ROLE",
+    "KIND",
+    "PLUGIN_USER",
+    "apply_plugin_rbac",
+    "cdi_root",
+    "hardware_root",
+    "plugin_component",
+    "plugin_components",
+]
+
+KIND: Final = "kubelet-plugin"
+PLUGIN_USER: Final = "neuron-dra:kubelet-plugin"
+REPO: Final = Path(__file__).resolve().parents[5]
+CLUSTER_ROLE: Final = REPO / "deploy" / "kustomize" / "base" / "kubelet-plugin" / "clusterrole.yaml"
+
+
+def hardware_root(layout: Layout, node: str) -> Path:
+    """Where the stack writes a node's simulated hardware (``stack.services`` does)."""
+    return layout.node_dir(node) / "hw"
+
+
+def cdi_root(layout: Layout, node: str) -> Path:
+    """Where a node's plugin writes its CDI specs (``neuron-dra dev env`` reads them)."""
+    return layout.node_dir(node) / "cdi"
+
+
+def _server(kubeconfig: Path) -> str:
+    config = yaml.safe_load(kubeconfig.read_text())
+    return str(config["clusters"][0]["cluster"]["server"])
+
+
+def _http_ok(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as resp:
+            return int(resp.status) == 200
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+def apply_plugin_rbac(*, layout: Layout, kubeconfig: Path) -> Path:
+    """Bind :data:`PLUGIN_USER` to the DaemonSet's ClusterRole; return its kubeconfig.
+
+    ``kubeconfig`` is the admin one (to apply the RBAC objects).
+    """
+    pki = Pki(layout.pki)
+    pair = pki.client("kubelet-plugin", user=PLUGIN_USER)
+    binding = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": {"name": "neuron-dra-kubelet-plugin-local"},
+        "roleRef": {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "ClusterRole",
+            "name": "neuron-dra-kubelet-plugin",
+        },
+        "subjects": [
+            {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": PLUGIN_USER}
+        ],
+    }
+    kubectl.run(kubeconfig, ["apply", "-f", str(CLUSTER_ROLE)])
+    kubectl.run(kubeconfig, ["apply", "-f", "-"], input=yaml.safe_dump(binding))
+    return write_kubeconfig(
+        layout.component_kubeconfig(KIND),
+        server=_server(kubeconfig),
+        ca=pki.ca.cert,
+        pair=pair,
+        user=PLUGIN_USER,
+    )
+
+
+def plugin_component(
+    *,
+    node: NodeSpec,
+    layout: Layout,
+    nats_url: str,
+    kubeconfig: Path,
+    env: dict[str, str] | None = None,
+) -> Component:
+    """The plugin process of one node; ``kubeconfig`` is the plugin's own (RBAC-bound).
+
+    ``env`` adds variables (tests set the crash point this way).
+    """
+    hw = hardware_root(layout, node.name)
+    if not (hw / "sys").is_dir():
+        raise FileNotFoundError(
+            f"node {node.name}: no simulated hardware under {hw}; write it first "
+            "(stack.services.product_components does)"
+        )
+    root = kubelet_root(layout, node.name)
+    port = process.free_port()
+    return Component(
+        name=f"{KIND}-{node.name}",
+        kind=KIND,
+        argv=[sys.executable, "-m", "neuron_dra_kubelet_plugin"],
+        ports={"http": port},
+        # Ready once the node's kubelet registered it: from then on pods can use the node.
+        ready=lambda: _http_ok(f"http://127.0.0.1:{port}/readyz"),
+        env={
+            "NEURON_DRA_NODE_NAME": node.name,
+            "NEURON_DRA_KUBELET_ROOT": str(root),
+            "NEURON_DRA_CDI_ROOT": str(cdi_root(layout, node.name)),
+            "NEURON_DRA_HOST_ROOT": str(hw),
+            "NEURON_DRA_NEURON_LS_COMMAND": f"{hw}/opt/aws/neuron/bin/neuron-ls,-j",
+            "NEURON_DRA_KUBECONFIG": str(kubeconfig),
+            "NEURON_DRA_NATS_SERVERS": nats_url,
+            "NEURON_DRA_HTTP_HOST": "127.0.0.1",
+            "NEURON_DRA_HTTP_PORT": str(port),
+            "NEURON_DRA_PROBE_INTERVAL": "5",
+            **(env or {}),
+        },
+    )
+
+
+def plugin_components(
+    *, fleet: Fleet, layout: Layout, nats_url: str, kubeconfig: Path
+) -> list[Component]:
+    """One kubelet plugin per node of ``fleet``.
+
+    Call it once the apiserver is up and the nodes' hardware is written (after
+    ``services.product_components``); ``kubeconfig`` is the admin one, used only to bind the
+    plugins' own identity to the DaemonSet's ClusterRole.
+    """
+    own = apply_plugin_rbac(layout=layout, kubeconfig=kubeconfig)
+    return [
+        plugin_component(node=node, layout=layout, nats_url=nats_url, kubeconfig=own)
+        for node in fleet.nodes
+    ]

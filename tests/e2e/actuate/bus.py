@@ -1,0 +1,32 @@
+"""Reading the product's events from the stack's NATS, as an audit subscriber would."""
+
+from __future__ import annotations
+
+import asyncio
+
+import nats
+from nats.js.errors import NotFoundError
+from neuron_dra_common.events.base import subject_token
+from neuron_dra_common.events.codec import AnyEvent, decode
+
+
+def last_event(nats_url: str, subject: str, *, stream: str = "NEURON_CLAIMS") -> AnyEvent | None:
+    """The last event stored on ``subject``, or ``None``."""
+
+    async def read() -> AnyEvent | None:
+        nc = await nats.connect(nats_url)
+        try:
+            msg = await nc.jetstream().get_last_msg(stream, subject)
+        except NotFoundError:
+            return None
+        finally:
+            await nc.close()
+        return decode(msg.data or b"")
+
+    return asyncio.run(read())
+
+
+def claim_subject(kind: str, *, node: str, namespace: str, name: str) -> str:
+    """``neuron.claim.<kind>.<node>.<namespace>.<name>``."""
+    tokens = ".".join(subject_token(t) for t in (node, namespace, name))
+    return f"neuron.claim.{kind}.{tokens}"

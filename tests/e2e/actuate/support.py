@@ -1,0 +1,308 @@
+"""The product's kubelet path on the local stack: every simulated node runs the kubelet
+plugin, and tests drive it through the real kubelet, scheduler and controllers.
+
+When the stack does not start the plugins (or the slice publisher) itself, this module does:
+plugins with ``stack.plugin.plugin_components`` recorded in the stack's state (so
+``dev down`` stops them), and a ResourceSlice per Neuron node built the way the slice
+publisher builds it, from the same simulated hardware.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import msgspec
+from neuron_dra_cli.stack import process, state
+from neuron_dra_cli.stack.components import Component
+from neuron_dra_cli.stack.fleet import Fleet, NodeSpec, load_fleet
+from neuron_dra_cli.stack.layout import Layout
+from neuron_dra_cli.stack.plugin import (
+    KIND,
+    apply_plugin_rbac,
+    cdi_root,
+    hardware_root,
+    plugin_component,
+)
+from neuron_dra_common import cdi
+from neuron_dra_common.hardware.simulate import write_node
+from neuron_dra_common.topology import instance_spec
+
+from tests.fixtures.stack import KubeStack
+
+MANIFESTS = Path(__file__).parent / "manifests"
+DRIVER = "neuron.aws.com"
+
+
+def neuron_slice(node: NodeSpec) -> dict[str, Any]:
+    """A pool of one node, with the attributes seed 000's templates select on."""
+    spec = instance_spec(node.instance_type)
+    devices = [
+        {
+            "name": f"neurondevice{i}",
+            "attributes": {
+                "deviceId": {"int": i},
+                "instanceType": {"string": node.instance_type},
+                "resourceType": {"string": "neuron_device"},
+                "resource.aws.com/devicegroup4_id": {"string": f"{node.name}-g4-{i // 4}"},
+            },
+        }
+        for i in range(spec.devices)
+    ]
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": f"{node.name}-{DRIVER}-test"},
+        "spec": {
+            "driver": DRIVER,
+            "nodeName": node.name,
+            "pool": {"name": node.name, "generation": 1, "resourceSliceCount": 1},
+            "devices": devices,
+        },
+    }
+
+
+@dataclass
+class Actuate:
+    """The stack plus handles on each node's plugin process."""
+
+    stack: KubeStack
+    fleet: Fleet
+    layout: Layout
+    plugin_kubeconfig: Path
+    procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+
+    # --- nodes and files -------------------------------------------------------------
+    def node(self, name: str) -> NodeSpec:
+        return next(n for n in self.fleet.nodes if n.name == name)
+
+    def trn2_nodes(self) -> list[str]:
+        return [n.name for n in self.fleet.nodes if n.instance_type == "trn2.48xlarge"]
+
+    def cdi_specs(self, node: str) -> dict[str, cdi.Spec]:
+        """Claim UID -> the CDI spec the node's plugin wrote for it."""
+        root = cdi_root(self.layout, node)
+        return {
+            uid: spec
+            for uid in sorted(cdi.claim_spec_uids(root))
+            if (spec := cdi.read_claim_spec(root, uid)) is not None
+        }
+
+    def checkpoint_path(self, node: str) -> Path:
+        root = self.layout.node_dir(node) / "kubelet" / "plugins" / DRIVER
+        return root / "checkpoint.json"
+
+    def checkpoint(self, node: str) -> dict[str, Any]:
+        path = self.checkpoint_path(node)
+        if not path.exists():
+            return {}
+        claims: dict[str, Any] = json.loads(path.read_text())["data"]["claims"]
+        return claims
+
+    def log(self, node: str) -> Path:
+        return self.layout.log(f"{KIND}-{node}")
+
+    # --- plugin processes ------------------------------------------------------------
+    def component(self, node: str, *, env: dict[str, str] | None = None) -> Component:
+        return plugin_component(
+            node=self.node(node),
+            layout=self.layout,
+            nats_url=self.stack.nats_url,
+            kubeconfig=self.plugin_kubeconfig,
+            env=env,
+        )
+
+    def plugin_pid(self, node: str) -> int | None:
+        """The pid of node's running plugin, whoever started it."""
+        proc = self.procs.get(node)
+        if proc is not None:
+            return proc.pid if proc.poll() is None else None
+        current = state.load(self.layout.root)
+        for c in current.components if current else ():
+            if c.name == f"{KIND}-{node}" and process.alive(
+                process.Running(pid=c.pid, start_ticks=c.start_ticks)
+            ):
+                return c.pid
+        return None
+
+    def kill_plugin(self, node: str) -> None:
+        """``kill -9`` node's plugin and wait until it is gone."""
+        pid = self.plugin_pid(node)
+        if pid is not None:
+            os.kill(pid, signal.SIGKILL)
+            wait_gone(pid)
+        proc = self.procs.pop(node, None)
+        if proc is not None:
+            proc.wait(timeout=10)
+
+    def start_plugin(self, node: str, *, env: dict[str, str] | None = None) -> int:
+        """Start node's plugin (the old one must be gone), recorded for ``dev down``."""
+        c = self.component(node, env=env)
+        log = self.layout.log(c.name)
+        with open(log, "ab") as out:
+            proc = subprocess.Popen(
+                c.argv,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, **c.env},
+                start_new_session=True,
+            )
+        self.procs[node] = proc
+        current = state.load(self.layout.root)
+        assert current is not None
+        ticks = process._start_ticks(proc.pid)
+        entry = state.ComponentState(
+            name=c.name, kind=KIND, pid=proc.pid, start_ticks=ticks or -1, log=str(log)
+        )
+        others = tuple(x for x in current.components if x.name != c.name)
+        state.save(self.layout.root, msgspec.structs.replace(current, components=(*others, entry)))
+        return proc.pid
+
+    def wait_exited(self, node: str, *, timeout: float = 60) -> int:
+        """Wait for node's plugin (started here) to exit; its exit status."""
+        proc = self.procs[node]
+        code = proc.wait(timeout=timeout)
+        del self.procs[node]
+        return code
+
+    def stop_all(self) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.terminate()
+                try:
+                    proc.wait(timeout=15)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+        self.procs.clear()
+
+    def wait_plugin_ready(self, node: str, *, timeout: float = 60) -> None:
+        c_ready = self._ready_check(node)
+        self.stack.wait_for(f"the plugin of {node} to be registered", c_ready, timeout=timeout)
+
+    def _ready_check(self, node: str) -> Callable[[], bool]:
+        # The plugin answers /readyz once the kubelet registered it; its port is in its env.
+        pid = self.plugin_pid(node)
+        assert pid is not None, f"no plugin running for {node}"
+        environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        port = next(
+            int(e.split(b"=", 1)[1]) for e in environ if e.startswith(b"NEURON_DRA_HTTP_PORT=")
+        )
+        from neuron_dra_cli.stack.plugin import _http_ok
+
+        return lambda: _http_ok(f"http://127.0.0.1:{port}/readyz")
+
+    # --- pods --------------------------------------------------------------------------
+    def apply(self, manifest: dict[str, Any] | list[dict[str, Any]]) -> None:
+        items = manifest if isinstance(manifest, list) else [manifest]
+        self.stack.kubectl(
+            "apply",
+            "-f",
+            "-",
+            input=json.dumps({"apiVersion": "v1", "kind": "List", "items": items}),
+        )
+
+    def pod(self, name: str, namespace: str = "default") -> dict[str, Any]:
+        result: dict[str, Any] = self.stack.get_json("pod", name, "-n", namespace)
+        return result
+
+    def wait_running(self, name: str, namespace: str = "default", timeout: float = 90) -> Any:
+        return self.stack.wait_for(
+            f"pod {namespace}/{name} to be Running",
+            lambda: (p := self.pod(name, namespace))["status"].get("phase") == "Running" and p,
+            timeout=timeout,
+        )
+
+    def claim_of(self, pod: str, namespace: str = "default") -> dict[str, Any]:
+        claims = self.stack.get_json("resourceclaims", "-n", namespace)["items"]
+        mine = [
+            c
+            for c in claims
+            if any(o.get("name") == pod for o in c["metadata"].get("ownerReferences", []))
+        ]
+        assert len(mine) == 1, [c["metadata"]["name"] for c in mine]
+        return mine[0]
+
+    def events_for(self, pod: str, namespace: str = "default") -> list[dict[str, Any]]:
+        items: list[dict[str, Any]] = self.stack.get_json(
+            "events", "-n", namespace, "--field-selector", f"involvedObject.name={pod}"
+        )["items"]
+        return items
+
+    def delete_pod(self, name: str, namespace: str = "default", timeout: float = 90) -> None:
+        self.stack.kubectl(
+            "delete", "pod", name, "-n", namespace, "--wait=false", "--ignore-not-found"
+        )
+        self.stack.wait_for(
+            f"pod {namespace}/{name} to be gone",
+            lambda: (
+                self.stack.kubectl("get", "pod", name, "-n", namespace, check=False).returncode != 0
+            ),
+            timeout=timeout,
+        )
+
+
+def wait_gone(pid: int, timeout: float = 10) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        # A killed child of this process stays a zombie until reaped.
+        try:
+            if os.waitpid(pid, os.WNOHANG)[0] == pid:
+                return
+        except ChildProcessError:
+            pass
+        if Path(f"/proc/{pid}/stat").exists() and " Z " in Path(f"/proc/{pid}/stat").read_text():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"process {pid} still alive {timeout} s after SIGKILL")
+
+
+def bring_up(stack: KubeStack) -> Iterator[Actuate]:
+    """Make sure every node runs the plugin and has a Neuron pool; yield the handle."""
+    layout = Layout(stack.state_dir)
+    current = state.load(layout.root)
+    assert current is not None
+    fleet = load_fleet(Path(current.fleet))
+    admin = Path(current.kubeconfig)
+    for node in fleet.nodes:
+        hw = hardware_root(layout, node.name)
+        if not (hw / "sys").is_dir():
+            write_node(
+                hw,
+                instance_type=node.instance_type,
+                node_name=node.name,
+                driver_version=node.driver_version,
+                lnc=node.lnc,
+            )
+    stack.kubectl("apply", "-f", str(MANIFESTS / "deviceclass.yaml"))
+    own = apply_plugin_rbac(layout=layout, kubeconfig=admin)
+    actuate = Actuate(stack=stack, fleet=fleet, layout=layout, plugin_kubeconfig=own)
+    if not any(c.kind == KIND for c in current.components):
+        for node in fleet.nodes:
+            actuate.start_plugin(node.name)
+    if not any(c.kind == "slice-publisher" for c in current.components):
+        for node in fleet.nodes:
+            stack.kubectl("apply", "-f", "-", input=json.dumps(neuron_slice(node)))
+    try:
+        for node in fleet.nodes:
+            actuate.wait_plugin_ready(node.name, timeout=120)
+        yield actuate
+    finally:
+        actuate.stop_all()
+
+
+def decode_spec(spec: cdi.Spec) -> dict[str, Any]:
+    result: dict[str, Any] = msgspec.to_builtins(spec)
+    return result
