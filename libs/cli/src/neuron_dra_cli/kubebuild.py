@@ -271,16 +271,22 @@ def ensure_binaries(version: str = DEFAULT_VERSION, *, progress: Progress = prin
         go = _go()
         bdir.mkdir(parents=True, exist_ok=True)
         names = ", ".join(b.name for b, _ in todo)
+        slow = any(b.name != "hollow-node" for b, _ in todo)
         progress(
-            f"building Kubernetes v{release.version} ({names}) with {go}; "
-            "a first build takes about 10 minutes on 2 cores"
+            f"building Kubernetes v{release.version} ({names}) with {go}"
+            + ("; a first build takes about 10 minutes on 2 cores" if slow else "")
         )
         t0 = time.monotonic()
         with tempfile.TemporaryDirectory(prefix=".build-", dir=bdir.parent) as tmp_name:
             tmp = Path(tmp_name)
             argv = go_build_argv(release, tmp, [b.package for b, _ in todo])
             argv[0] = go
-            env = {**os.environ, "CGO_ENABLED": "0", "GOWORK": "off", "GOFLAGS": "-mod=readonly"}
+            env = {
+                **os.environ,
+                "CGO_ENABLED": "0",
+                "GOWORK": "off",
+                "GOFLAGS": "-mod=readonly -buildvcs=false",
+            }
             stop = threading.Event()
             done: set[str] = set()
             watcher = threading.Thread(

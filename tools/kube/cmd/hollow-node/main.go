@@ -17,7 +17,6 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
@@ -86,8 +85,7 @@ func (o *nodeOptions) addFlags(cmd *cobra.Command) {
 	fs.IntVar(&o.maxPods, "max-pods", 110, "Pod capacity.")
 	fs.Float32Var(&o.apiQPS, "kube-api-qps", 10, "QPS towards the API server.")
 	fs.IntVar(&o.apiBurst, "kube-api-burst", 20, "Burst towards the API server.")
-	fs.Var(cliflag.NewMapStringBool(&o.featureGates), "feature-gates", "Feature gates of the kubelet, A=true,B=false. Known gates:\n"+
-		strings.Join(utilfeature.DefaultMutableFeatureGate.KnownFeatures(), "\n"))
+	fs.Var(cliflag.NewMapStringBool(&o.featureGates), "feature-gates", "Kubelet feature gates, A=true,B=false: any gate this release knows (an unknown one is refused at start).")
 	verflag.AddFlags(fs)
 }
 
