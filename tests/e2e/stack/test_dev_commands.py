@@ -83,7 +83,9 @@ def test_up_status_down_then_up_again_from_cache(tmp_path: Path) -> None:
         time.sleep(0.5)
         status = neuron_dra("dev", "status", "--state-dir", str(state_dir))
         assert status.returncode == 1
-        line = next(ln for ln in status.stdout.splitlines() if ln.strip().startswith("kube-scheduler"))
+        line = next(
+            ln for ln in status.stdout.splitlines() if ln.strip().startswith("kube-scheduler")
+        )
         assert "DOWN" in line
     finally:
         stop_stack(state_dir)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from neuron_dra_cli import kubebuild
+from neuron_dra_cli.stack.layout import Layout
 
 from tests.fixtures.stack import KubeStack, start_stack, stop_stack
 
@@ -18,13 +19,16 @@ DRIVER = "test-driver.cdi.k8s.io"
 NODE = "inf2-48xl-0"
 
 
-class TestDriver:
+class UpstreamTestDriver:
     def __init__(self, stack: KubeStack, node: str, workdir: Path) -> None:
         self.stack = stack
         self.node = node
-        self.root = stack.state_dir / "nodes" / node / "kubelet"
+        self.root = Layout(stack.state_dir).kubelet_root(node)
         self.cdi = workdir / "cdi"
         self.log = workdir / "test-driver.log"
+        # As on a real node, the plugin's socket directory exists before it starts (a
+        # hostPath mount there); the driver creates only its parent.
+        (self.root / "plugins" / DRIVER).mkdir(parents=True, exist_ok=True)
         bins = kubebuild.ensure_binaries(stack.k8s_version, progress=lambda _m: None)
         with open(self.log, "wb") as log:
             self.proc = subprocess.Popen(
@@ -53,7 +57,7 @@ class TestDriver:
 
 
 def run_claim_lifecycle(stack: KubeStack, workdir: Path) -> None:
-    driver = TestDriver(stack, NODE, workdir)
+    driver = UpstreamTestDriver(stack, NODE, workdir)
     try:
         stack.kubectl(
             "apply",

@@ -252,6 +252,7 @@ def down(state_dir: Path) -> int:
     live = [c for c in current.components if process.alive(_running(c))]
     stop_all(current)
     state.clear(state_dir)
+    Layout(state_dir).short_nodes.unlink(missing_ok=True)
     return len(live)
 
 

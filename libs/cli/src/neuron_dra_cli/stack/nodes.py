@@ -12,8 +12,10 @@ from neuron_dra_cli.stack.layout import Layout
 
 
 def kubelet_root(layout: Layout, node: str) -> Path:
-    """The node's kubelet root (``plugins_registry``, ``plugins``, ``pods`` live here)."""
-    return layout.node_dir(node) / "kubelet"
+    """The node's kubelet root (``plugins_registry``, ``plugins``, ``pods`` live here),
+    reached through the layout's short alias so socket paths stay within limits."""
+    layout.ensure_short_nodes()
+    return layout.kubelet_root(node)
 
 
 def node_component(
