@@ -62,7 +62,7 @@ def allocated_devices(stack: KubeStack, pod: str) -> tuple[str, list[str]]:
 
 
 def test_seed_1x4_template_gets_one_connected_row(kube_stack: KubeStack) -> None:
-    node = "trn2-48xl-0"
+    node = "bare-trn2-0"
     kube_stack.kubectl("apply", "-f", str(MANIFESTS / "deviceclass.yaml"))
     kube_stack.kubectl("apply", "-f", "-", input=hand_written_slice(node))
     # Another workload first takes neurondevice0, so the first four free devices (1-4)
