@@ -15,9 +15,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="group", metavar="GROUP")
     sub.required = True
-    from neuron_dra_cli import dev
+    from neuron_dra_cli import dev, topology_cmd
 
     dev.register(sub)
+    topology_cmd.register(sub)
     return parser
 
 
