@@ -253,6 +253,11 @@ class Fleet:
     def allocations(self) -> tuple[Allocation, ...]:
         return tuple(self._allocations[uid] for uid in sorted(self._allocations))
 
+    def position(self, node: str) -> tuple[str, int] | None:
+        """The UltraServer and node id of ``node``, if it is known."""
+        server = self._node_server.get(node)
+        return None if server is None else (server, self._find(node).node_id)
+
     def holder(self, node: str) -> str | None:
         """The UID of the workload holding ``node``."""
         return self._holder.get(node)

@@ -12,12 +12,15 @@ from neuron_dra_common.bus.declarations import (
     dead_letter_subject,
 )
 from neuron_dra_common.bus.errors import PermanentError, PublishError
+from neuron_dra_common.bus.follow import Follower, ProjectionHandler
 from neuron_dra_common.bus.headers import CloudEventAttributes, cloud_event_attributes
 from neuron_dra_common.bus.publisher import Publisher, PublishResult
 from neuron_dra_common.bus.reconcile import reconcile, reconcile_consumer, reconcile_stream
+from neuron_dra_common.bus.rpc import ALLOCATOR_SUBJECT, Responder, RpcError, request
 from neuron_dra_common.bus.runner import ConsumerRunner, Delivery, Handler, RunnerOptions
 
 __all__ = [
+    "ALLOCATOR_SUBJECT",
     "CONSUMERS",
     "DEAD_LETTER_PREFIX",
     "STREAMS",
@@ -27,11 +30,15 @@ __all__ = [
     "ConsumerSpec",
     "DeadLetterRecord",
     "Delivery",
+    "Follower",
     "Handler",
     "PermanentError",
+    "ProjectionHandler",
     "PublishError",
     "PublishResult",
     "Publisher",
+    "Responder",
+    "RpcError",
     "RunnerOptions",
     "StreamSpec",
     "cloud_event_attributes",
@@ -41,4 +48,5 @@ __all__ = [
     "reconcile",
     "reconcile_consumer",
     "reconcile_stream",
+    "request",
 ]

@@ -1,0 +1,93 @@
+"""``neuron-dra-topology-allocator``: settings, wiring, run."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import Sequence
+from typing import Annotated
+
+import msgspec
+from neuron_dra_common.bus import ALLOCATOR_SUBJECT, Bus, Follower, Responder
+from neuron_dra_common.bus.declarations import ALLOCATION, HEALTH, INVENTORY
+from neuron_dra_common.events.base import SUBJECT_ROOT
+from neuron_dra_common.runtime import Service, run
+from neuron_dra_common.settings import ServiceSettings, SettingsError, load
+
+from neuron_dra_topology_allocator.placement import Strategy
+from neuron_dra_topology_allocator.projection import Projection
+from neuron_dra_topology_allocator.service import Allocator
+
+__all__ = ["AllocatorSettings", "build", "main"]
+
+NAME = "topology-allocator"
+
+
+class AllocatorSettings(ServiceSettings, frozen=True, kw_only=True):
+    """The topology allocator: whole-UltraServer placement over NATS request/reply."""
+
+    strategy: Annotated[
+        Strategy, msgspec.Meta(description="Placement: best-fit (default) or first-fit")
+    ] = Strategy.BEST_FIT
+    subject: Annotated[str, msgspec.Meta(description="Request subject")] = ALLOCATOR_SUBJECT
+
+
+async def build(settings: AllocatorSettings) -> Service:
+    """Connect, replay the fleet, then answer requests once the view is complete."""
+    bus = await Bus.connect(settings.nats_servers, name=NAME)
+    await bus.reconcile()
+    projection = Projection()
+    allocator = Allocator(
+        projection, sink=bus.publisher(source=f"/neuron-dra/{NAME}"), strategy=settings.strategy
+    )
+    followers = {
+        "inventory": Follower(
+            bus,
+            stream=INVENTORY.name,
+            subject=f"{SUBJECT_ROOT}.inventory.>",
+            handler=projection.apply,
+        ),
+        "health": Follower(
+            bus, stream=HEALTH.name, subject=f"{SUBJECT_ROOT}.health.>", handler=projection.apply
+        ),
+        "allocations": Follower(
+            bus,
+            stream=ALLOCATION.name,
+            subject=f"{SUBJECT_ROOT}.allocation.>",
+            handler=projection.apply,
+        ),
+    }
+    responder = Responder(bus, settings.subject, allocator.handle, queue=NAME)
+    stopped = asyncio.Event()
+
+    async def serve() -> None:
+        await asyncio.gather(*(f.wait_caught_up() for f in followers.values()))
+        projection.serving = True
+        await responder.start()
+        await stopped.wait()
+        await responder.stop()
+
+    service = Service(name=NAME, settings=settings)
+    for name, follower in followers.items():
+        service.add_task(name, follower.run, stop=follower.stop)
+    service.add_task("requests", serve, stop=stopped.set, ready=lambda: responder.ready)
+    service.add_readiness("nats", lambda: bus.connected)
+    service.on_shutdown(bus.close)
+    return service
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        settings = load(
+            AllocatorSettings,
+            argv=sys.argv[1:] if argv is None else argv,
+            prog="neuron-dra-topology-allocator",
+        )
+    except SettingsError as exc:
+        print(f"neuron-dra-topology-allocator: {exc}", file=sys.stderr)
+        return 2
+
+    async def wire() -> Service:
+        return await build(settings)
+
+    return run(wire, name=NAME, settings=settings)

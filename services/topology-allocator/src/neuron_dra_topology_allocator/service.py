@@ -1,0 +1,193 @@
+"""Answers allocation requests: decide, record the decision on the bus, reply.
+
+A grant is stored in the ``NEURON_ALLOCATION`` stream before the reply leaves, so a restarted
+allocator rebuilds it; its message id is the workload UID and generation, so a repeated
+request stores nothing twice. Requests are handled one at a time (see ``bus.rpc``), which is
+what makes two workloads racing for the last UltraServer end with exactly one winner.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+import zlib
+from collections.abc import Sequence
+from typing import Protocol
+
+from neuron_dra_common.bus import PublishResult
+from neuron_dra_common.events import (
+    AllocationDecided,
+    AllocationReleased,
+    AllocationRequested,
+    AnyEvent,
+    Event,
+    UltraServerGrant,
+)
+from neuron_dra_common.ultraserver import modes_for_size
+from prometheus_client import Counter, Histogram
+
+from neuron_dra_topology_allocator.placement import (
+    UNITS,
+    Decision,
+    Fleet,
+    PlacementError,
+    Request,
+    Strategy,
+)
+from neuron_dra_topology_allocator.projection import Projection
+
+__all__ = ["Allocator", "EventSink", "NotReady"]
+
+log = logging.getLogger(__name__)
+
+DECISIONS = Counter(
+    "neuron_allocator_decisions_total", "Allocation decisions by outcome", ["outcome"]
+)
+DECISION_SECONDS = Histogram(
+    "neuron_allocator_decision_seconds",
+    "Time to place one request (in memory, without the bus)",
+    buckets=(0.0001, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.05),
+)
+
+
+class EventSink(Protocol):
+    async def publish(self, event: Event, *, msg_id: str | None = None) -> PublishResult: ...
+
+
+class NotReady(ValueError):
+    """The allocator has not finished reading the fleet; the requester retries."""
+
+
+class Allocator:
+    """The request handler around a :class:`Projection`."""
+
+    def __init__(
+        self, projection: Projection, *, sink: EventSink, strategy: Strategy = Strategy.BEST_FIT
+    ) -> None:
+        self.projection = projection
+        self._sink = sink
+        self._strategy = strategy
+
+    @property
+    def fleet(self) -> Fleet:
+        return self.projection.fleet
+
+    async def handle(self, event: AnyEvent) -> Event:
+        if not self.projection.serving:
+            raise NotReady("topology allocator: still reading the fleet from the bus; retry")
+        if isinstance(event, AllocationRequested):
+            return await self.allocate(event)
+        if isinstance(event, AllocationReleased):
+            return await self.release(event)
+        raise PlacementError(
+            f"topology allocator: cannot answer {event.event_type()}; send "
+            "allocation.requested.v1 or allocation.released.v1"
+        )
+
+    async def allocate(self, event: AllocationRequested) -> AllocationDecided:
+        ref = event.workload
+        request = Request(
+            workload=f"{ref.namespace}/{ref.name}",
+            uid=ref.uid,
+            size=event.topology_size,
+            count=event.server_count,
+            instance_type=event.instance_type,
+            generation=event.generation,
+            exclude=frozenset(event.exclude_ultraservers),
+        )
+        if not ref.uid:
+            raise PlacementError(
+                f"NeuronUltraServerWorkload {request.workload}: metadata.uid is empty"
+            )
+        fresh = self.fleet.allocation(ref.uid) is None
+        started = time.perf_counter()
+        if event.nodes:
+            decision = self.fleet.adopt(request, self._grants(event.nodes, event.topology_size))
+        else:
+            decision = self.fleet.place(request, strategy=self._strategy)
+        DECISION_SECONDS.observe(time.perf_counter() - started)
+        decided = _decided(event, decision)
+        if decision.granted and fresh:
+            try:
+                await self._sink.publish(
+                    decided, msg_id=f"decided-{ref.uid}-{event.generation}-{len(decided.nodes)}"
+                )
+            except Exception:
+                # Not recorded means not granted: a restart would not know about it.
+                self.fleet.release(ref.uid)
+                raise
+            DECISIONS.labels("granted").inc()
+        elif not decision.granted:
+            DECISIONS.labels("refused").inc()
+            await self._sink.publish(
+                decided,
+                msg_id=f"refused-{ref.uid}-{event.generation}-{zlib.crc32(decided.reason.encode())}",
+            )
+        return decided
+
+    def _grants(self, nodes: Sequence[str], size: int) -> tuple[UltraServerGrant, ...]:
+        """Grants for nodes a workload already records, in its order, ``size`` at a time."""
+        grants = []
+        for index in range(0, len(nodes), max(size, 1)):
+            chunk = tuple(nodes[index : index + size])
+            where = [self._where(n) for n in chunk]
+            us = where[0][0] if where and where[0] else ""
+            ids = tuple(w[1] if w else -1 for w in where)
+            mask = sum(1 << i for i in ids if i >= 0)
+            mode = next(
+                (m for u, m in UNITS.get(size, ()) if u == mask), (modes_for_size(size) or (0,))[0]
+            )
+            grants.append(
+                UltraServerGrant(
+                    ultraserver=us,
+                    index=index // max(size, 1),
+                    nodes=chunk,
+                    node_ids=ids,
+                    mode=mode,
+                    server_id=us,
+                )
+            )
+        return tuple(grants)
+
+    def _where(self, node: str) -> tuple[str, int] | None:
+        return self.fleet.position(node)
+
+    async def release(self, event: AllocationReleased) -> AllocationReleased:
+        held = self.fleet.release(event.workload.uid)
+        released = AllocationReleased(
+            request_id=event.request_id or str(uuid.uuid4()),
+            workload=event.workload,
+            ultraservers=tuple(sorted({g.ultraserver for g in held.grants})) if held else (),
+            nodes=held.nodes if held else (),
+        )
+        if held is not None:
+            DECISIONS.labels("released").inc()
+            await self._sink.publish(
+                released, msg_id=f"released-{event.workload.uid}-{released.request_id}"
+            )
+        return released
+
+
+def _decided(event: AllocationRequested, decision: Decision) -> AllocationDecided:
+    allocation = decision.allocation
+    if allocation is None:
+        return AllocationDecided(
+            request_id=event.request_id,
+            workload=event.workload,
+            granted=False,
+            reason=decision.reason,
+            generation=event.generation,
+            topology_size=event.topology_size,
+            refusals=decision.refusals,
+        )
+    return AllocationDecided(
+        request_id=event.request_id,
+        workload=event.workload,
+        granted=True,
+        ultraservers=tuple(dict.fromkeys(g.ultraserver for g in allocation.grants)),
+        nodes=allocation.nodes,
+        generation=allocation.generation,
+        topology_size=allocation.size,
+        grants=allocation.grants,
+    )
