@@ -14,7 +14,7 @@ from tests.e2e.describe.support import (
     pod,
     unschedulable_reason,
 )
-from tests.fixtures.stack import KubeStack
+from tests.fixtures.stack import KubeStack, neuron_dra
 
 pytestmark = pytest.mark.stack
 
@@ -37,6 +37,10 @@ def test_four_rows_fill_a_node_and_a_fifth_waits_for_one(
         assert bound(describe_stack, ns, f"row{i}") == NODE
         rows.append(allocation(describe_stack, ns, f"row{i}")[1])
     assert sorted(rows) == sorted(ROWS)
+    shown = neuron_dra("topology", "show", NODE, "--kubeconfig", str(describe_stack.kubeconfig))
+    assert shown.returncode == 0, shown.stderr
+    assert "(16 devices, 16 held)" in shown.stdout
+    assert len({line.split()[0] for line in shown.stdout.splitlines() if f"{ns}/" in line}) == 4
 
     create(describe_stack, ns, pod("fifth", "1x4-connected-neurons", node=NODE))
     assert "cannot allocate all claims" in unschedulable_reason(describe_stack, ns, "fifth")
