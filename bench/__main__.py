@@ -6,7 +6,7 @@ import argparse
 import importlib
 import sys
 
-SCENARIOS = {"bus": "bench.scenarios.bus"}
+SCENARIOS = {"bus": "bench.scenarios.bus", "slices": "bench.scenarios.slices"}
 
 
 def main(argv: list[str] | None = None) -> int:
