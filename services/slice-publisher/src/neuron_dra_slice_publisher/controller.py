@@ -21,6 +21,7 @@ import msgspec
 from neuron_dra_common.bus import Delivery, PermanentError
 from neuron_dra_common.events import AnyEvent, NodeInventory
 from neuron_dra_common.kube import WorkQueue
+from neuron_dra_common.topology import UnknownInstanceType, instance_spec
 from prometheus_client import Counter
 
 from neuron_dra_slice_publisher.pool import (
@@ -86,17 +87,36 @@ class Controller:
         self.stored: dict[str, dict[str, StoredSlice]] = {}
         self.generations: dict[str, int] = {}
         self.on_written: Callable[[str, int], None] | None = None
+        self._built: dict[
+            str, tuple[tuple[NodeInventory, tuple[tuple[str, str], ...]], PoolContent]
+        ] = {}
 
     # -- inputs --------------------------------------------------------------------------------
 
     def _content(self, inventory: NodeInventory, labels: Mapping[str, str]) -> PoolContent:
-        return build_pool(
+        # Informer echoes re-run reconcile often; the pool only changes with its inputs.
+        key = (inventory, tuple(sorted(labels.items())))
+        cached = self._built.get(inventory.node)
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        content = build_pool(
             node=inventory.node,
             hardware=inventory.hardware,
             labels=labels,
             mode=self.mode,
             dra_driver_version=inventory.dra_driver_version or self.dra_driver_version,
         )
+        self._built[inventory.node] = (key, content)
+        return content
+
+    @staticmethod
+    def _check(inventory: NodeInventory) -> None:
+        try:
+            instance_spec(inventory.hardware.instance_type)
+        except UnknownInstanceType as exc:
+            raise InventoryError(
+                f"NodeInventory {inventory.node}: hardware.instance_type: {exc}"
+            ) from None
 
     def accept(self, inventory: NodeInventory) -> bool:
         """Keep ``inventory`` if it is not older than the one held; True when kept."""
@@ -104,7 +124,7 @@ class Controller:
         if held is not None and inventory.generation < held.generation:
             return False
         try:
-            self._content(inventory, {})
+            self._check(inventory)
         except InventoryError as exc:
             # No retry can make this inventory usable: straight to the dead letter.
             raise PermanentError(str(exc)) from exc
