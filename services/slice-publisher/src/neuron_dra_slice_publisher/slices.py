@@ -24,6 +24,7 @@ never publishes both kinds for one node (``node-only`` or ``chips-only``).
 from __future__ import annotations
 
 import enum
+import functools
 import hashlib
 from collections.abc import Mapping
 from typing import Any, Final
@@ -146,6 +147,13 @@ class _Builder:
         return out
 
 
+@functools.cache
+def _topology(instance_type: str) -> tuple[dict[str, int | str], ...]:
+    # The same for every node of a type, and the SHA-256 group ids are the costly part.
+    spec = instance_spec(instance_type)
+    return tuple(device_attributes(spec, i) for i in range(spec.devices))
+
+
 def _spec(inventory_node: str, hardware: NodeHardware) -> InstanceSpec:
     if not hardware.instance_type:
         raise InventoryError(f"NodeInventory {inventory_node}: hardware.instance_type is empty")
@@ -203,7 +211,7 @@ def _chip(
         **shared,
     }
     if device.index < spec.devices:
-        values.update(device_attributes(spec, device.index))
+        values.update(_topology(spec.name)[device.index])
     if device.numa_node is not None:
         values["numaNode"] = device.numa_node
     memory = device.memory_bytes or spec.memory_bytes_per_device
