@@ -1,0 +1,229 @@
+"""``neuron-dra-ultraserver-operator``: settings, informers, queues, run."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Annotated, Any
+
+import msgspec
+from neuron_dra_common.bus import ALLOCATOR_SUBJECT, Bus, request
+from neuron_dra_common.events import AnyEvent, Event
+from neuron_dra_common.kube import (
+    NODES,
+    RESOURCE_SLICES,
+    Informer,
+    WorkQueue,
+    connect,
+    object_key,
+    run_workers,
+)
+from neuron_dra_common.runtime import Service, run
+from neuron_dra_common.settings import ServiceSettings, SettingsError, load
+from neuron_dra_common.ultraserver import NAMESPACE, NODE_ALLOCATION
+
+from neuron_dra_ultraserver_operator.discovery import UltraServerView, discover
+from neuron_dra_ultraserver_operator.model import NUS, NUSW
+from neuron_dra_ultraserver_operator.ultraservers import UltraServerReconciler, ensure_namespace
+from neuron_dra_ultraserver_operator.workloads import WorkloadReconciler
+
+__all__ = ["OperatorSettings", "build", "main"]
+
+NAME = "ultraserver-operator"
+Obj = dict[str, Any]
+
+
+class OperatorSettings(ServiceSettings, frozen=True, kw_only=True):
+    """The UltraServer operator."""
+
+    kubeconfig: Annotated[str, msgspec.Meta(description="Kubeconfig; empty: in-cluster")] = ""
+    allocator_subject: Annotated[str, msgspec.Meta(description="Allocator subject")] = (
+        ALLOCATOR_SUBJECT
+    )
+    allocator_timeout: Annotated[
+        float, msgspec.Meta(gt=0, description="Seconds to wait for an allocator answer")
+    ] = 10.0
+    claim_wait_seconds: Annotated[
+        float, msgspec.Meta(gt=0, description="Longest wait for claims to go on delete")
+    ] = 300.0
+
+
+class Live(Mapping[str, Obj]):
+    """An informer's cache as it is now: a relist replaces the dict, so never hold it."""
+
+    def __init__(self, informer: Informer) -> None:
+        self._informer = informer
+
+    def __getitem__(self, key: str) -> Obj:
+        return self._informer.cache[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._informer.cache)
+
+    def __len__(self) -> int:
+        return len(self._informer.cache)
+
+
+class Fleet:
+    """Discovery over the node and slice caches, recomputed only after a relevant change."""
+
+    def __init__(self, nodes: Mapping[str, Obj], slices: Mapping[str, Obj]) -> None:
+        self._nodes, self._slices = nodes, slices
+        self._views: dict[str, UltraServerView] | None = None
+        self._prints: dict[str, Any] = {}
+
+    def __call__(self) -> dict[str, UltraServerView]:
+        if self._views is None:
+            self._views = discover(self._nodes.values(), self._slices.values())
+        return self._views
+
+    def changed(self, key: str, obj: Obj | None) -> bool:
+        """Forget the views if ``obj`` changed in a way discovery or allocation cares about."""
+        meta = (obj or {}).get("metadata") or {}
+        conditions = ((obj or {}).get("status") or {}).get("conditions") or ()
+        ready = [c.get("status") for c in conditions if c.get("type") == "Ready"]
+        fingerprint = (
+            meta.get("labels"),
+            (meta.get("annotations") or {}).get(NODE_ALLOCATION),
+            ready,
+            (obj or {}).get("spec"),
+        )
+        if obj is not None and self._prints.get(key) == fingerprint:
+            return False
+        self._prints[key] = fingerprint
+        self._views = None
+        return True
+
+
+async def build(settings: OperatorSettings) -> Service:
+    client = await connect(kubeconfig=settings.kubeconfig or None)
+    bus = await Bus.connect(settings.nats_servers, name=NAME)
+    await ensure_namespace(client)
+
+    workloads_inf = Informer(client, NUSW)
+    ultraservers_inf = Informer(client, NUS, namespace=NAMESPACE)
+    nodes_inf = Informer(client, NODES)
+    slices_inf = Informer(client, RESOURCE_SLICES)
+    workloads_cache, nodes_cache = Live(workloads_inf), Live(nodes_inf)
+    fleet = Fleet(nodes_cache, Live(slices_inf))
+    wq: WorkQueue[str] = WorkQueue(name="workloads", qps=50.0, burst=200)
+    uq: WorkQueue[str] = WorkQueue(name="ultraservers", qps=50.0, burst=200)
+
+    async def allocate(event: Event) -> AnyEvent:
+        return await request(
+            bus, settings.allocator_subject, event, wait=settings.allocator_timeout
+        )
+
+    def changed(names: Iterable[str]) -> None:
+        for name in names:
+            uq.add(name)
+
+    def waiting() -> None:
+        # Capacity came back: every workload that waits gets another look, oldest first.
+        items = sorted(
+            workloads_inf.cache.values(),
+            key=lambda o: str((o.get("metadata") or {}).get("creationTimestamp") or ""),
+        )
+        for obj in items:
+            if ((obj.get("status") or {}).get("state") or "") in ("", "Pending"):
+                wq.add(object_key(obj))
+
+    workloads = WorkloadReconciler(
+        client=client,
+        workloads=workloads_cache,
+        nodes=nodes_cache,
+        fleet=fleet,
+        allocate=allocate,
+        changed=changed,
+        requeue=wq.add_after,
+        released=waiting,
+        claim_wait_seconds=settings.claim_wait_seconds,
+    )
+    ultraservers = UltraServerReconciler(
+        client=client,
+        objects=Live(ultraservers_inf),
+        workloads=workloads_cache,
+        fleet=fleet,
+    )
+
+    def on_workload(kind: str, obj: Obj) -> None:
+        wq.add(object_key(obj))
+        for alloc in (obj.get("status") or {}).get("allocations") or ():
+            uq.add(str(alloc.get("ultraServer")))
+
+    def on_fleet(kind: str, obj: Obj) -> bool:
+        key = object_key(obj)
+        if not fleet.changed(key, None if kind == "DELETED" else obj):
+            return False
+        for name in fleet():
+            uq.add(name)
+        node = (obj.get("spec") or {}).get("nodeName") or (obj.get("metadata") or {}).get("name")
+        for wl in workloads_inf.cache.values():
+            allocs = (wl.get("status") or {}).get("allocations") or ()
+            if any(n.get("nodeName") == node for a in allocs for n in a.get("nodes") or ()):
+                wq.add(object_key(wl))
+        return True
+
+    def on_node(kind: str, obj: Obj) -> None:
+        if on_fleet(kind, obj):
+            waiting()
+
+    def on_slice(kind: str, obj: Obj) -> None:
+        on_fleet(kind, obj)
+
+    def on_ultraserver(kind: str, obj: Obj) -> None:
+        uq.add(str((obj.get("metadata") or {}).get("name")))
+
+    workloads_inf.add_listener(on_workload)
+    nodes_inf.add_listener(on_node)
+    slices_inf.add_listener(on_slice)
+    ultraservers_inf.add_listener(on_ultraserver)
+    informers = {
+        "workloads-informer": workloads_inf,
+        "ultraservers-informer": ultraservers_inf,
+        "nodes-informer": nodes_inf,
+        "slices-informer": slices_inf,
+    }
+
+    async def synced() -> None:
+        await asyncio.gather(*(i.wait_synced() for i in informers.values()))
+
+    async def work_workloads() -> None:
+        await synced()
+        await run_workers(wq, workloads.reconcile, workers=1)
+
+    async def work_ultraservers() -> None:
+        await synced()
+        await run_workers(uq, ultraservers.reconcile, workers=2)
+
+    service = Service(name=NAME, settings=settings)
+    for name, informer in informers.items():
+        service.add_task(name, informer.run, stop=informer.stop, ready=_synced(informer))
+    service.add_task("workloads", work_workloads, stop=wq.shutdown)
+    service.add_task("ultraservers", work_ultraservers, stop=uq.shutdown)
+    service.add_readiness("nats", lambda: bus.connected)
+    service.on_shutdown(bus.close)
+    service.on_shutdown(client.close)
+    return service
+
+
+def _synced(informer: Informer) -> Callable[[], bool]:
+    return lambda: informer.synced
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        settings = load(
+            OperatorSettings,
+            argv=sys.argv[1:] if argv is None else argv,
+            prog="neuron-dra-ultraserver-operator",
+        )
+    except SettingsError as exc:
+        print(f"neuron-dra-ultraserver-operator: {exc}", file=sys.stderr)
+        return 2
+
+    async def wire() -> Service:
+        return await build(settings)
+
+    return run(wire, name=NAME, settings=settings)

@@ -1,0 +1,235 @@
+"""The objects the operator writes, built from what it knows (no I/O).
+
+The ResourceClaimTemplate asks for one ``neuron_node`` device per pod, restricted to the
+workload's nodes by the identity their node devices publish (``ultraserverId`` and
+``ultraserverNodeId``): those attributes exist as soon as a node's pool does, so pods can be
+scheduled without waiting for the ``workloadId`` tag. Claims made from it carry the
+workload's name and UID as labels, which the kubelet plugin checks against the node's
+allocation record.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from neuron_dra_common.ultraserver import (
+    GROUP,
+    MODE_FOUR_NODE,
+    MODE_SINGLE_NODE,
+    MODE_TWO_NODE_HORIZONTAL,
+    MODE_TWO_NODE_VERTICAL,
+    NAMESPACE,
+    STORAGE_VERSION,
+    WORKLOAD_LABEL,
+    WORKLOAD_UID_LABEL,
+)
+
+from neuron_dra_ultraserver_operator.discovery import Member, UltraServerView
+from neuron_dra_ultraserver_operator.model import AllocationRecord, Workload
+
+__all__ = [
+    "REQUEST",
+    "SERVER_LABEL",
+    "claim_template",
+    "node_selector",
+    "owner_reference",
+    "ultraserver_object",
+    "ultraserver_status",
+]
+
+REQUEST = "neurons"
+SERVER_LABEL = f"{GROUP}/server-id"
+_A = f"device.attributes['{GROUP}']"
+
+Obj = dict[str, Any]
+
+
+def owner_reference(workload: Workload) -> Obj:
+    return {
+        "apiVersion": f"{GROUP}/{STORAGE_VERSION}",
+        "kind": "NeuronUltraServerWorkload",
+        "name": workload.metadata.name,
+        "uid": workload.metadata.uid,
+        "controller": True,
+        "blockOwnerDeletion": False,
+    }
+
+
+def workload_labels(workload: Workload) -> dict[str, str]:
+    return {WORKLOAD_LABEL: workload.metadata.name, WORKLOAD_UID_LABEL: workload.metadata.uid}
+
+
+def node_selector(records: Sequence[AllocationRecord], members: Mapping[str, Member]) -> str:
+    """The CEL expression that matches exactly the node devices of ``records``' nodes."""
+    by_server: dict[str, list[int]] = {}
+    for record in records:
+        for node in record.nodes:
+            member = members.get(node.node_name)
+            server = (member.device_server_id if member else "") or record.server_id
+            node_id = node.node_id
+            if member is not None and member.device_node_id is not None:
+                node_id = member.device_node_id
+            by_server.setdefault(server, []).append(node_id)
+    terms = [
+        f"({_A}.ultraserverId == '{server}' && {_A}.ultraserverNodeId in "
+        f"[{', '.join(str(i) for i in sorted(set(ids)))}])"
+        for server, ids in sorted(by_server.items())
+    ]
+    return f"{_A}.resourceType == 'neuron_node' && ({' || '.join(terms) or 'false'})"
+
+
+def claim_template(
+    workload: Workload, records: Sequence[AllocationRecord], members: Mapping[str, Member]
+) -> Obj:
+    """The ResourceClaimTemplate of an allocated workload (``resource.k8s.io/v1``)."""
+    labels = workload_labels(workload)
+    config = [
+        {
+            "requests": [REQUEST],
+            "opaque": {
+                "driver": GROUP,
+                "parameters": {
+                    "apiVersion": f"{GROUP}/v1",
+                    "kind": "UltraServerConfig",
+                    "ultraserverMode": workload.spec.topology_size,
+                },
+            },
+        },
+        {
+            "requests": [REQUEST],
+            "opaque": {
+                "driver": GROUP,
+                "parameters": {
+                    "apiVersion": f"{GROUP}/v1",
+                    "kind": "NeuronConfig",
+                    "logicalNeuronCore": workload.spec.config.logical_neuron_core,
+                },
+            },
+        },
+    ]
+    return {
+        "metadata": {
+            "name": workload.template_name,
+            "namespace": workload.metadata.namespace,
+            "labels": labels,
+            "ownerReferences": [owner_reference(workload)],
+        },
+        "spec": {
+            "metadata": {"labels": labels},
+            "spec": {
+                "devices": {
+                    "requests": [
+                        {
+                            "name": REQUEST,
+                            "exactly": {
+                                "deviceClassName": GROUP,
+                                "allocationMode": "ExactCount",
+                                "count": 1,
+                                "selectors": [
+                                    {"cel": {"expression": node_selector(records, members)}}
+                                ],
+                            },
+                        }
+                    ],
+                    "config": config,
+                }
+            },
+        },
+    }
+
+
+def _link(modes: tuple[int, ...], mode: int) -> str:
+    if not modes:
+        return "unknown"
+    return "up" if mode in modes else "down"
+
+
+def ultraserver_object(view: UltraServerView) -> Obj:
+    """The NeuronUltraServer's metadata and spec."""
+    return {
+        "metadata": {
+            "name": view.name,
+            "namespace": NAMESPACE,
+            "labels": {SERVER_LABEL: view.server_id[:63]},
+        },
+        "spec": {
+            "instanceType": view.instance_type or "unknown",
+            "serverId": view.server_id,
+            "capacityBlockId": view.capacity_block_id,
+            "topology": [
+                {
+                    "nodeId": m.node_id,
+                    "nodeName": m.node_name,
+                    "serverId2": m.server_id_2,
+                    "linkStatusHorizontal": _link(m.modes, MODE_TWO_NODE_HORIZONTAL),
+                    "linkStatusVertical": _link(m.modes, MODE_TWO_NODE_VERTICAL),
+                }
+                for m in view.members
+            ],
+        },
+    }
+
+
+def ultraserver_status(
+    view: UltraServerView, workloads: Iterable[Workload], *, generation: int
+) -> Obj:
+    """The NeuronUltraServer's status: member health and every workload's share."""
+    held: dict[str, str] = {}
+    allocations = []
+    for workload in sorted(workloads, key=lambda w: w.key):
+        for record in workload.status.allocations:
+            if record.ultra_server != view.name:
+                continue
+            for node in record.nodes:
+                held[node.node_name] = workload.key
+            allocations.append(
+                {
+                    "workloadRef": workload.key,
+                    "workloadUid": workload.metadata.uid,
+                    "allocatedNodes": [n.node_name for n in record.nodes],
+                    "leaderNodeName": record.leader_node_name,
+                    "nodeCount": len(record.nodes),
+                    "ultraserverIndex": record.ultraserver_index,
+                    "phase": "Bound" if workload.status.state == "Allocated" else "Pending",
+                    **(
+                        {"allocatedAt": workload.status.allocation_time}
+                        if workload.status.allocation_time
+                        else {}
+                    ),
+                }
+            )
+    healthy = [m for m in view.members if m.healthy]
+    allocated = sum(1 for m in view.members if m.node_name in held)
+    modes = view.modes
+    sizes = {MODE_SINGLE_NODE: 1, MODE_TWO_NODE_VERTICAL: 2, MODE_TWO_NODE_HORIZONTAL: 2}
+    sizes[MODE_FOUR_NODE] = 4
+    available = sorted({sizes[m] for m in modes if m in sizes})
+    if not healthy:
+        state = "Unavailable"
+    elif allocated == 0:
+        state = "Available"
+    elif allocated >= len(view.members):
+        state = "FullyAllocated"
+    else:
+        state = "PartiallyAllocated"
+    return {
+        "state": state,
+        "nodeCount": len(view.members),
+        "healthyNodeCount": len(healthy),
+        "allocatedNodeCount": allocated,
+        "supportedModes": list(modes),
+        "availableConfigurations": available,
+        "nodes": [
+            {
+                "nodeName": m.node_name,
+                "nodeId": m.node_id,
+                "healthy": m.healthy,
+                **({"reason": m.reason} if m.reason else {}),
+                **({"allocatedTo": held[m.node_name]} if m.node_name in held else {}),
+            }
+            for m in view.members
+        ],
+        "allocations": allocations,
+        "observedGeneration": generation,
+    }
