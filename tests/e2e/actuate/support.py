@@ -14,7 +14,7 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -160,7 +160,12 @@ class Actuate:
         assert current is not None
         ticks = process._start_ticks(proc.pid)
         entry = state.ComponentState(
-            name=c.name, kind=KIND, pid=proc.pid, start_ticks=ticks or -1, log=str(log)
+            name=c.name,
+            kind=KIND,
+            pid=proc.pid,
+            start_ticks=ticks or -1,
+            log=str(log),
+            ports=c.ports,
         )
         others = tuple(x for x in current.components if x.name != c.name)
         state.save(self.layout.root, msgspec.structs.replace(current, components=(*others, entry)))
@@ -185,20 +190,23 @@ class Actuate:
         self.procs.clear()
 
     def wait_plugin_ready(self, node: str, *, timeout: float = 60) -> None:
-        c_ready = self._ready_check(node)
-        self.stack.wait_for(f"the plugin of {node} to be registered", c_ready, timeout=timeout)
-
-    def _ready_check(self, node: str) -> Callable[[], bool]:
-        # The plugin answers /readyz once the kubelet registered it; its port is in its env.
-        pid = self.plugin_pid(node)
-        assert pid is not None, f"no plugin running for {node}"
-        environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-        port = next(
-            int(e.split(b"=", 1)[1]) for e in environ if e.startswith(b"NEURON_DRA_HTTP_PORT=")
-        )
+        """Wait until the node's kubelet registered its plugin (``/readyz`` answers 200)."""
         from neuron_dra_cli.stack.plugin import _http_ok
 
-        return lambda: _http_ok(f"http://127.0.0.1:{port}/readyz")
+        current = state.load(self.layout.root)
+        assert current is not None
+        port = next(c.ports["http"] for c in current.components if c.name == f"{KIND}-{node}")
+        proc = self.procs.get(node)
+
+        def ready() -> bool:
+            if proc is not None and proc.poll() is not None:
+                tail = self.log(node).read_text().splitlines()[-15:]
+                raise AssertionError(
+                    f"plugin of {node} exited ({proc.returncode}):\n" + "\n".join(tail)
+                )
+            return _http_ok(f"http://127.0.0.1:{port}/readyz")
+
+        self.stack.wait_for(f"the plugin of {node} to be registered", ready, timeout=timeout)
 
     # --- pods --------------------------------------------------------------------------
     def apply(self, manifest: dict[str, Any] | list[dict[str, Any]]) -> None:

@@ -16,6 +16,7 @@ __all__ = [
     "AllocationConfig",
     "ClaimRef",
     "ClaimStatus",
+    "ConsumerRef",
     "DeviceAllocation",
     "DeviceResult",
     "ObjectMeta",
@@ -77,8 +78,17 @@ class Allocation(msgspec.Struct, frozen=True, kw_only=True):
     devices: DeviceAllocation = msgspec.field(default_factory=DeviceAllocation)
 
 
+class ConsumerRef(msgspec.Struct, frozen=True, kw_only=True):
+    """``status.reservedFor[]``: who uses the claim (a Pod, usually)."""
+
+    resource: str = ""
+    name: str = ""
+    uid: str = ""
+
+
 class ClaimStatus(msgspec.Struct, frozen=True, kw_only=True):
     allocation: Allocation | None = None
+    reserved_for: tuple[ConsumerRef, ...] = msgspec.field(default=(), name="reservedFor")
 
 
 class ResourceClaim(msgspec.Struct, frozen=True, kw_only=True):

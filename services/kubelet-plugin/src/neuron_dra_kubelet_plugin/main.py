@@ -27,6 +27,7 @@ from neuron_dra_kubelet_plugin import faults
 from neuron_dra_kubelet_plugin.bushealth import BusHealth
 from neuron_dra_kubelet_plugin.checkpoint import CheckpointStore, read_boot_id
 from neuron_dra_kubelet_plugin.claimsource import ApiClaimSource
+from neuron_dra_kubelet_plugin.kubeevents import ClaimEventRecorder
 from neuron_dra_kubelet_plugin.liveness import SocketProbe
 from neuron_dra_kubelet_plugin.observe import PREPARED_CLAIMS, ClaimEvents, ObservedPreparer
 from neuron_dra_kubelet_plugin.plan import NodeContext, device_name
@@ -104,12 +105,14 @@ async def build(settings: PluginSettings, *, node: NodeContext) -> Service:
     client: KubeClient = await connect(kubeconfig=settings.kubeconfig or None)
     informer = Informer(client, RESOURCE_CLAIMS) if settings.claim_cache else None
     events = ClaimEvents(node=settings.node_name, boot_id=boot_id)
+    recorder = ClaimEventRecorder(client, node=settings.node_name)
     preparer = NodePreparer(
         node=node,
         claims=ApiClaimSource(client, cache=informer),
         effects=Effects(store=CheckpointStore(checkpoint), cdi_root=Path(settings.cdi_root)),
         boot_id=boot_id,
         listener=events,
+        reporter=recorder,
         crash=faults.from_env(),
     )
     recovery = preparer.recover()
@@ -152,6 +155,7 @@ async def build(settings: PluginSettings, *, node: NodeContext) -> Service:
         stopped.set()
         health.stop()
         events.stop()
+        recorder.stop()
         if informer is not None:
             informer.stop()
 
@@ -160,6 +164,7 @@ async def build(settings: PluginSettings, *, node: NodeContext) -> Service:
         "bus", lambda: _keep_bus(settings, events=events, health=health, stopped=stopped)
     )
     service.add_task("claim-events", events.run)
+    service.add_task("failure-events", recorder.run)
     if informer is not None:
         service.add_task("claims-informer", lambda: _run_until(informer.run, stopped))
     service.http.add_liveness("sockets", probe.alive)

@@ -44,6 +44,7 @@ from neuron_dra_kubelet_plugin.plan import NodeContext, PrepareError, entry_from
 __all__ = [
     "ClaimSource",
     "Effects",
+    "FailureReporter",
     "NodePreparer",
     "PrepareListener",
     "Preparer",
@@ -83,6 +84,12 @@ class PrepareListener(Protocol):
     def prepared(self, entry: ClaimEntry) -> None: ...
 
     def unprepared(self, entry: ClaimEntry) -> None: ...
+
+
+class FailureReporter(Protocol):
+    """Told when a claim cannot be prepared, with the message the kubelet gets."""
+
+    def failed(self, claim: ResourceClaim, message: str) -> None: ...
 
 
 class Effects:
@@ -141,6 +148,7 @@ class NodePreparer:
         boot_id: str,
         placement: Callable[[ClaimRef], UltraServerPlacement | None] = _no_placement,
         listener: PrepareListener | None = None,
+        reporter: FailureReporter | None = None,
         crash: CrashPoint = no_crash,
     ) -> None:
         self._node = node
@@ -149,6 +157,7 @@ class NodePreparer:
         self._boot_id = boot_id
         self._placement = placement
         self._listener = listener
+        self._reporter = reporter
         self._crash = crash
         self._checkpoint = Checkpoint()
         # One writer of the checkpoint at a time; the kubelet sends claims concurrently.
@@ -234,14 +243,19 @@ class NodePreparer:
                 return done.devices
             if ref.uid in self._checkpoint.claims:
                 self._rollback(ref.uid)
-            plan = plan_prepare(
-                ref=ref,
-                claim=claim,
-                node=self._node,
-                checkpoint=self._checkpoint,
-                boot_id=self._boot_id,
-                placement=self._placement(ref),
-            )
+            try:
+                plan = plan_prepare(
+                    ref=ref,
+                    claim=claim,
+                    node=self._node,
+                    checkpoint=self._checkpoint,
+                    boot_id=self._boot_id,
+                    placement=self._placement(ref),
+                )
+            except PrepareError as exc:
+                if self._reporter is not None:
+                    self._reporter.failed(claim, str(exc))
+                raise
             self._save(msgspec.structs.replace(plan.entry, state=ClaimState.PREPARE_STARTED))
             self._crash("prepare:started-saved")
             self._effects.write_spec(ref.uid, plan.spec)
