@@ -223,7 +223,9 @@ class WorkloadReconciler:
         await self._bind(wl, records)
 
     async def _allocate_new(self, wl: Workload) -> None:
-        if wl.status.state != "Allocating":
+        if wl.status.state == "":
+            # Only a new workload shows Allocating while asked for: a Pending one retried every
+            # few seconds stays Pending, so its state does not flap.
             await self._set(
                 wl,
                 self._status(
