@@ -8,6 +8,7 @@ from neuron_dra_common.events import ClaimPrepared, ClaimUnprepared
 
 from tests.e2e.actuate.bus import claim_subject, last_event
 from tests.e2e.actuate.support import MANIFESTS, Actuate
+from tests.fixtures.stack import neuron_dra
 
 pytestmark = pytest.mark.stack
 
@@ -52,6 +53,13 @@ def test_1x4_pod_runs_with_its_four_connected_devices(actuate: Actuate) -> None:
         assert env["NEURON_LOGICAL_NC_CONFIG"] == "2"
         uid = claim["metadata"]["uid"]
         assert actuate.checkpoint(node)[uid]["state"] == "PrepareCompleted"
+        shown = neuron_dra("dev", "env", "pod0", "--state-dir", str(actuate.stack.state_dir))
+        assert shown.returncode == 0, shown.stderr
+        assert f'export NEURON_RT_VISIBLE_CORES="{env["NEURON_RT_VISIBLE_CORES"]}"' in shown.stdout
+        assert 'export NEURON_LOGICAL_NC_CONFIG="2"' in shown.stdout
+        for i in indices:
+            assert f"  device /dev/neuron{i} " in shown.stdout
+            assert f"  cdi neuron.aws.com/neuron={uid}-neurondevice{i}" in shown.stdout
         subject = claim_subject(
             "prepared", node=node, namespace="default", name=claim["metadata"]["name"]
         )

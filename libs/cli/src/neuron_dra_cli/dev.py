@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from types import FrameType
 
-from neuron_dra_cli import paths
+from neuron_dra_cli import env_cmd, paths
 from neuron_dra_cli.errors import CliError
 from neuron_dra_cli.stack import lifecycle, process, state
 from neuron_dra_cli.stack.fleet import FleetError, load_fleet
@@ -82,6 +82,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = verbs.add_parser("build", help="build (or find cached) the Kubernetes binaries")
     p.add_argument("--k8s-version", default=os.environ.get(K8S_VERSION_ENV))
     p.set_defaults(handler=cmd_build)
+    env_cmd.register(verbs)
 
 
 def _progress(msg: str) -> None:
