@@ -42,6 +42,8 @@ class ObjectMeta(msgspec.Struct, frozen=True, kw_only=True):
     name: str = ""
     namespace: str = ""
     uid: str = ""
+    # The UltraServer operator's claims name their workload here (see ultraserver.py).
+    labels: dict[str, str] = msgspec.field(default_factory=dict)
 
 
 class OpaqueConfig(msgspec.Struct, frozen=True, kw_only=True):

@@ -125,6 +125,9 @@ class UltraServerPlacement(msgspec.Struct, frozen=True, kw_only=True):
     node_id: int
     topo_id: int
     topo0_host: str
+    #: The driver's mode enum the allocator chose (a horizontal pair is mode 2 even where
+    #: vertical links work); 0: derive it from ``nodes`` and the node's supported modes.
+    mode: int = 0
 
 
 def ultraserver_mode_enum(nodes: int, supported_modes: Sequence[int]) -> int:
@@ -161,7 +164,7 @@ def ultraserver_env(
     """The ``NEURON_RT_ULTRASERVER_*`` and ``NEURON_GLOBAL_TOPOID*`` variables of a placement."""
     if placement.topo_id < 0:
         raise EditsError(f"UltraServer placement: topo id {placement.topo_id} is negative")
-    mode = ultraserver_mode_enum(placement.nodes, supported_modes)
+    mode = placement.mode or ultraserver_mode_enum(placement.nodes, supported_modes)
     return (
         f"NEURON_RT_ULTRASERVER_MODE={mode}",
         f"NEURON_RT_ULTRASERVER_SERVER_ID={placement.server_id}",

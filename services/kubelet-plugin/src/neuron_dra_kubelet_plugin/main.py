@@ -35,6 +35,7 @@ from neuron_dra_kubelet_plugin.preparer import Effects, NodePreparer
 from neuron_dra_kubelet_plugin.registration import socket_paths
 from neuron_dra_kubelet_plugin.service import serve
 from neuron_dra_kubelet_plugin.settings import PluginSettings, node_device_for
+from neuron_dra_kubelet_plugin.ultraserver import UltraServerGate
 
 __all__ = ["NAME", "build", "main"]
 
@@ -106,9 +107,13 @@ async def build(settings: PluginSettings, *, node: NodeContext) -> Service:
     informer = Informer(client, RESOURCE_CLAIMS) if settings.claim_cache else None
     events = ClaimEvents(node=settings.node_name, boot_id=boot_id)
     recorder = ClaimEventRecorder(client, node=settings.node_name)
+    claims = UltraServerGate(
+        ApiClaimSource(client, cache=informer), api=client, node=settings.node_name
+    )
     preparer = NodePreparer(
         node=node,
-        claims=ApiClaimSource(client, cache=informer),
+        claims=claims,
+        placement=claims.placement,
         effects=Effects(store=CheckpointStore(checkpoint), cdi_root=Path(settings.cdi_root)),
         boot_id=boot_id,
         listener=events,
