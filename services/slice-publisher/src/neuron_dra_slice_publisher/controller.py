@@ -22,6 +22,7 @@ from neuron_dra_common.bus import Delivery, PermanentError
 from neuron_dra_common.events import AnyEvent, NodeInventory
 from neuron_dra_common.kube import WorkQueue
 from neuron_dra_common.topology import UnknownInstanceType, instance_spec
+from neuron_dra_common.ultraserver import NodeAllocationError, node_allocation
 from prometheus_client import Counter
 
 from neuron_dra_slice_publisher.pool import (
@@ -54,12 +55,21 @@ class NodeInfo(msgspec.Struct, frozen=True, kw_only=True):
     name: str
     uid: str
     labels: dict[str, str] = msgspec.field(default_factory=dict)
+    workload_id: str = ""
 
     @classmethod
     def from_object(cls, obj: Mapping[str, Any]) -> NodeInfo:
         meta = obj.get("metadata") or {}
+        try:
+            record = node_allocation(meta["name"], meta.get("annotations"))
+        except NodeAllocationError as exc:
+            log.error("UltraServer allocation record unreadable", extra={"error": str(exc)})
+            record = None
         return cls(
-            name=meta["name"], uid=meta.get("uid", ""), labels=dict(meta.get("labels") or {})
+            name=meta["name"],
+            uid=meta.get("uid", ""),
+            labels=dict(meta.get("labels") or {}),
+            workload_id=record.workload_id if record is not None else "",
         )
 
 
@@ -93,9 +103,11 @@ class Controller:
 
     # -- inputs --------------------------------------------------------------------------------
 
-    def _content(self, inventory: NodeInventory, labels: Mapping[str, str]) -> PoolContent:
+    def _content(
+        self, inventory: NodeInventory, labels: Mapping[str, str], workload_id: str = ""
+    ) -> PoolContent:
         # Informer echoes re-run reconcile often; the pool only changes with its inputs.
-        key = (inventory, tuple(sorted(labels.items())))
+        key = (inventory, (*sorted(labels.items()), ("workloadId", workload_id)))
         cached = self._built.get(inventory.node)
         if cached is not None and cached[0] == key:
             return cached[1]
@@ -105,6 +117,7 @@ class Controller:
             labels=labels,
             mode=self.mode,
             dra_driver_version=inventory.dra_driver_version or self.dra_driver_version,
+            workload_id=workload_id,
         )
         self._built[inventory.node] = (key, content)
         return content
@@ -200,7 +213,7 @@ class Controller:
         else:
             owner = NodeRef(name=node, uid=info.uid)
             try:
-                content = self._content(inventory, info.labels)
+                content = self._content(inventory, info.labels, info.workload_id)
             except InventoryError as exc:
                 log.error("pool not buildable", extra={"node": node, "error": str(exc)})
                 return

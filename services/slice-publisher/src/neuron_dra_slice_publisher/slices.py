@@ -276,8 +276,11 @@ def build_pool(
     labels: Mapping[str, str],
     mode: NodeDeviceMode,
     dra_driver_version: str,
+    workload_id: str = "",
 ) -> PoolContent:
     """The pool of ``node``: its slices in the order the scheduler should try them.
+
+    ``workload_id`` (from the UltraServer operator's record on the Node) tags every device.
 
     >>> from neuron_dra_common.hardware.model import NodeHardware, NeuronDevice
     >>> hw = NodeHardware(instance_type="trn2.48xlarge", driver_version="2.24.7.0",
@@ -290,6 +293,8 @@ def build_pool(
     spec = _spec(node, hardware)
     builder = _Builder(node)
     shared = _node_values(hardware, spec=spec, labels=labels, dra_version=dra_driver_version)
+    if workload_id:
+        shared["workloadId"] = workload_id
     ultraserver_node = spec.ultraserver_nodes > 1
     with_node = ultraserver_node and mode is not NodeDeviceMode.CHIPS_ONLY
     with_chips = not (ultraserver_node and mode is NodeDeviceMode.NODE_ONLY)
