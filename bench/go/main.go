@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strconv"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -20,6 +21,7 @@ import (
 type result struct {
 	Events       int     `json:"events"`
 	EventsPerSec float64 `json:"events_per_sec"`
+	CPUMicros    float64 `json:"cpu_us_per_event"`
 	P50Micros    float64 `json:"p50_us"`
 	P99Micros    float64 `json:"p99_us"`
 }
@@ -31,10 +33,17 @@ func main() {
 	n := flag.Int("n", 50000, "events for the throughput run")
 	latencyN := flag.Int("latency-n", 2000, "events for the latency run")
 	payloadFile := flag.String("payload", "", "file holding the event payload")
+	headersFile := flag.String("headers", "", "JSON object of the headers every message carries")
 	flag.Parse()
 
 	payload, err := os.ReadFile(*payloadFile)
 	check(err)
+	headers := map[string]string{}
+	if *headersFile != "" {
+		raw, err := os.ReadFile(*headersFile)
+		check(err)
+		check(json.Unmarshal(raw, &headers))
+	}
 	nc, err := nats.Connect(*url)
 	check(err)
 	defer nc.Close()
@@ -42,11 +51,12 @@ func main() {
 	check(err)
 	ctx := context.Background()
 
-	throughput := run(ctx, js, *stream, *subject, "tput", payload, *n, false)
-	latency := run(ctx, js, *stream, *subject, "lat", payload, *latencyN, true)
+	throughput := run(ctx, js, *stream, *subject, "tput", payload, headers, *n, false)
+	latency := run(ctx, js, *stream, *subject, "lat", payload, headers, *latencyN, true)
 	out := result{
 		Events:       *n,
 		EventsPerSec: throughput.EventsPerSec,
+		CPUMicros:    throughput.CPUMicros,
 		P50Micros:    latency.P50Micros,
 		P99Micros:    latency.P99Micros,
 	}
@@ -55,8 +65,9 @@ func main() {
 
 // run publishes n events and consumes them with a durable consumer. With sequential set,
 // each publish waits for the previous event to be handled, so the figures are latencies.
+// Every message carries headers (the msg id and ce-id unique to it), as the framework's do.
 func run(ctx context.Context, js jetstream.JetStream, stream, subject, name string,
-	payload []byte, n int, sequential bool) result {
+	payload []byte, headers map[string]string, n int, sequential bool) result {
 	cons, err := js.CreateOrUpdateConsumer(ctx, stream, jetstream.ConsumerConfig{
 		Durable:       "go-" + name,
 		AckPolicy:     jetstream.AckExplicitPolicy,
@@ -83,11 +94,17 @@ func run(ctx context.Context, js jetstream.JetStream, stream, subject, name stri
 	check(err)
 	defer cc.Stop()
 
+	cpuStart := cpuTime()
 	start := time.Now()
 	for i := 0; i < n; i++ {
 		msg := nats.NewMsg(subject + "." + name)
 		msg.Data = payload
-		msg.Header.Set("Nats-Msg-Id", fmt.Sprintf("%s-%d", name, i))
+		for k, v := range headers {
+			msg.Header[k] = []string{v}
+		}
+		id := fmt.Sprintf("%s-%d", name, i)
+		msg.Header["Nats-Msg-Id"] = []string{id}
+		msg.Header["ce-id"] = []string{id}
 		msg.Header.Set("Bench-Seq", strconv.Itoa(i))
 		sent[i] = time.Now()
 		if sequential {
@@ -101,13 +118,22 @@ func run(ctx context.Context, js jetstream.JetStream, stream, subject, name stri
 	}
 	<-done
 	elapsed := time.Since(start)
+	cpu := cpuTime() - cpuStart
 	sort.Slice(latencies, func(i, j int) bool { return latencies[i] < latencies[j] })
 	return result{
 		Events:       n,
 		EventsPerSec: float64(n) / elapsed.Seconds(),
+		CPUMicros:    micros(cpu) / float64(n),
 		P50Micros:    micros(latencies[len(latencies)/2]),
 		P99Micros:    micros(latencies[len(latencies)*99/100]),
 	}
+}
+
+// cpuTime is the user and system CPU time of the whole process so far.
+func cpuTime() time.Duration {
+	var usage syscall.Rusage
+	check(syscall.Getrusage(syscall.RUSAGE_SELF, &usage))
+	return time.Duration(usage.Utime.Nano() + usage.Stime.Nano())
 }
 
 func micros(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1000 }

@@ -86,7 +86,9 @@ class Bus:
 
     def publisher(self, *, source: str, ack_timeout: float = 5.0) -> Publisher:
         """A publisher whose events carry ``source`` as their CloudEvents source."""
-        return Publisher(self.js, source=source, ack_timeout=ack_timeout, tracer=self._tracer)
+        return Publisher(
+            self.js, source=source, ack_timeout=ack_timeout, tracer=self._tracer, nc=self.nc
+        )
 
     def runner(
         self, spec: ConsumerSpec, handler: Handler, *, options: RunnerOptions | None = None

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-import uuid
+import itertools
+import os
+import secrets
+import time
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Final
@@ -23,6 +26,7 @@ __all__ = [
     "MSG_ID",
     "SPECVERSION",
     "CloudEventAttributes",
+    "ce_time",
     "cloud_event_attributes",
     "event_headers",
     "new_msg_id",
@@ -52,9 +56,46 @@ class CloudEventAttributes(msgspec.Struct, frozen=True, kw_only=True):
     subject: str = ""
 
 
+class _Ids:
+    """Unique ids: 64 random bits per process, then a counter (32 hex digits, like a uuid).
+
+    Much cheaper than a random uuid per event; a forked child draws its own random half.
+    """
+
+    def __init__(self) -> None:
+        self.reseed()
+
+    def reseed(self) -> None:
+        self.prefix = secrets.token_hex(8)
+        self.counter = itertools.count()
+
+
+_IDS: Final = _Ids()
+os.register_at_fork(after_in_child=_IDS.reseed)
+
+
 def new_msg_id() -> str:
     """A fresh, unique message id (also the CloudEvents id)."""
-    return uuid.uuid4().hex
+    return f"{_IDS.prefix}{next(_IDS.counter):016x}"
+
+
+class _Clock:
+    """``ce-time`` formatted once per millisecond, however many events share it."""
+
+    millis = -1
+    text = ""
+
+
+_CLOCK: Final = _Clock()
+
+
+def ce_time() -> str:
+    """Now as RFC 3339 with milliseconds, the ``ce-time`` of events published now."""
+    millis = time.time_ns() // 1_000_000
+    if millis != _CLOCK.millis:
+        _CLOCK.millis = millis
+        _CLOCK.text = datetime.fromtimestamp(millis / 1000, UTC).isoformat(timespec="milliseconds")
+    return _CLOCK.text
 
 
 def event_headers(event: Event, *, source: str, msg_id: str) -> dict[str, str]:
@@ -72,7 +113,7 @@ def event_headers(event: Event, *, source: str, msg_id: str) -> dict[str, str]:
         CE_SOURCE: source,
         CE_TYPE: CE_TYPE_PREFIX + event.event_type(),
         CE_SPECVERSION: SPECVERSION,
-        CE_TIME: datetime.now(UTC).isoformat(),
+        CE_TIME: ce_time(),
         CE_SUBJECT: event.ce_subject,
     }
     inject_headers(headers)

@@ -9,12 +9,19 @@ What a handler can count on:
   msg id, delivery count) to make its own effects idempotent;
 - it runs inside a span that continues the publisher's trace, and a slow handler keeps the
   message from being redelivered by in-progress acks.
+
+Acks are explicit, one per message, sent only after its handler returned; the acks of the
+messages handled in one turn of the event loop are written together (a handler that awaits
+anything lets them go out at once). A message whose handler failed is never acked: it is
+nak'd with its backoff, or dead-lettered and only then acked.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
+import functools
 import logging
 import time
 from collections import OrderedDict
@@ -24,8 +31,8 @@ from typing import Final
 import msgspec
 import nats.errors
 from nats.aio.client import Client
-from nats.aio.msg import Msg
 from nats.js import JetStreamContext
+from opentelemetry import context as otel_context
 from opentelemetry import trace
 
 from neuron_dra_common.bus import metrics
@@ -34,6 +41,14 @@ from neuron_dra_common.bus.declarations import ConsumerSpec
 from neuron_dra_common.bus.errors import PermanentError
 from neuron_dra_common.bus.headers import MSG_ID, CloudEventAttributes, cloud_event_attributes
 from neuron_dra_common.bus.reconcile import reconcile_consumer
+from neuron_dra_common.bus.wire import (
+    STATUS,
+    Wire,
+    ack_metadata,
+    parse_header_block,
+    pub,
+    pub_reply,
+)
 from neuron_dra_common.events.codec import AnyEvent, DecodeError, decode
 from neuron_dra_common.telemetry.propagation import extract_headers
 from neuron_dra_common.telemetry.tracing import get_tracer
@@ -43,13 +58,40 @@ __all__ = ["ConsumerRunner", "Delivery", "Handler", "RunnerOptions"]
 log = logging.getLogger(__name__)
 
 _PAUSE_AFTER_ERROR: Final = 0.5
+_TRACEPARENT: Final = "traceparent"
+
+#: One delivery as it came off the wire: subject, reply (the ack subject), payload, headers.
+_Raw = tuple[bytes, bytes, bytes, bytes | None]
 
 
-class Delivery(msgspec.Struct, frozen=True, kw_only=True):
+def _may_record(tracer: trace.Tracer) -> bool:
+    """False when spans of ``tracer`` can only be no-ops (no tracer provider configured)."""
+    if isinstance(tracer, trace.NoOpTracer):
+        return False
+    if isinstance(tracer, trace.ProxyTracer):
+        # Resolves to the process-wide provider once one is set.
+        provider = trace.get_tracer_provider()
+        return not isinstance(provider, trace.ProxyTracerProvider | trace.NoOpTracerProvider)
+    return True
+
+
+def _ack_command(reply: bytes) -> bytes:
+    return b"PUB %b 4\r\n+ACK\r\n" % reply
+
+
+def _nak_command(reply: bytes, delay: float = 0.0) -> bytes:
+    payload = b"-NAK"
+    if delay > 0:
+        payload += b' {"delay": %d}' % int(delay * 1e9)
+    return pub(reply.decode(), payload)
+
+
+class Delivery(msgspec.Struct, frozen=True, kw_only=True, dict=True):
     """Where a message came from and how often it was delivered, for idempotent handlers.
 
     ``stream_sequence`` is unique and increasing per stream; ``msg_id`` is the publisher's
-    de-duplication id (stable across a publisher's retries).
+    de-duplication id (stable across a publisher's retries). ``headers`` and
+    ``cloud_event`` are read from the message's raw header block when first asked for.
     """
 
     subject: str
@@ -59,12 +101,35 @@ class Delivery(msgspec.Struct, frozen=True, kw_only=True):
     consumer_sequence: int
     deliveries: int
     msg_id: str
-    headers: dict[str, str]
-    cloud_event: CloudEventAttributes | None = None
+    raw_headers: bytes = b""
 
     @property
     def redelivered(self) -> bool:
         return self.deliveries > 1
+
+    @functools.cached_property
+    def headers(self) -> dict[str, str]:
+        """The message's headers as sent."""
+        return parse_header_block(self.raw_headers) if self.raw_headers else {}
+
+    @functools.cached_property
+    def cloud_event(self) -> CloudEventAttributes | None:
+        """The CloudEvents attributes of the message, ``None`` if a required one is missing."""
+        return cloud_event_attributes(self.headers)
+
+
+def _header_value(block: bytes, marker: bytes) -> str | None:
+    """The value of one header found by ``marker`` (``b"\\r\\nName:"``), without a full parse."""
+    start = block.find(marker)
+    if start < 0:
+        return None
+    start += len(marker)
+    end = block.find(b"\r\n", start)
+    return block[start:end].decode("utf-8", "replace").strip()
+
+
+_MSG_ID_MARKER: Final = b"\r\n" + MSG_ID.encode() + b":"
+_TRACEPARENT_MARKER: Final = b"\r\n" + _TRACEPARENT.encode() + b":"
 
 
 Handler = Callable[[AnyEvent, Delivery], Awaitable[None]]
@@ -121,14 +186,26 @@ class ConsumerRunner:
         self.spec = spec
         self._nc = nc
         self._js: JetStreamContext = nc.jetstream()
+        self._wire = Wire.of(nc)
         self._handler = handler
         self._options = options or RunnerOptions()
         self._stopping = asyncio.Event()
         self._ready = False
         self._done: OrderedDict[str, None] = OrderedDict()
         self._tracer = tracer or get_tracer()
-        self._current: Msg | None = None
+        self._current: bytes | None = None
         self._current_since = 0.0
+        self._wake: asyncio.Future[None] | None = None
+        self._acks: list[bytes] = []
+        self._acks_scheduled = False
+        self._acked = 0
+        self._task: asyncio.Task[None] | None = None
+        self._calls = 0
+        self._handling = 0
+        self._handling_since = 0.0
+        self._timed_out = 0
+        self._watchdog: asyncio.TimerHandle | None = None
+        self._ack_writes: set[asyncio.Task[None]] = set()
         name = spec.durable
         self._m_acked = metrics.MESSAGES.labels(name, "acked")
         self._m_retried = metrics.MESSAGES.labels(name, "retried")
@@ -145,6 +222,21 @@ class ConsumerRunner:
     def stop(self) -> None:
         """Finish the message in hand, hand back the rest of the batch, then return from run."""
         self._stopping.set()
+        self._wakeup()
+
+    def _wakeup(self) -> None:
+        if self._wake is not None and not self._wake.done():
+            self._wake.set_result(None)
+
+    async def _wait(self, seconds: float) -> None:
+        loop = asyncio.get_running_loop()
+        self._wake = loop.create_future()
+        timer = loop.call_later(seconds, self._wakeup)
+        try:
+            await self._wake
+        finally:
+            timer.cancel()
+            self._wake = None
 
     async def run(self) -> None:
         """Reconcile the consumer, then pull and handle until stopped.
@@ -154,17 +246,23 @@ class ConsumerRunner:
         batch. Requests lost with a connection are noticed by the reconnect count.
         """
         await reconcile_consumer(self._js, self.spec)
+        self._task = asyncio.current_task()
         nc, opts = self._nc, self._options
-        queue: asyncio.Queue[Msg] = asyncio.Queue()
+        queue: collections.deque[_Raw] = collections.deque()
 
-        async def deliver(msg: Msg) -> None:
-            queue.put_nowait(msg)
+        def deliver(subject: bytes, reply: bytes, data: bytes, headers: bytes | None) -> None:
+            queue.append((subject, reply, data, headers))
+            self._wakeup()
 
         inbox = nc.new_inbox()
-        sub = await nc.subscribe(inbox, cb=deliver, pending_msgs_limit=-1, pending_bytes_limit=-1)
+        sub = await self._wire.subscribe(inbox, deliver)
         next_subject = f"$JS.API.CONSUMER.MSG.NEXT.{self.spec.stream}.{self.spec.durable}"
         expires = max(1.0, opts.fetch_timeout * 5)
-        request = msgspec.json.encode({"batch": opts.batch, "expires": int(expires * 1e9)})
+        request = pub_reply(
+            next_subject,
+            inbox,
+            msgspec.json.encode({"batch": opts.batch, "expires": int(expires * 1e9)}),
+        )
         progress = asyncio.create_task(
             self._progress_loop(), name=f"bus-progress-{self.spec.durable}"
         )
@@ -178,71 +276,73 @@ class ConsumerRunner:
                     reconnects, owed = nc.stats["reconnects"], 0
                 if owed <= opts.batch // 2 and nc.is_connected:
                     try:
-                        await nc.publish(next_subject, request, reply=inbox)
+                        await self._wire.send(request)
                         owed += opts.batch
                     except nats.errors.Error as exc:
                         log.warning("pull request failed", extra={"error": repr(exc)})
                         await asyncio.sleep(_PAUSE_AFTER_ERROR)
                         continue
-                try:
-                    msg = queue.get_nowait()
-                except asyncio.QueueEmpty:
-                    try:
-                        msg = await asyncio.wait_for(queue.get(), opts.fetch_timeout)
-                    except TimeoutError:
+                if not queue:
+                    await self._wait(opts.fetch_timeout)
+                    if not queue:
                         if time.monotonic() - last_seen > expires + 1:
                             owed = 0  # requests expired without a word (server restarted)
                         continue
                 last_seen = time.monotonic()
-                status = msg.headers.get("Status") if msg.headers else None
-                if status is not None:
-                    owed = _owed_after_status(owed, status, msg.headers or {})
+                subject, reply, data, raw_headers = queue.popleft()
+                if not data and raw_headers and raw_headers[8:9] == b" ":
+                    # "NATS/1.0 408 ...": a status of the pull request, not a message.
+                    headers = parse_header_block(raw_headers)
+                    owed = _owed_after_status(owed, headers.get(STATUS, ""), headers)
                     continue
                 owed -= 1
-                await self._process(msg)
+                await self._process(subject.decode(), reply, data, raw_headers or b"")
         finally:
             self._ready = False
+            if self._watchdog is not None:
+                self._watchdog.cancel()
+                self._watchdog = None
             progress.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await progress
             with contextlib.suppress(nats.errors.Error):
-                await sub.unsubscribe()
-            left = []
-            while not queue.empty():
-                msg = queue.get_nowait()
-                if not (msg.headers and "Status" in msg.headers):
-                    left.append(msg)
+                await self._wire.unsubscribe(sub)
+            left = [reply for _, reply, data, raw in queue if data or not raw or raw[9:10] != b" "]
+            queue.clear()
+            self._count_acked()
+            await self._flush_acks()
             await self._requeue(left)
 
-    async def _requeue(self, msgs: list[Msg]) -> None:
+    async def _requeue(self, replies: list[bytes]) -> None:
         # Handing back at once lets another instance take them without waiting for ack_wait.
-        for msg in msgs:
-            with contextlib.suppress(nats.errors.Error):
-                await msg.nak()
-            self._m_requeued.inc()
+        if not replies:
+            return
+        with contextlib.suppress(nats.errors.Error):
+            await self._wire.send(b"".join(_nak_command(r) for r in replies if r))
+        self._m_requeued.inc(len(replies))
 
     async def _progress_loop(self) -> None:
         interval = self._options.progress_interval or self.spec.ack_wait_seconds / 3
         while True:
             await asyncio.sleep(interval)
-            msg = self._current
-            if msg is not None and time.monotonic() - self._current_since >= interval:
+            reply = self._current
+            if reply is not None and time.monotonic() - self._current_since >= interval:
                 with contextlib.suppress(nats.errors.Error):
-                    await msg.in_progress()
+                    await self._wire.send(pub(reply.decode(), b"+WPI"))
 
-    def _delivery(self, msg: Msg) -> Delivery:
-        meta = msg.metadata
-        headers = msg.headers or {}
+    def _delivery(self, subject: str, reply: bytes, raw_headers: bytes) -> Delivery:
+        meta = ack_metadata(reply.decode())
+        if meta is None:
+            raise ValueError(f"consumer {self.spec.durable}: {reply!r} is not a JetStream reply")
         return Delivery(
-            subject=msg.subject,
+            subject=subject,
             stream=meta.stream,
             consumer=meta.consumer,
-            stream_sequence=meta.sequence.stream,
-            consumer_sequence=meta.sequence.consumer,
-            deliveries=meta.num_delivered,
-            msg_id=headers.get(MSG_ID) or f"seq:{meta.sequence.stream}",
-            headers=headers,
-            cloud_event=cloud_event_attributes(headers),
+            stream_sequence=meta.stream_sequence,
+            consumer_sequence=meta.consumer_sequence,
+            deliveries=meta.deliveries,
+            msg_id=_header_value(raw_headers, _MSG_ID_MARKER) or f"seq:{meta.stream_sequence}",
+            raw_headers=raw_headers,
         )
 
     def _remember(self, msg_id: str) -> None:
@@ -250,70 +350,166 @@ class ConsumerRunner:
         if len(self._done) > self._options.dedupe_window:
             self._done.popitem(last=False)
 
-    async def _process(self, msg: Msg) -> None:
-        delivery = self._delivery(msg)
+    async def _process(self, subject: str, reply: bytes, data: bytes, raw_headers: bytes) -> None:
+        try:
+            delivery = self._delivery(subject, reply, raw_headers)
+        except ValueError as exc:
+            log.error("not a JetStream delivery, dropped", extra={"error": str(exc)})
+            return
         opts = self._options
         if delivery.msg_id in self._done:
-            await self._ack(msg)
+            self._ack(reply)
             self._m_duplicate.inc()
             return
         try:
-            event = decode(msg.data)
+            event = decode(data)
         except DecodeError as exc:
-            await self._dead_letter(msg, delivery, kind="decode", reason=str(exc))
+            await self._dead_letter(reply, data, delivery, kind="decode", reason=str(exc))
             return
         if delivery.deliveries > opts.max_attempts:
             # Delivered more often than allowed without an outcome (the process died while
             # handling): do not risk another crash loop.
             reason = f"delivered {delivery.deliveries} times without being handled"
-            await self._dead_letter(msg, delivery, kind="exhausted", reason=reason)
+            await self._dead_letter(reply, data, delivery, kind="exhausted", reason=reason)
             return
         started = time.monotonic()
-        self._current, self._current_since = msg, started
-        try:
-            with self._tracer.start_as_current_span(
+        self._current, self._current_since = reply, started
+        # Continue the publisher's trace. With no tracer configured no span is made, but the
+        # publisher's context is made current, so what the handler publishes stays in it.
+        parent = (
+            extract_headers(delivery.headers)
+            if raw_headers.find(_TRACEPARENT_MARKER) >= 0
+            else None
+        )
+        span: trace.Span = trace.INVALID_SPAN
+        if _may_record(self._tracer):
+            span = self._tracer.start_span(
                 f"process {event.event_type()}",
-                context=extract_headers(delivery.headers),
+                context=parent,
                 kind=trace.SpanKind.CONSUMER,
                 attributes={
                     "messaging.system": "nats",
-                    "messaging.destination.name": delivery.subject,
+                    "messaging.destination.name": subject,
                     "messaging.consumer.group.name": delivery.consumer,
                     "messaging.message.id": delivery.msg_id,
                 },
-            ) as span:
-                try:
-                    async with asyncio.timeout(opts.handler_timeout):
-                        await self._handler(event, delivery)
-                except PermanentError as exc:
-                    span.record_exception(exc)
-                    await self._dead_letter(msg, delivery, kind="permanent", reason=str(exc))
-                    return
-                except asyncio.CancelledError:
-                    # Shutdown while handling: hand it back for immediate redelivery.
-                    with contextlib.suppress(nats.errors.Error):
-                        await msg.nak()
-                    raise
-                except Exception as exc:
-                    span.record_exception(exc)
-                    span.set_status(trace.StatusCode.ERROR, repr(exc))
-                    await self._failed(msg, delivery, exc)
-                    return
+            )
+        recording = span.is_recording()
+        token = (
+            otel_context.attach(trace.set_span_in_context(span, parent))
+            if recording or parent is not None
+            else None
+        )
+        try:
+            try:
+                await self._call_handler(event, delivery)
+            except PermanentError as exc:
+                span.record_exception(exc)
+                await self._dead_letter(reply, data, delivery, kind="permanent", reason=str(exc))
+                return
+            except asyncio.CancelledError:
+                # Shutdown while handling: hand it back for immediate redelivery.
+                with contextlib.suppress(nats.errors.Error):
+                    await self._wire.send(_nak_command(reply))
+                raise
+            except Exception as exc:
+                span.record_exception(exc)
+                span.set_status(trace.StatusCode.ERROR, repr(exc))
+                await self._failed(reply, data, delivery, exc)
+                return
         finally:
+            if token is not None:
+                otel_context.detach(token)
+            if recording:
+                span.end()
             self._current = None
             self._m_seconds.observe(time.monotonic() - started)
         self._remember(delivery.msg_id)
-        await self._ack(msg)
-        self._m_acked.inc()
+        self._ack(reply)
+        self._acked += 1
 
-    async def _ack(self, msg: Msg) -> None:
-        # A lost ack only means a redelivery, which the remembered msg id absorbs.
+    async def _call_handler(self, event: AnyEvent, delivery: Delivery) -> None:
+        """Run the handler; ``TimeoutError`` once it ran ``handler_timeout`` seconds.
+
+        One watchdog timer serves many handler calls (a timer per call would cost more than
+        a fast handler): it is armed for the first call and, when it fires, either cancels
+        the call still running past its deadline or re-arms for the call in hand.
+        """
+        loop = asyncio.get_running_loop()
+        self._calls += 1
+        call = self._handling = self._calls
+        self._handling_since = loop.time()
+        if self._watchdog is None:
+            self._watchdog = loop.call_at(
+                self._handling_since + self._options.handler_timeout, self._check_timeout
+            )
         try:
-            await msg.ack()
+            await self._handler(event, delivery)
+        except asyncio.CancelledError:
+            if self._timed_out != call:
+                raise
+            self._timed_out = 0
+            task = asyncio.current_task()
+            if task is not None and task.uncancel() > 0:
+                raise  # cancelled from outside as well: shutting down
+            raise TimeoutError(f"handler ran over {self._options.handler_timeout}s") from None
+        finally:
+            self._handling = 0
+            if self._timed_out == call:
+                # The handler swallowed its cancellation and returned: nothing to undo but
+                # the request itself.
+                self._timed_out = 0
+                task = asyncio.current_task()
+                if task is not None:
+                    task.uncancel()
+
+    def _check_timeout(self) -> None:
+        self._watchdog = None
+        call = self._handling
+        if not call:
+            return  # idle: the next call arms it again
+        deadline = self._handling_since + self._options.handler_timeout
+        loop = asyncio.get_running_loop()
+        if loop.time() < deadline:
+            self._watchdog = loop.call_at(deadline, self._check_timeout)
+            return
+        # A callback runs only while the runner's task waits, and it waits inside the
+        # handler while one is in hand: the cancellation lands there.
+        if self._task is not None and not self._task.done():
+            self._timed_out = call
+            self._task.cancel()
+
+    def _ack(self, reply: bytes) -> None:
+        """Ack once the loop next turns, together with the other acks of this turn."""
+        self._acks.append(_ack_command(reply))
+        if not self._acks_scheduled:
+            self._acks_scheduled = True
+            asyncio.get_running_loop().call_soon(self._write_acks)
+
+    def _write_acks(self) -> None:
+        self._acks_scheduled = False
+        self._count_acked()
+        if self._acks:
+            task = asyncio.create_task(self._flush_acks(), name=f"bus-acks-{self.spec.durable}")
+            self._ack_writes.add(task)
+            task.add_done_callback(self._ack_writes.discard)
+
+    def _count_acked(self) -> None:
+        if self._acked:
+            self._m_acked.inc(self._acked)
+            self._acked = 0
+
+    async def _flush_acks(self) -> None:
+        # A lost ack only means a redelivery, which the remembered msg id absorbs.
+        commands, self._acks = b"".join(self._acks), []
+        if not commands:
+            return
+        try:
+            await self._wire.send(commands)
         except nats.errors.Error as exc:
             log.warning("ack failed", extra={"consumer": self.spec.durable, "error": repr(exc)})
 
-    async def _failed(self, msg: Msg, delivery: Delivery, exc: Exception) -> None:
+    async def _failed(self, reply: bytes, data: bytes, delivery: Delivery, exc: Exception) -> None:
         opts = self._options
         if isinstance(exc, TimeoutError):
             what = f"timed out after {opts.handler_timeout}s"
@@ -321,7 +517,7 @@ class ConsumerRunner:
             what = f"raised {exc!r}"
         if delivery.deliveries >= opts.max_attempts:
             reason = f"handler {what} on delivery {delivery.deliveries} of {opts.max_attempts}"
-            await self._dead_letter(msg, delivery, kind="handler", reason=reason)
+            await self._dead_letter(reply, data, delivery, kind="handler", reason=reason)
             return
         pause = opts.backoff[min(delivery.deliveries - 1, len(opts.backoff) - 1)]
         log.warning(
@@ -335,18 +531,19 @@ class ConsumerRunner:
                 "error": what,
             },
         )
-        await msg.nak(delay=pause)
+        with contextlib.suppress(nats.errors.Error):
+            await self._wire.send(_nak_command(reply, pause))
         self._m_retried.inc()
 
     async def _dead_letter(
-        self, msg: Msg, delivery: Delivery, *, kind: DeadLetterKind, reason: str
+        self, reply: bytes, data: bytes, delivery: Delivery, *, kind: DeadLetterKind, reason: str
     ) -> None:
         try:
             await publish_dead_letter(
                 self._js,
                 spec=self.spec,
                 subject=delivery.subject,
-                payload=msg.data,
+                payload=data,
                 headers=delivery.headers,
                 sequence=delivery.stream_sequence,
                 deliveries=delivery.deliveries,
@@ -360,7 +557,7 @@ class ConsumerRunner:
                 extra={"consumer": delivery.consumer, "error": repr(exc)},
             )
             with contextlib.suppress(nats.errors.Error):
-                await msg.nak(delay=self._options.backoff[-1])
+                await self._wire.send(_nak_command(reply, self._options.backoff[-1]))
             return
         log.error(
             "message dead-lettered",
@@ -373,5 +570,5 @@ class ConsumerRunner:
             },
         )
         self._remember(delivery.msg_id)
-        await self._ack(msg)
+        self._ack(reply)
         self._m_dead.inc()

@@ -1,0 +1,232 @@
+"""The bus's own traffic on the wire: raw subscriptions and protocol writes on a nats-py client.
+
+For each incoming message nats-py parses every header into a dict, builds a ``Msg`` and hands
+it to a task through a queue; for each publish it checks and encodes the headers one by one
+and asks its flusher for a write. At tens of thousands of events a second that is most of the
+time the bus spends. The bus's hot traffic (consumer deliveries, PubAcks, acks, event
+publishes) therefore goes through :class:`Wire`: a message of a raw subscription is handed,
+as it came (subject, reply, payload, header block), to a handler called in line; whole
+protocol commands are queued at once. Everything else (connect, reconnect and re-subscribe,
+ping, TLS, the JetStream API, other subscriptions) stays with nats-py and behaves as before.
+
+This relies on internals of the pinned nats-py (2.16.0): every message is dispatched through
+``Client._process_msg(sid, subject, reply, data, headers)``, and writes are queued with
+``Client._send_command`` for the flusher that ``Client._flush_pending`` wakes.
+``tests/unit/bus/test_wire.py`` fails if any of them changes.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Awaitable, Callable
+from typing import Final
+
+import msgspec
+import nats.errors
+from nats.aio.client import Client
+from nats.aio.subscription import Subscription
+
+__all__ = [
+    "AckMetadata",
+    "RawHandler",
+    "Wire",
+    "ack_metadata",
+    "encode_header_block",
+    "hpub",
+    "parse_header_block",
+    "pub",
+]
+
+#: ``handler(subject, reply, payload, header_block)``; the header block is ``None`` when the
+#: message has no headers. Called in line with the parser: it must not block.
+RawHandler = Callable[[bytes, bytes, bytes, bytes | None], None]
+
+HEADER_LINE: Final = b"NATS/1.0\r\n"
+_CRLF: Final = "\r\n"
+STATUS: Final = "Status"
+DESCRIPTION: Final = "Description"
+
+
+class Wire:
+    """Raw subscriptions and command writes on one nats-py client (one per client).
+
+    >>> wire = Wire.of(nc)
+    >>> sub = await wire.subscribe(inbox, on_message)
+    >>> await wire.send(pub("reply.subject", b"+ACK"))
+    """
+
+    _by_client: weakref.WeakKeyDictionary[Client, Wire] = weakref.WeakKeyDictionary()
+
+    def __init__(self, nc: Client) -> None:
+        self.nc = nc
+        self._handlers: dict[int, RawHandler] = {}
+        original: Callable[..., Awaitable[None]] = nc._process_msg
+        handlers = self._handlers
+        stats = nc.stats
+
+        async def dispatch(
+            sid: int, subject: bytes, reply: bytes, data: bytes, headers: bytes | None
+        ) -> None:
+            handler = handlers.get(sid)
+            if handler is None:
+                await original(sid, subject, reply, data, headers)
+                return
+            stats["in_msgs"] += 1
+            stats["in_bytes"] += len(data)
+            handler(subject, reply, data, headers)
+
+        # An instance attribute: only this client's dispatch changes.
+        nc._process_msg = dispatch  # type: ignore[method-assign]
+
+    @classmethod
+    def of(cls, nc: Client) -> Wire:
+        """The wire of ``nc``, installed on first use."""
+        wire = cls._by_client.get(nc)
+        if wire is None:
+            wire = cls._by_client[nc] = cls(nc)
+        return wire
+
+    async def subscribe(self, subject: str, handler: RawHandler) -> Subscription:
+        """Subscribe ``handler`` to ``subject``; nats-py re-subscribes it after a reconnect.
+
+        Unsubscribe with :meth:`unsubscribe` so the handler is forgotten too.
+        """
+        sub = await self.nc.subscribe(subject, pending_msgs_limit=-1, pending_bytes_limit=-1)
+        self._handlers[sub._id] = handler
+        return sub
+
+    async def unsubscribe(self, sub: Subscription) -> None:
+        self._handlers.pop(sub._id, None)
+        await sub.unsubscribe()
+
+    async def send(self, commands: bytes) -> None:
+        """Queue protocol ``commands`` for the next write.
+
+        While reconnecting they wait in the client's reconnect buffer like any publish; the
+        write happens when the flusher next runs (when the caller yields to the loop).
+        """
+        nc = self.nc
+        if nc.is_closed:
+            raise nats.errors.ConnectionClosedError
+        if nc.is_draining_pubs:
+            raise nats.errors.ConnectionDrainingError
+        if not nc.is_connected and (
+            nc._max_pending_size <= 0
+            or len(commands) + nc._pending_data_size > nc._max_pending_size
+        ):
+            raise nats.errors.OutboundBufferLimitError
+        await nc._send_command(commands)
+        queue = nc._flush_queue
+        if queue is not None and queue.empty():
+            await nc._flush_pending()
+
+
+def pub(subject: str, payload: bytes) -> bytes:
+    """A ``PUB`` command without reply or headers (acks, naks, pull requests need no more)."""
+    return b"PUB %b %d\r\n%b\r\n" % (subject.encode(), len(payload), payload)
+
+
+def pub_reply(subject: str, reply: str, payload: bytes) -> bytes:
+    """A ``PUB`` command with a reply subject."""
+    return b"PUB %b %b %d\r\n%b\r\n" % (subject.encode(), reply.encode(), len(payload), payload)
+
+
+def hpub(subject: str, reply: str, header_block: bytes, payload: bytes) -> bytes:
+    """An ``HPUB`` command; ``header_block`` from :func:`encode_header_block`."""
+    hlen = len(header_block)
+    return b"HPUB %b %b %d %d\r\n%b%b\r\n" % (
+        subject.encode(),
+        reply.encode(),
+        hlen,
+        hlen + len(payload),
+        header_block,
+        payload,
+    )
+
+
+def header_lines(headers: dict[str, str]) -> bytes:
+    """``Name: value\\r\\n`` lines, with CR and LF in values turned into spaces."""
+    out = []
+    for key, value in headers.items():
+        if not key or any(c in key for c in " \t\r\n:"):
+            raise ValueError(f"header name {key!r} is not a token")
+        out.append(f"{key}: {clean_value(value)}\r\n")
+    return "".join(out).encode()
+
+
+def clean_value(value: str) -> str:
+    """A header value on one line (a CR or LF would end the header early)."""
+    if "\r" in value or "\n" in value:
+        return value.replace("\r", " ").replace("\n", " ")
+    return value
+
+
+def encode_header_block(*lines: bytes) -> bytes:
+    """The header block of a message: the version line, the header lines, a blank line."""
+    return b"".join((HEADER_LINE, *lines, b"\r\n"))
+
+
+def parse_header_block(block: bytes) -> dict[str, str]:
+    """The headers of a raw header block; a status line gives ``Status`` and ``Description``.
+
+    >>> parse_header_block(b"NATS/1.0 408 Request Timeout\\r\\nNats-Pending-Messages: 5\\r\\n\\r\\n")
+    {'Status': '408', 'Description': 'Request Timeout', 'Nats-Pending-Messages': '5'}
+    """
+    lines = block.decode("utf-8", "replace").split(_CRLF)
+    out: dict[str, str] = {}
+    first = lines[0]
+    if len(first) > 9:
+        # "NATS/1.0 408 Request Timeout": an inline status from the server.
+        code, _, description = first[9:].strip().partition(" ")
+        if code.isdigit():
+            out[STATUS] = code
+        if description:
+            out[DESCRIPTION] = description
+    for line in lines[1:]:
+        if not line:
+            continue
+        name, sep, value = line.partition(":")
+        if sep:
+            name = name.strip()
+            if name and " " not in name and "\t" not in name:
+                out[name] = value.strip()
+    return out
+
+
+class AckMetadata(msgspec.Struct, frozen=True, kw_only=True):
+    """What a JetStream delivery's reply subject says about it."""
+
+    stream: str
+    consumer: str
+    deliveries: int
+    stream_sequence: int
+    consumer_sequence: int
+    pending: int
+
+
+def ack_metadata(reply: str) -> AckMetadata | None:
+    """Parse ``$JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<ts>.<pending>``.
+
+    The newer form puts a domain and an account hash before the stream, and may end with a
+    random token. ``None`` when ``reply`` is not a JetStream ack subject.
+    """
+    tokens = reply.split(".")
+    if len(tokens) == 9:
+        offset = 2
+    elif len(tokens) >= 11:
+        offset = 4
+    else:
+        return None
+    if tokens[0] != "$JS" or tokens[1] != "ACK":
+        return None
+    try:
+        return AckMetadata(
+            stream=tokens[offset],
+            consumer=tokens[offset + 1],
+            deliveries=int(tokens[offset + 2]),
+            stream_sequence=int(tokens[offset + 3]),
+            consumer_sequence=int(tokens[offset + 4]),
+            pending=int(tokens[offset + 6]),
+        )
+    except ValueError:
+        return None
