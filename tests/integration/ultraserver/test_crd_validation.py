@@ -33,8 +33,9 @@ def stack(kube_stack: KubeStack) -> KubeStack:
 def workload(name: str, *, version: str = "v1beta1", **spec: Any) -> str:
     fields = {"instanceType": "trn2u.48xlarge", "topologySize": 4, "serverCount": 1, **spec}
     body = "\n".join(f"  {k}: {v}" for k, v in fields.items())
-    return textwrap.dedent(
-        f"""\
+    return (
+        textwrap.dedent(
+            f"""\
         apiVersion: neuron.aws.com/{version}
         kind: NeuronUltraServerWorkload
         metadata:
@@ -42,7 +43,10 @@ def workload(name: str, *, version: str = "v1beta1", **spec: Any) -> str:
           namespace: default
         spec:
         """
-    ) + body + "\n"
+        )
+        + body
+        + "\n"
+    )
 
 
 def apply(stack: KubeStack, manifest: str) -> tuple[int, str]:
@@ -94,7 +98,9 @@ def test_seed_workload_applies_in_both_versions_with_defaults(stack: KubeStack) 
 def test_both_spellings_of_the_replace_strategy_are_accepted(stack: KubeStack) -> None:
     for strategy in ("ReplaceAffected", "MigrateAffected"):
         name = f"strategy-{strategy.lower()}"
-        code, err = apply(stack, workload(name, allocationPolicy=f"{{failureStrategy: {strategy}}}"))
+        code, err = apply(
+            stack, workload(name, allocationPolicy=f"{{failureStrategy: {strategy}}}")
+        )
         assert code == 0, err
         stack.kubectl("delete", "nusw", name, "--wait=false")
 
