@@ -18,7 +18,7 @@ import msgspec
 
 from neuron_dra_cli.errors import CliError
 from neuron_dra_cli.stack import components as comp
-from neuron_dra_cli.stack import kubectl, process, state
+from neuron_dra_cli.stack import kubectl, process, services, state
 from neuron_dra_cli.stack.fleet import Fleet
 from neuron_dra_cli.stack.layout import Layout
 from neuron_dra_cli.stack.nodes import node_component
@@ -206,6 +206,17 @@ def up(opts: UpOptions, *, progress: Progress = print) -> state.StackState:
         progress("neuron-dra: waiting for every node to be Ready")
         wait_nodes_ready(
             layout.kubeconfig, [n.name for n in opts.fleet.nodes], timeout=120.0 + 2.0 * len(nodes)
+        )
+        progress("neuron-dra: starting the neuron-dra services")
+        services.apply_cluster_objects(layout.kubeconfig)
+        launcher.start(
+            services.product_components(
+                fleet=opts.fleet,
+                layout=layout,
+                nats_url=current.nats_url,
+                kubeconfig=layout.kubeconfig,
+            ),
+            timeout=60.0 + 2.0 * len(opts.fleet.nodes),
         )
     except BaseException:
         progress("neuron-dra: start failed; stopping what was started")
