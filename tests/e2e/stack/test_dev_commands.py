@@ -103,3 +103,26 @@ def test_up_status_down_then_up_again_from_cache(tmp_path: Path) -> None:
     finally:
         stop_stack(state_dir)
     assert processes_mentioning(str(state_dir)) == []
+
+
+@pytest.mark.stack
+def test_default_fleet_comes_up_within_4_gib(tmp_path: Path) -> None:
+    import re
+
+    from neuron_dra_cli.stack.fleet import load_fleet
+
+    from tests.fixtures.stack import REPO
+
+    state_dir = tmp_path / "state"
+    stack = start_stack(state_dir, fleet=REPO / "deploy" / "fleets" / "default.yaml")
+    try:
+        expected = {n.name for n in load_fleet(REPO / "deploy" / "fleets" / "default.yaml").nodes}
+        nodes = stack.get_json("nodes")["items"]
+        assert {n["metadata"]["name"] for n in nodes} == expected
+        status = neuron_dra("dev", "status", "--state-dir", str(state_dir))
+        assert status.returncode == 0, status.stdout
+        total = re.search(r"(\d+) MiB of memory in all", status.stdout)
+        assert total is not None, status.stdout
+        assert int(total.group(1)) < 4096, status.stdout
+    finally:
+        stop_stack(state_dir)

@@ -214,10 +214,15 @@ def cmd_status(args: argparse.Namespace) -> int:
     down_count = 0
     for c in comps:
         ports = " ".join(f"{k}={v}" for k, v in c.ports.items())
-        print(f"  {c.name:<30} {'up' if c.up else 'DOWN':<5} pid {c.pid:<8} {ports}")
+        mem = f"{c.memory_bytes / 2**20:6.0f} MiB" if c.up else " " * 10
+        print(f"  {c.name:<30} {'up' if c.up else 'DOWN':<5} pid {c.pid:<8} {mem}  {ports}")
         if not c.up:
             down_count += 1
             print(_indent(process.tail(Path(c.log), lines=5)))
+    total = sum(c.memory_bytes for c in comps)
+    print(
+        f"  {len(comps)} components, {len(comps) - down_count} up, {total / 2**20:.0f} MiB of memory in all (proportional set size)"
+    )
     return 1 if down_count else 0
 
 

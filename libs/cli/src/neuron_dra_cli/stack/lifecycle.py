@@ -275,6 +275,7 @@ class ComponentStatus:
     pid: int
     ports: dict[str, int]
     log: str
+    memory_bytes: int
 
 
 def status(state_dir: Path) -> tuple[state.StackState, list[ComponentStatus]] | None:
@@ -283,6 +284,14 @@ def status(state_dir: Path) -> tuple[state.StackState, list[ComponentStatus]] | 
     if current is None:
         return None
     return current, [
-        ComponentStatus(c.name, c.kind, process.alive(_running(c)), c.pid, dict(c.ports), c.log)
+        ComponentStatus(
+            c.name,
+            c.kind,
+            up := process.alive(_running(c)),
+            c.pid,
+            dict(c.ports),
+            c.log,
+            process.group_memory_bytes(c.pid) if up else 0,
+        )
         for c in current.components
     ]

@@ -126,3 +126,25 @@ def tail(path: Path, *, lines: int = 20) -> str:
     except OSError:
         return ""
     return "\n".join(data.splitlines()[-lines:])
+
+
+def group_memory_bytes(pgid: int) -> int:
+    """Memory used by every process in the process group ``pgid``, as proportional set
+    size: pages shared between processes (the same binary run by many simulated nodes)
+    are divided among them, so the sum over all components is what the stack really uses.
+    """
+    total = 0
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            if int(stat[stat.rindex(")") + 2 :].split()[2]) != pgid:
+                continue
+            for line in (entry / "smaps_rollup").read_text().splitlines():
+                if line.startswith("Pss:"):
+                    total += int(line.split()[1]) * 1024
+                    break
+        except (OSError, ValueError, IndexError):
+            continue
+    return total
