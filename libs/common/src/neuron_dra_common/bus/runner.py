@@ -205,6 +205,9 @@ class ConsumerRunner:
         self._handling_since = 0.0
         self._timed_out = 0
         self._watchdog: asyncio.TimerHandle | None = None
+        self._recording = True
+        self._recording_checked = -1e9
+        self._interrupted: bytes | None = None
         self._ack_writes: set[asyncio.Task[None]] = set()
         name = spec.durable
         self._m_acked = metrics.MESSAGES.labels(name, "acked")
@@ -305,9 +308,14 @@ class ConsumerRunner:
             progress.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await progress
+            # Unsubscribed first: the server then drops the pull requests still open for this
+            # inbox, so what is handed back goes to another runner rather than to this one.
             with contextlib.suppress(nats.errors.Error):
                 await self._wire.unsubscribe(sub)
-            left = [reply for _, reply, data, raw in queue if data or not raw or raw[9:10] != b" "]
+            left = [r for _, r, data, raw in queue if data or not raw or raw[8:9] != b" "]
+            if self._interrupted is not None:
+                left.insert(0, self._interrupted)
+                self._interrupted = None
             queue.clear()
             self._count_acked()
             await self._flush_acks()
@@ -382,7 +390,7 @@ class ConsumerRunner:
             else None
         )
         span: trace.Span = trace.INVALID_SPAN
-        if _may_record(self._tracer):
+        if self._may_record(started):
             span = self._tracer.start_span(
                 f"process {event.event_type()}",
                 context=parent,
@@ -408,9 +416,8 @@ class ConsumerRunner:
                 await self._dead_letter(reply, data, delivery, kind="permanent", reason=str(exc))
                 return
             except asyncio.CancelledError:
-                # Shutdown while handling: hand it back for immediate redelivery.
-                with contextlib.suppress(nats.errors.Error):
-                    await self._wire.send(_nak_command(reply))
+                # Shutdown while handling: handed back (nak'd) by run once it stopped pulling.
+                self._interrupted = reply
                 raise
             except Exception as exc:
                 span.record_exception(exc)
@@ -427,6 +434,13 @@ class ConsumerRunner:
         self._remember(delivery.msg_id)
         self._ack(reply)
         self._acked += 1
+
+    def _may_record(self, now: float) -> bool:
+        # Looked up once a second: finding the process-wide provider reads the environment.
+        if now - self._recording_checked > 1.0:
+            self._recording_checked = now
+            self._recording = _may_record(self._tracer)
+        return self._recording
 
     async def _call_handler(self, event: AnyEvent, delivery: Delivery) -> None:
         """Run the handler; ``TimeoutError`` once it ran ``handler_timeout`` seconds.
