@@ -5,6 +5,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -113,8 +114,7 @@ func run(ctx context.Context, js jetstream.JetStream, stream, subject, name stri
 			<-next
 			continue
 		}
-		_, err := js.PublishMsgAsync(msg)
-		check(err)
+		publishAsync(js, msg)
 	}
 	<-done
 	elapsed := time.Since(start)
@@ -126,6 +126,19 @@ func run(ctx context.Context, js jetstream.JetStream, stream, subject, name stri
 		CPUMicros:    micros(cpu) / float64(n),
 		P50Micros:    micros(latencies[len(latencies)/2]),
 		P99Micros:    micros(latencies[len(latencies)*99/100]),
+	}
+}
+
+// publishAsync publishes without waiting for the ack; when too many acks are outstanding
+// (a loaded machine) it waits for them and tries again rather than failing the run.
+func publishAsync(js jetstream.JetStream, msg *nats.Msg) {
+	for {
+		_, err := js.PublishMsgAsync(msg)
+		if !errors.Is(err, jetstream.ErrTooManyStalledMsgs) {
+			check(err)
+			return
+		}
+		<-js.PublishAsyncComplete()
 	}
 }
 

@@ -48,6 +48,7 @@ class Measured(msgspec.Struct, frozen=True, kw_only=True):
     p50_us: float
     p99_us: float
     cpu_us_per_event: float = 0.0
+    publisher_cpu_us_per_event: float = 0.0
     server_cpu_us_per_event: float = 0.0
 
 
@@ -239,6 +240,7 @@ def _two_processes(
         p50_us=0.0,
         p99_us=0.0,
         cpu_us_per_event=(pub_cpu + consumed.cpu_seconds) / n * 1e6,
+        publisher_cpu_us_per_event=pub_cpu / n * 1e6,
         server_cpu_us_per_event=server_cpu / n * 1e6,
     )
 
@@ -407,11 +409,13 @@ def _go(url: str, n: int, latency_n: int, payload: bytes) -> Measured:
                 "-headers",
                 headers.name,
             ],
-            check=True,
+            check=False,
             capture_output=True,
             text=True,
             timeout=600,
         )
+    if out.returncode != 0:
+        raise RuntimeError(f"go baseline failed ({out.returncode}): {out.stderr.strip()[-2000:]}")
     data = json.loads(out.stdout.strip().splitlines()[-1])
     return Measured(
         events_per_sec=data["events_per_sec"],
@@ -438,6 +442,13 @@ def _server_cpu_seconds(url: str) -> float:
     return float("nan")
 
 
+async def _delete_stream(url: str, name: str) -> None:
+    """Drop a finished run's stream, so the next starts on an empty store and id window."""
+    nc = await nats.connect(url)
+    await nc.jetstream().delete_stream(name)
+    await nc.close()
+
+
 def _load() -> str:
     one, five, _ = os.getloadavg()
     return f"load average {one:.2f} (1 min), {five:.2f} (5 min) on {os.cpu_count()} cpus"
@@ -456,7 +467,9 @@ def run(*, quick: bool) -> Report:
             go,
             server_cpu_us_per_event=(_server_cpu_seconds(url) - server_cpu) / n * 1e6,
         )
+        uvloop.run(_delete_stream(url, "BENCH_GO"))
         raw = _raw(url, n, latency_n, payload)
+        uvloop.run(_delete_stream(url, _RAW_STREAM))
         ours, single = _framework(url, n, latency_n)
     report = Report(name="bus")
     for base, label in ((raw, "nats-py"), (go, "go")):
@@ -498,8 +511,9 @@ def run(*, quick: bool) -> Report:
         f"(publish_many of {CHUNK}, explicit ack per message); {latency_n:,} for latency (one "
         f"in flight, one process); payload {len(payload)} bytes with "
         f"{len(_headers('x'))} headers in every implementation",
-        "cpu_per_event: CPU time of the publisher and consumer processes per event; the "
-        "server's on top, per event: "
+        "cpu_per_event: CPU time of the publisher and consumer processes per event (of which "
+        f"publisher: neuron-dra {ours.publisher_cpu_us_per_event:.1f} us, "
+        f"nats-py {raw.publisher_cpu_us_per_event:.1f} us); the server's on top, per event: "
         f"neuron-dra {ours.server_cpu_us_per_event:.1f} us, "
         f"nats-py {raw.server_cpu_us_per_event:.1f} us, go {go.server_cpu_us_per_event:.1f} us",
         f"neuron-dra with publisher and consumer in one process: {single:,.0f} events/s",

@@ -231,6 +231,9 @@ class Publisher:
         except TRANSIENT:
             self._forget(window)
             return None
+        except BaseException:
+            self._forget(window)
+            raise
         return window
 
     def _on_ack(self, subject: bytes, reply: bytes, data: bytes, headers: bytes | None) -> None:
