@@ -18,7 +18,7 @@ import msgspec
 
 from neuron_dra_cli.errors import CliError
 from neuron_dra_cli.stack import components as comp
-from neuron_dra_cli.stack import kubectl, process, services, state
+from neuron_dra_cli.stack import kubectl, plugin, process, services, state
 from neuron_dra_cli.stack.fleet import Fleet
 from neuron_dra_cli.stack.layout import Layout
 from neuron_dra_cli.stack.nodes import node_component
@@ -211,6 +211,15 @@ def up(opts: UpOptions, *, progress: Progress = print) -> state.StackState:
         services.apply_cluster_objects(layout.kubeconfig)
         launcher.start(
             services.product_components(
+                fleet=opts.fleet,
+                layout=layout,
+                nats_url=current.nats_url,
+                kubeconfig=layout.kubeconfig,
+            ),
+            timeout=60.0 + 2.0 * len(opts.fleet.nodes),
+        )
+        launcher.start(
+            plugin.plugin_components(
                 fleet=opts.fleet,
                 layout=layout,
                 nats_url=current.nats_url,
