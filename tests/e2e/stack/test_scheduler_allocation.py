@@ -4,15 +4,21 @@ ResourceSlice when a user applies seed 000's 1x4 template verbatim (v1beta1)."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.fixtures.stack import KubeStack
+from tests.fixtures.stack import REPO, KubeStack, start_stack, stop_stack
 
 pytestmark = pytest.mark.stack
 MANIFESTS = Path(__file__).parent / "manifests"
+# A namespace of its own: other tests in the session apply the same seed template.
+NS = "seed-hand-slice"
+DEVICE_CLASS = (
+    Path(__file__).parents[3] / "deploy" / "kustomize" / "base" / "core" / "deviceclass.yaml"
+)
 
 
 def hand_written_slice(node: str) -> str:
@@ -46,7 +52,7 @@ def hand_written_slice(node: str) -> str:
 
 
 def allocated_devices(stack: KubeStack, pod: str) -> tuple[str, list[str]]:
-    claims = stack.get_json("resourceclaims", "-n", "default")["items"]
+    claims = stack.get_json("resourceclaims", "-n", NS)["items"]
     mine = [
         c
         for c in claims
@@ -61,16 +67,29 @@ def allocated_devices(stack: KubeStack, pod: str) -> tuple[str, list[str]]:
     return mine[0]["metadata"]["name"], sorted(r["device"] for r in results)
 
 
-def test_seed_1x4_template_gets_one_connected_row(kube_stack: KubeStack) -> None:
+@pytest.fixture(scope="module")
+def bare_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeStack]:
+    """A stack whose only node is unmanaged, so the hand-written slice is the only one."""
+    state_dir = tmp_path_factory.mktemp("bare-stack")
+    stack = start_stack(state_dir, fleet=REPO / "tests" / "fleets" / "bare.yaml")
+    try:
+        yield stack
+    finally:
+        stop_stack(state_dir)
+
+
+def test_seed_1x4_template_gets_one_connected_row(bare_stack: KubeStack) -> None:
+    kube_stack = bare_stack
     node = "bare-trn2-0"
-    kube_stack.kubectl("apply", "-f", str(MANIFESTS / "deviceclass.yaml"))
+    kube_stack.kubectl("create", "namespace", NS)
+    kube_stack.kubectl("apply", "-f", str(DEVICE_CLASS))
     kube_stack.kubectl("apply", "-f", "-", input=hand_written_slice(node))
     # Another workload first takes neurondevice0, so the first four free devices (1-4)
     # are *not* connected: only the matchAttribute constraint leads the scheduler to row 1.
     single = {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaim",
-        "metadata": {"name": "one-device", "namespace": "default"},
+        "metadata": {"name": "one-device", "namespace": NS},
         "spec": {
             "devices": {
                 "requests": [
@@ -82,7 +101,7 @@ def test_seed_1x4_template_gets_one_connected_row(kube_stack: KubeStack) -> None
     holder = {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"name": "holder", "namespace": "default"},
+        "metadata": {"name": "holder", "namespace": NS},
         "spec": {
             "nodeSelector": {"kubernetes.io/hostname": node},
             "containers": [
@@ -100,27 +119,25 @@ def test_seed_1x4_template_gets_one_connected_row(kube_stack: KubeStack) -> None
     kube_stack.wait_for(
         "one-device to be allocated",
         lambda: (
-            kube_stack.get_json("resourceclaim", "one-device", "-n", "default")
+            kube_stack.get_json("resourceclaim", "one-device", "-n", NS)
             .get("status", {})
             .get("allocation")
         ),
     )
-    first = kube_stack.get_json("resourceclaim", "one-device", "-n", "default")
+    first = kube_stack.get_json("resourceclaim", "one-device", "-n", NS)
     assert [r["device"] for r in first["status"]["allocation"]["devices"]["results"]] == [
         "neurondevice0"
     ]
 
-    applied = kube_stack.kubectl("apply", "-f", str(MANIFESTS / "seed000-1x4.yaml"))
+    applied = kube_stack.kubectl("apply", "-n", NS, "-f", str(MANIFESTS / "seed000-1x4.yaml"))
     assert "resourceclaimtemplate.resource.k8s.io/1x4-connected-neurons created" in applied.stdout
 
     pod = kube_stack.wait_for(
         "pod0 to be bound to a node",
-        lambda: (
-            (p := kube_stack.get_json("pod", "pod0", "-n", "default"))["spec"].get("nodeName") and p
-        ),
+        lambda: (p := kube_stack.get_json("pod", "pod0", "-n", NS))["spec"].get("nodeName") and p,
     )
     assert pod["spec"]["nodeName"] == node
     claim, devices = allocated_devices(kube_stack, "pod0")
     assert devices == ["neurondevice4", "neurondevice5", "neurondevice6", "neurondevice7"], claim
-    listing = kube_stack.kubectl("get", "resourceclaim", claim, "-n", "default").stdout
+    listing = kube_stack.kubectl("get", "resourceclaim", claim, "-n", NS).stdout
     assert "allocated" in listing

@@ -26,6 +26,7 @@ from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 from neuron_dra_cli.stack.instances import SHAPES, ULTRASERVER_TYPES
 
 DEFAULT_DRIVER_VERSION = "2.24.7.0"
+UNMANAGED_LABEL = "neuron.aws.com/driver"
 ULTRASERVER_NODES = 4
 _NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,40}[a-z0-9])?$")
 _LABEL_KEY_RE = re.compile(
@@ -59,6 +60,13 @@ class NodeSpec:
     lnc: int | None = None
     ultraserver: UltraServerMember | None = None
     labels: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def managed(self) -> bool:
+        """False for a node labelled ``neuron.aws.com/driver: "false"`` in the fleet file:
+        it gets no simulated hardware, no discovery and no kubelet plugin, so its pool is
+        left to whoever writes it (tests that hand-write ResourceSlices use such nodes)."""
+        return self.labels.get(UNMANAGED_LABEL) != "false"
 
 
 @dataclass(frozen=True)

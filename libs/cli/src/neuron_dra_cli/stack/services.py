@@ -14,7 +14,7 @@ from neuron_dra_common.hardware.simulate import SimNode
 
 from neuron_dra_cli.stack import kubectl, probes, process
 from neuron_dra_cli.stack.components import Component
-from neuron_dra_cli.stack.fleet import Fleet, NodeSpec
+from neuron_dra_cli.stack.fleet import UNMANAGED_LABEL, Fleet, NodeSpec
 from neuron_dra_cli.stack.layout import Layout
 
 __all__ = [
@@ -27,9 +27,6 @@ __all__ = [
 
 REPO = Path(__file__).resolve().parents[5]
 LOCAL_OVERLAY = REPO / "deploy" / "kustomize" / "overlays" / "local"
-#: A fleet group labelled ``neuron.aws.com/driver: "false"`` gets no hardware and no
-#: discovery: a node the driver does not manage (its pool is left to whoever writes it).
-UNMANAGED_LABEL = "neuron.aws.com/driver"
 
 
 def hardware_root(layout: Layout, node: str) -> Path:
@@ -90,7 +87,7 @@ def product_components(
     """
     items: list[Component] = []
     for node in fleet.nodes:
-        if node.labels.get(UNMANAGED_LABEL) == "false":
+        if not node.managed:
             continue
         sim = _write_hardware(layout, node)
         items.append(
