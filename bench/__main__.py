@@ -6,7 +6,11 @@ import argparse
 import importlib
 import sys
 
-SCENARIOS = {"bus": "bench.scenarios.bus", "slices": "bench.scenarios.slices"}
+SCENARIOS = {
+    "allocator": "bench.scenarios.allocator",
+    "bus": "bench.scenarios.bus",
+    "slices": "bench.scenarios.slices",
+}
 
 
 def main(argv: list[str] | None = None) -> int:

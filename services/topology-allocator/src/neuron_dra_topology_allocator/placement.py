@@ -63,6 +63,7 @@ UNITS: Final[dict[int, tuple[tuple[int, int], ...]]] = {
 }
 _VERTICAL_PAIRS: Final = (0b0011, 0b1100)
 _MAX_REFUSALS: Final = 16
+_MAX_EXAMINED: Final = 256
 
 
 class PlacementError(ValueError):
@@ -375,7 +376,17 @@ class Fleet:
         return chosen
 
     def _refuse(self, request: Request, *, found: int) -> Decision:
-        refusals = [r for us_id in self._ids if (r := self._why(us_id, request)) is not None]
+        # Explaining is O(UltraServers); a refusal at fleet scale must stay cheap, so only the
+        # first ones (by id) are examined and the rest are counted.
+        refusals: list[UltraServerRefusal] = []
+        examined = 0
+        for us_id in self._ids:
+            if examined == _MAX_EXAMINED:
+                break
+            examined += 1
+            if (r := self._why(us_id, request)) is not None:
+                refusals.append(r)
+        unexamined = len(self._ids) - examined
         wanted = f"{request.count} x {request.size}-node"
         itype = f" {request.instance_type}" if request.instance_type else ""
         counts: dict[str, int] = {}
@@ -390,6 +401,7 @@ class Fleet:
             f"needs {wanted}{itype} units, {found} available ({summary})"
             + (f": {details}" if details else "")
             + (f"; and {more} more UltraServers" if more > 0 else "")
+            + (f"; {unexamined} more UltraServers not examined" if unexamined > 0 else "")
         )
         return Decision(granted=False, reason=reason, refusals=tuple(refusals[:_MAX_REFUSALS]))
 
