@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import sys
 
 from neuron_dra_common.bus import Bus, ConsumerSpec, Delivery
@@ -26,6 +27,11 @@ def main(argv: list[str]) -> int:
         return 2
 
     async def build() -> Service:
+        # Lets a test stop the service while it is still wiring up.
+        delay = float(os.environ.get("EXAMPLE_BUILD_DELAY", "0"))
+        if delay:
+            log.info("building")
+            await asyncio.sleep(delay)
         bus = await Bus.connect(settings.nats_servers, name="example")
         await bus.reconcile(streams=[HEALTH])
 

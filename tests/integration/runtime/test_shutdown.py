@@ -85,3 +85,36 @@ def test_bad_setting_fails_start_naming_the_variable(nats_server: NatsServer) ->
     assert "NEURON_DRA_HTTP_PORT='eighty': expected an integer between 0 and 65535" in (
         stderr.decode()
     )
+
+
+def test_stop_while_still_starting_exits_cleanly(nats_server: NatsServer, tmp_path: Path) -> None:
+    """SIGTERM while the service is still connecting (a slow build) is an orderly exit, not
+    a kill by the default signal action."""
+    log = tmp_path / "service.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.integration.runtime.example_service"],
+            cwd=ROOT,
+            env={
+                **os.environ,
+                "NEURON_DRA_NATS_SERVERS": nats_server.url,
+                "NEURON_DRA_HTTP_PORT": str(free_port()),
+                "EXAMPLE_BUILD_DELAY": "60",
+            },
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        deadline = time.monotonic() + 30
+        while b'"building"' not in log.read_bytes():
+            assert proc.poll() is None, log.read_text()
+            assert time.monotonic() < deadline, "the service never started building"
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert code == 0, log.read_text()
+    assert "shutdown requested before the service started" in log.read_text()

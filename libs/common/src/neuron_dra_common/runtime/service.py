@@ -148,6 +148,34 @@ class Service:
         await self.http.stop()
 
 
+async def _build_unless_stopped(build: Callable[[], Awaitable[Service]]) -> Service | None:
+    """Run ``build`` with SIGTERM/SIGINT already handled: a stop asked for while the service
+    is still wiring up (connecting to NATS or the apiserver) ends it cleanly instead of
+    killing it with the default signal action. None means it was stopped before starting."""
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in _SIGNALS:
+        loop.add_signal_handler(sig, stop.set)
+    building = asyncio.ensure_future(build())
+    waiting = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait({building, waiting}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        waiting.cancel()
+        for sig in _SIGNALS:
+            loop.remove_signal_handler(sig)
+    if not building.done():
+        building.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await building
+        log.info("shutdown requested before the service started")
+        return None
+    service = building.result()
+    if stop.is_set():
+        service.request_stop()
+    return service
+
+
 async def _call(start: Callable[[], Awaitable[None]]) -> None:
     await start()
 
@@ -161,7 +189,10 @@ def run(build: Callable[[], Awaitable[Service]], *, name: str, settings: Service
     configure_tracing(service=name, otlp_endpoint=settings.otlp_endpoint)
 
     async def main() -> int:
-        service = await build()
+        service = await _build_unless_stopped(build)
+        if service is None:
+            shutdown_tracing()
+            return 0
         try:
             return await service.run()
         finally:
