@@ -12,7 +12,7 @@ neuron-dra dev build --k8s-version "$(python -c 'from neuron_dra_cli.kubebuild i
 echo "==> lint"
 ruff check .
 ruff format --check .
-mypy libs/common/src
+mypy libs/common/src libs/cli/src services/*/src
 lint-imports
 codespell
 

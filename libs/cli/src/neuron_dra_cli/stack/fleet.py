@@ -16,6 +16,7 @@ Every mistake is reported with the file, the line and the field, for example
 
 from __future__ import annotations
 
+import contextlib
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -103,16 +104,16 @@ class _Reader:
         return str(node.value)
 
     def integer(self, node: Node, path: str, *, low: int, high: int) -> int:
-        raw = node.value if isinstance(node, ScalarNode) else None
-        if (
-            not isinstance(node, ScalarNode)
-            or node.tag != "tag:yaml.org,2002:int"
-            or not (low <= int(raw) <= high)
-        ):
+        raw = str(node.value) if isinstance(node, ScalarNode) else None
+        value = None
+        if raw is not None and node.tag == "tag:yaml.org,2002:int":
+            with contextlib.suppress(ValueError):
+                value = int(raw)
+        if value is None or not low <= value <= high:
             raise self.fail(
                 node, path, f"expected a whole number from {low} to {high}, got {raw!r}"
             )
-        return int(raw)
+        return value
 
     def sequence(self, node: Node, path: str) -> list[Node]:
         if not isinstance(node, SequenceNode):
