@@ -9,6 +9,7 @@ import sys
 SCENARIOS = {
     "allocator": "bench.scenarios.allocator",
     "bus": "bench.scenarios.bus",
+    "prepare": "bench.scenarios.prepare",
     "slices": "bench.scenarios.slices",
 }
 

@@ -108,6 +108,23 @@ async def test_concurrent_claims_for_one_device_get_it_once(tmp_path: Path) -> N
     assert_consistent(tmp_path, preparer)
 
 
+async def test_concurrent_prepares_share_checkpoint_saves(tmp_path: Path) -> None:
+    claims = [make_claim(f"u{i}", [i], name=f"c{i}") for i in range(8)]
+    effects = CrashingEffects(tmp_path)
+    preparer = NodePreparer(
+        node=trn2_node(), claims=MemoryClaims(claims), effects=effects, boot_id="b1"
+    )
+    preparer.recover()
+    before = effects.steps
+    await asyncio.gather(*(preparer.prepare(ref_of(c)) for c in claims))
+    # Eight spec writes; the sixteen checkpoint changes took fewer saves than that.
+    assert effects.steps - before - len(claims) < 2 * len(claims)
+    assert_consistent(tmp_path, preparer)
+    await asyncio.gather(*(preparer.unprepare(ref_of(c)) for c in claims))
+    assert_consistent(tmp_path, preparer)
+    assert preparer.checkpoint == Checkpoint()
+
+
 async def test_reboot_invalidates_entries(tmp_path: Path) -> None:
     claim = make_claim("u1", [0])
     await start(tmp_path, MemoryClaims([claim])).prepare(ref_of(claim))

@@ -199,3 +199,28 @@ async def test_without_the_operator_placement_comes_from_the_node_labels() -> No
     )
     assert placement.topo0_host == "us0-trn2u-48xl-0"
     assert api.selectors == ["neuron.amazonaws.com/ultraserver-server-id-4=aaaa"]
+
+
+class NoApi(FakeApi):
+    async def get(self, resource: Any, name: str, *, namespace: str | None = None) -> Any:
+        raise AssertionError("the Node was read")
+
+
+async def test_a_node_outside_any_ultraserver_is_read_only_for_workload_claims() -> None:
+    gate = UltraServerGate(
+        Source(claim(mode=1)), api=NoApi({}), node=NODE, ultraserver_member=False
+    )
+    assert await gate.get(REF) is not None
+    placement = gate.placement(REF)
+    assert placement is not None
+    assert (placement.nodes, placement.server_id, placement.topo0_host) == (1, "", NODE)
+    gate = UltraServerGate(
+        Source(claim(mode=4)), api=NoApi({}), node=NODE, ultraserver_member=False
+    )
+    await gate.get(REF)
+    assert gate.placement(REF) is None
+    gate = UltraServerGate(
+        Source(claim(WORKLOAD)), api=FakeApi({}), node=NODE, ultraserver_member=False
+    )
+    with pytest.raises(PrepareError, match=r"carries no allocation for it yet"):
+        await gate.get(REF)

@@ -108,7 +108,10 @@ async def build(settings: PluginSettings, *, node: NodeContext) -> Service:
     events = ClaimEvents(node=settings.node_name, boot_id=boot_id)
     recorder = ClaimEventRecorder(client, node=settings.node_name)
     claims = UltraServerGate(
-        ApiClaimSource(client, cache=informer), api=client, node=settings.node_name
+        ApiClaimSource(client, cache=informer),
+        api=client,
+        node=settings.node_name,
+        ultraserver_member=node.instance.ultraserver_nodes > 1,
     )
     preparer = NodePreparer(
         node=node,

@@ -15,13 +15,20 @@ unprepare
 entries from before the last reboot and removes CDI specs no entry accounts for. A prepare
 repeated for a completed claim answers from the checkpoint; for a half-done one it rolls
 back and starts over.
+
+Claims are prepared concurrently (the kubelet prepares many pods at once): one claim at a
+time per UID, its devices reserved in the in-memory checkpoint before anything is written,
+file work in a thread so the event loop keeps serving. Checkpoint writes are group
+commits: a claim waits until a save that began after its change is on disk, and one save
+(fsynced, atomic, as always) carries every change made while the previous one ran.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Protocol
 
@@ -136,6 +143,30 @@ def _no_placement(ref: ClaimRef) -> UltraServerPlacement | None:
     return None
 
 
+def _retrieve(task: asyncio.Task[None]) -> None:
+    if not task.cancelled():
+        task.exception()
+
+
+class _ClaimLocks:
+    """One lock per claim UID, kept only while someone holds or waits for it."""
+
+    def __init__(self) -> None:
+        self._locks: dict[str, tuple[asyncio.Lock, list[int]]] = {}
+
+    @contextlib.asynccontextmanager
+    async def hold(self, uid: str) -> AsyncIterator[None]:
+        lock, users = self._locks.setdefault(uid, (asyncio.Lock(), [0]))
+        users[0] += 1
+        try:
+            async with lock:
+                yield
+        finally:
+            users[0] -= 1
+            if users[0] == 0:
+                del self._locks[uid]
+
+
 class NodePreparer:
     """The plugin's :class:`Preparer`: plans with :func:`plan_prepare`, applies with ``effects``."""
 
@@ -160,8 +191,13 @@ class NodePreparer:
         self._reporter = reporter
         self._crash = crash
         self._checkpoint = Checkpoint()
-        # One writer of the checkpoint at a time; the kubelet sends claims concurrently.
-        self._lock = asyncio.Lock()
+        # One operation per claim at a time; the kubelet sends claims concurrently.
+        self._claim_locks = _ClaimLocks()
+        # Group commit: ``_version`` counts in-memory changes, ``_durable`` the last one on
+        # disk; ``_saving`` is the save under way (at most one).
+        self._version = 0
+        self._durable = 0
+        self._saving: asyncio.Task[None] | None = None
 
     @property
     def checkpoint(self) -> Checkpoint:
@@ -213,10 +249,36 @@ class NodePreparer:
         self._effects.save(updated)
         self._checkpoint = updated
 
-    def _save(self, entry: ClaimEntry) -> None:
-        updated = self._checkpoint.with_entry(entry)
-        self._effects.save(updated)
-        self._checkpoint = updated
+    def _change(self, checkpoint: Checkpoint) -> None:
+        """Make ``checkpoint`` the current one in memory; :meth:`_commit` writes it."""
+        self._checkpoint = checkpoint
+        self._version += 1
+
+    async def _commit(self) -> None:
+        """Return once the checkpoint as it is now (or a later one) is on disk."""
+        wanted = self._version
+        while self._durable < wanted:
+            if self._saving is None:
+                self._saving = asyncio.create_task(self._save_current(), name="checkpoint-save")
+                # Its waiters see any failure; this only keeps asyncio from also logging it
+                # when every waiter was cancelled.
+                self._saving.add_done_callback(_retrieve)
+            # Shielded: a caller that gives up (the kubelet's deadline) must not cancel a
+            # save other claims wait for.
+            await asyncio.shield(self._saving)
+
+    async def _save_current(self) -> None:
+        version, checkpoint = self._version, self._checkpoint
+        try:
+            await asyncio.to_thread(self._effects.save, checkpoint)
+            self._durable = max(self._durable, version)
+        finally:
+            self._saving = None
+
+    async def _rollback_async(self, uid: str) -> None:
+        await asyncio.to_thread(self._effects.remove_spec, uid)
+        self._change(self._checkpoint.without(uid))
+        await self._commit()
 
     def _completed(self, ref: ClaimRef) -> ClaimEntry | None:
         entry = self._checkpoint.claims.get(ref.uid)
@@ -237,12 +299,12 @@ class NodePreparer:
         if claim is None:
             raise PrepareError(f"{ref}: not found")
         self._crash("prepare:claim-read")
-        async with self._lock:
+        async with self._claim_locks.hold(ref.uid):
             done = self._completed(ref)
             if done is not None:
                 return done.devices
             if ref.uid in self._checkpoint.claims:
-                self._rollback(ref.uid)
+                await self._rollback_async(ref.uid)
             try:
                 plan = plan_prepare(
                     ref=ref,
@@ -256,11 +318,16 @@ class NodePreparer:
                 if self._reporter is not None:
                     self._reporter.failed(claim, str(exc))
                 raise
-            self._save(msgspec.structs.replace(plan.entry, state=ClaimState.PREPARE_STARTED))
+            # Planned and reserved with no await in between: a concurrent prepare of another
+            # claim sees these devices as taken from here on.
+            started = msgspec.structs.replace(plan.entry, state=ClaimState.PREPARE_STARTED)
+            self._change(self._checkpoint.with_entry(started))
+            await self._commit()
             self._crash("prepare:started-saved")
-            self._effects.write_spec(ref.uid, plan.spec)
+            await asyncio.to_thread(self._effects.write_spec, ref.uid, plan.spec)
             self._crash("prepare:spec-written")
-            self._save(plan.entry)
+            self._change(self._checkpoint.with_entry(plan.entry))
+            await self._commit()
             self._crash("prepare:completed-saved")
             if self._listener is not None:
                 self._listener.prepared(plan.entry)
@@ -268,15 +335,17 @@ class NodePreparer:
 
     async def unprepare(self, ref: ClaimRef) -> None:
         # Needs nothing but the UID: the claim object may be gone already.
-        async with self._lock:
+        async with self._claim_locks.hold(ref.uid):
             self._crash("unprepare:begin")
-            self._effects.remove_spec(ref.uid)
+            await asyncio.to_thread(self._effects.remove_spec, ref.uid)
             self._crash("unprepare:spec-removed")
             entry = self._checkpoint.claims.get(ref.uid)
             if entry is not None:
-                updated = self._checkpoint.without(ref.uid)
-                self._effects.save(updated)
-                self._checkpoint = updated
+                self._change(self._checkpoint.without(ref.uid))
+            # Also when there was nothing to drop: an earlier save that failed may still owe
+            # the disk this claim's removal.
+            await self._commit()
+            if entry is not None:
                 self._crash("unprepare:entry-dropped")
                 if self._listener is not None and entry.state is ClaimState.PREPARE_COMPLETED:
                     self._listener.unprepared(entry)

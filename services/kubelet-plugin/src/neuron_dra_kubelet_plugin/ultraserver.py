@@ -1,7 +1,8 @@
 """UltraServer claims: bound to their workload, with the job's UltraServer placement.
 
 Wraps the plugin's claim source. For every claim it reads this node's Node object (always
-current, and readable with the node's own credentials) and decides:
+current, and readable with the node's own credentials; on a node outside any UltraServer,
+which has neither record nor UltraServer labels, only for a workload's claims) and decides:
 
 - the node carries the operator's allocation record (``neuron.aws.com/ultraserver-allocation``):
   its devices are tagged with that workload's ``workloadId`` and are prepared only for claims
@@ -103,10 +104,13 @@ def placement_from_labels(
 class UltraServerGate:
     """A claim source that refuses claims a bound UltraServer node must not serve."""
 
-    def __init__(self, inner: ClaimSource, *, api: NodeReader, node: str) -> None:
+    def __init__(
+        self, inner: ClaimSource, *, api: NodeReader, node: str, ultraserver_member: bool = True
+    ) -> None:
         self._inner = inner
         self._api = api
         self._node = node
+        self._member = ultraserver_member
         self._placements: dict[str, UltraServerPlacement | None] = {}
 
     def placement(self, ref: ClaimRef) -> UltraServerPlacement | None:
@@ -142,6 +146,13 @@ class UltraServerGate:
         return next(iter(sizes)) if len(sizes) == 1 else None
 
     async def _decide(self, ref: ClaimRef, claim: ResourceClaim) -> UltraServerPlacement | None:
+        if not self._member and not claim.metadata.labels.get(WORKLOAD_LABEL):
+            # Only UltraServer members carry the operator's record or AWS's UltraServer
+            # labels: reading the Node would find neither, so skip the API round trip.
+            size = self._size(ref, claim)
+            return (
+                None if size is None else placement_from_labels(self._node, {}, size=size, peers=[])
+            )
         node = await self._node_object()
         meta = node.get("metadata") or {}
         try:
