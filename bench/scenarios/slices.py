@@ -16,8 +16,10 @@ is rewritten, against a bare replace of the same slice (p50/p99 over many sample
 from __future__ import annotations
 
 import asyncio
+import cProfile
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -31,7 +33,12 @@ from bench.harness import Figure, Report, percentile
 
 WORKERS = 16
 _REPO = Path(__file__).resolve().parents[2]
-_FLEET = "nodes:\n  - instanceType: trn1.32xlarge\n    count: 1\n"
+# The stack's one simulated node runs no driver (no discovery, no kubelet plugin): the bench
+# Nodes are the only ones with pools, and nothing but the bench feeds the inventory stream.
+_FLEET = (
+    "nodes:\n  - instanceType: trn1.32xlarge\n    count: 1\n"
+    '    labels:\n      neuron.aws.com/driver: "false"\n'
+)
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -59,6 +66,51 @@ def _node(name: str) -> dict[str, Any]:
     }
 
 
+def _stat(pid: int) -> list[str] | None:
+    """``/proc/<pid>/stat`` from field 3 (state) on; None when the process is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+
+
+def _cpu_seconds(pids: dict[str, int]) -> dict[str, float]:
+    """User + system CPU seconds each process has used so far."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out: dict[str, float] = {}
+    for name, pid in pids.items():
+        fields = _stat(pid)
+        out[name] = (int(fields[11]) + int(fields[12])) / tick if fields else 0.0
+    return out
+
+
+def _cpu_used(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    return {name: after[name] - before[name] for name in before}
+
+
+def _stop_component(recorded: dict[str, Any], name: str) -> None:
+    """Stop one process of the stack by the pid it recorded (if it is still that process).
+
+    The stack always runs a slice publisher; left running, it would consume the bench's
+    inventories from the same durable consumer and write the bench's pools beside the
+    publisher under test.
+    """
+    for component in recorded["components"]:
+        if component["name"] != name:
+            continue
+        pid = int(component["pid"])
+        fields = _stat(pid)
+        if fields is None or int(fields[19]) != int(component["start_ticks"]):
+            return
+        os.kill(pid, signal.SIGTERM)
+        for _ in range(200):
+            fields = _stat(pid)
+            if fields is None or fields[0] in ("Z", "X"):
+                return
+            time.sleep(0.05)
+        raise RuntimeError(f"stack component {name} (pid {pid}) did not stop on SIGTERM")
+
+
 async def _bounded(n: int, work: Any) -> None:
     sem = asyncio.Semaphore(WORKERS)
 
@@ -69,7 +121,9 @@ async def _bounded(n: int, work: Any) -> None:
     await asyncio.gather(*(one(i) for i in range(n)))
 
 
-async def _measure(kubeconfig: Path, nats_url: str, n: int, samples: int) -> Report:
+async def _measure(
+    kubeconfig: Path, nats_url: str, n: int, samples: int, servers: dict[str, int]
+) -> Report:
     from kubernetes_asyncio import client as k8s
     from kubernetes_asyncio import config as k8s_config
     from neuron_dra_common.bus import Bus, consumer
@@ -78,7 +132,7 @@ async def _measure(kubeconfig: Path, nats_url: str, n: int, samples: int) -> Rep
     from neuron_dra_common.hardware.simulate import write_node
     from neuron_dra_common.kube import NODES, RESOURCE_SLICES, Informer, connect, run_workers
     from neuron_dra_slice_publisher.controller import Controller, NodeInfo
-    from neuron_dra_slice_publisher.pool import NodeRef, render_slice
+    from neuron_dra_slice_publisher.pool import NodeRef, render_slice, slice_summary
     from neuron_dra_slice_publisher.slices import NodeDeviceMode, build_pool
     from neuron_dra_slice_publisher.store import SELECTOR, KubeSliceStore
 
@@ -137,9 +191,12 @@ async def _measure(kubeconfig: Path, nats_url: str, n: int, samples: int) -> Rep
         for body in prepared[i]:
             await call("POST", slices_path, body)
 
+    cpu0, own0 = _cpu_seconds(servers), time.process_time()
     t0 = time.perf_counter()
     await _bounded(n, bare_write)
     bare_seconds = time.perf_counter() - t0
+    bare_cpu, bare_own = _cpu_used(cpu0, _cpu_seconds(servers)), time.process_time() - own0
+    bare_writes = sum(len(p) for p in prepared)
 
     bare_change: list[float] = []
     for k in range(samples):
@@ -159,7 +216,7 @@ async def _measure(kubeconfig: Path, nats_url: str, n: int, samples: int) -> Rep
     bus = await Bus.connect([nats_url], name="bench-slices")
     await bus.reconcile(consumers=[consumer("slice-publisher-inventory")])
     nodes = Informer(kube, NODES)
-    slices = Informer(kube, RESOURCE_SLICES, label_selector=SELECTOR)
+    slices = Informer(kube, RESOURCE_SLICES, label_selector=SELECTOR, transform=slice_summary)
 
     def lookup(name: str) -> NodeInfo | None:
         obj = nodes.cache.get(name)
@@ -209,10 +266,21 @@ async def _measure(kubeconfig: Path, nats_url: str, n: int, samples: int) -> Rep
             dra_driver_version="0.1.0",
         )
 
+    events = [inventory(name, 1, "2.24.7.0") for name in names]
+    profile_path = os.environ.get("NEURON_DRA_BENCH_PROFILE", "")
+    profiler = cProfile.Profile() if profile_path else None
+    cpu0, own0 = _cpu_seconds(servers), time.process_time()
+    if profiler is not None:
+        profiler.enable()
     t0 = time.perf_counter()
-    await publisher.publish_many([inventory(name, 1, "2.24.7.0") for name in names])
+    await publisher.publish_many(events)
     await asyncio.wait_for(done.wait(), timeout=300)
     publisher_seconds = max(written.values()) - t0
+    if profiler is not None:
+        profiler.disable()
+        profiler.dump_stats(profile_path)
+    pub_cpu, pub_own = _cpu_used(cpu0, _cpu_seconds(servers)), time.process_time() - own0
+    pub_writes = sum(len(bodies(name)) for name in names)
 
     change: list[float] = []
     for k in range(samples):
@@ -266,6 +334,19 @@ async def _measure(kubeconfig: Path, nats_url: str, n: int, samples: int) -> Rep
         f"goals: all pools within 1.10 x the bare loop (got {publisher_seconds / bare_seconds:.2f}),"
         f" {n} nodes in <= 10 s (got {publisher_seconds:.2f} s)"
     )
+    for label, cpu, own, writes, seconds in (
+        ("bare loop", bare_cpu, bare_own, bare_writes, bare_seconds),
+        ("publisher", pub_cpu, pub_own, pub_writes, publisher_seconds),
+    ):
+        servers_cpu = ", ".join(f"{k} {v:.1f}" for k, v in cpu.items())
+        per_write = 1000.0 * cpu.get("kube-apiserver", 0.0) / max(writes, 1)
+        report.notes.append(
+            f"{label}: {writes} slice writes in {seconds:.2f} s; CPU s: {servers_cpu}, "
+            f"bench process {own:.1f}; apiserver {per_write:.2f} ms CPU per write"
+        )
+    report.notes.append(
+        f"load average at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs"
+    )
     report.notes.append(json.dumps({"nodes": n, "samples": samples}))
     return report
 
@@ -281,8 +362,14 @@ def run(*, quick: bool) -> Report:
             raise RuntimeError(f"dev up failed:\n{up.stdout}\n{up.stderr}")
         try:
             recorded = json.loads((state / "state.json").read_text())
+            _stop_component(recorded, "slice-publisher")
+            servers = {
+                c["name"]: int(c["pid"])
+                for c in recorded["components"]
+                if c["name"] in ("kube-apiserver", "etcd", "nats")
+            }
             return asyncio.run(
-                _measure(Path(recorded["kubeconfig"]), recorded["nats_url"], n, samples)
+                _measure(Path(recorded["kubeconfig"]), recorded["nats_url"], n, samples, servers)
             )
         finally:
             _cli("dev", "down", "--state-dir", str(state))

@@ -122,3 +122,26 @@ async def test_api_errors_name_the_object(kube: KubeClient) -> None:
         await kube.get(CONFIGMAPS, "does-not-exist", namespace=NS)
     assert caught.value.status == 404
     assert 'configmaps "does-not-exist" not found' in str(caught.value)
+
+
+async def test_request_bodies_and_queries_reach_the_apiserver_intact(kube: KubeClient) -> None:
+    run = uuid.uuid4().hex[:10]
+    name = f"body-{run}"
+    # Non-ASCII text, a large value and characters a query must escape all survive the trip.
+    big = "x" * 200_000
+    body = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        **configmap(name, run, text="Grüße ✓", big=big),
+    }
+    created = await kube.request("POST", CONFIGMAPS.path(namespace=NS), body=body)
+    try:
+        assert created["data"] == {"text": "Grüße ✓", "big": big}
+        page = await kube.request(
+            "GET",
+            CONFIGMAPS.path(namespace=NS),
+            query=[("labelSelector", f"test-run={run},test-run in ({run},other)")],
+        )
+        assert [o["metadata"]["name"] for o in page["items"]] == [name]
+    finally:
+        await kube.delete(CONFIGMAPS, name, namespace=NS)

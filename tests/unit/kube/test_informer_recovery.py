@@ -91,3 +91,26 @@ async def test_connection_errors_back_off_and_resume_from_last_version() -> None
     assert api.watched_from == ["5", "5"]
     assert informer.relists == 0
     assert sorted(informer.cache) == ["ns/a", "ns/b"]
+
+
+async def test_a_transform_trims_what_is_cached_and_what_listeners_see() -> None:
+    def big(name: str, rv: str) -> dict[str, Any]:
+        return {**cm(name, rv), "data": {"payload": "x" * 1000}}
+
+    api = ScriptedApi(
+        lists=[([big("a", "1")], "5")],
+        watches=[[{"type": "ADDED", "object": big("b", "6")}]],
+    )
+    informer = Informer(api, CONFIGMAPS, transform=lambda o: {"metadata": o["metadata"]})  # type: ignore[arg-type]
+    seen: list[dict[str, Any]] = []
+    informer.add_listener(lambda kind, obj: seen.append(obj))
+    task = asyncio.create_task(informer.run())
+    for _ in range(200):
+        if len(seen) == 2:
+            break
+        await asyncio.sleep(0.01)
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    assert [o["metadata"]["name"] for o in seen] == ["a", "b"]
+    assert all("data" not in o for o in [*seen, *informer.cache.values()])
+    assert informer.resource_version == "6"

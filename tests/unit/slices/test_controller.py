@@ -11,7 +11,13 @@ import msgspec
 import pytest
 from neuron_dra_common.bus import PermanentError
 from neuron_dra_common.events import NodeInventory
-from neuron_dra_common.hardware.model import NeuronDevice, NodeHardware
+from neuron_dra_common.hardware.model import (
+    CoreStatus,
+    Counter,
+    EccCounters,
+    NeuronDevice,
+    NodeHardware,
+)
 from neuron_dra_common.kube import run_workers
 from neuron_dra_slice_publisher.controller import Controller, NodeInfo
 from neuron_dra_slice_publisher.leader import LeaseState, decide
@@ -91,6 +97,34 @@ async def test_a_change_bumps_the_generation(world: World) -> None:
     await world.settle()
     [obj] = world.pool("n1")
     assert obj["spec"]["pool"]["generation"] == 2  # type: ignore[index]
+
+
+async def test_moving_counters_write_nothing_and_are_not_kept(world: World) -> None:
+    def counting(generation: int, success: int) -> NodeInventory:
+        base = inventory("n1", generation=generation)
+        devices = tuple(
+            msgspec.structs.replace(
+                d,
+                ecc=EccCounters(mem_uncorrected=Counter(total=success, present=0)),
+                cores=(
+                    CoreStatus(index=0, counters={"success": Counter(total=success, present=1)}),
+                ),
+            )
+            for d in base.hardware.devices
+        )
+        return msgspec.structs.replace(
+            base, hardware=msgspec.structs.replace(base.hardware, devices=devices)
+        )
+
+    world.add_node("n1")
+    world.controller.accept(counting(1, 10))
+    await world.settle()
+    world.controller.accept(counting(2, 11))  # a heartbeat: only the statistics moved
+    await world.settle()
+    assert world.store.writes == {"n1-neuron.aws.com-0": 1}
+    held = world.controller.inventories["n1"]
+    assert held.generation == 2
+    assert all(not d.cores and d.ecc == EccCounters() for d in held.hardware.devices)
 
 
 async def test_an_older_inventory_is_ignored(world: World) -> None:

@@ -10,6 +10,7 @@ from neuron_dra_slice_publisher.pool import (
     StoredSlice,
     plan_pool,
     slice_name,
+    slice_summary,
     stored_slice,
 )
 from neuron_dra_slice_publisher.slices import NodeDeviceMode, PoolContent, build_pool
@@ -112,3 +113,17 @@ def test_long_node_names_still_make_valid_slice_names() -> None:
     assert len(name) <= 253
     assert name.endswith("-neuron.aws.com-3")
     assert name != slice_name(node[:-1] + "x", 3)
+
+
+def test_the_informer_summary_keeps_everything_the_plan_reads() -> None:
+    plan = plan_pool(content(), owner=OWNER, stored=[])
+    for w in plan.writes:
+        obj = {
+            **w.body,
+            "metadata": {**w.body["metadata"], "resourceVersion": "7", "managedFields": [{}]},
+        }
+        summary = slice_summary(obj)
+        assert stored_slice(summary) == stored_slice(obj)
+        assert "devices" not in summary["spec"]
+        assert "sharedCounters" not in summary["spec"]
+        assert "managedFields" not in summary["metadata"]

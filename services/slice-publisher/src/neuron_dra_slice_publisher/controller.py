@@ -20,6 +20,7 @@ from typing import Any
 import msgspec
 from neuron_dra_common.bus import Delivery, PermanentError
 from neuron_dra_common.events import AnyEvent, NodeInventory
+from neuron_dra_common.hardware.model import EccCounters
 from neuron_dra_common.kube import WorkQueue
 from neuron_dra_common.topology import UnknownInstanceType, instance_spec
 from neuron_dra_common.ultraserver import NodeAllocationError, node_allocation
@@ -141,7 +142,7 @@ class Controller:
         except InventoryError as exc:
             # No retry can make this inventory usable: straight to the dead letter.
             raise PermanentError(str(exc)) from exc
-        self.inventories[inventory.node] = inventory
+        self.inventories[inventory.node] = _without_statistics(inventory)
         self.queue.add(inventory.node)
         return True
 
@@ -250,6 +251,24 @@ class Controller:
         )
         if self.on_written is not None:
             self.on_written(node, plan.generation)
+
+
+def _without_statistics(inventory: NodeInventory) -> NodeInventory:
+    """``inventory`` without its ECC and per-core counters, which no slice shows.
+
+    They are most of an inventory's objects: held for every node and compared on every
+    reconcile they would only cost memory, garbage-collector scans and time.
+    """
+    hardware = inventory.hardware
+    if not any(d.cores or d.ecc != _NO_ECC for d in hardware.devices):
+        return inventory
+    devices = tuple(msgspec.structs.replace(d, ecc=_NO_ECC, cores=()) for d in hardware.devices)
+    return msgspec.structs.replace(
+        inventory, hardware=msgspec.structs.replace(hardware, devices=devices)
+    )
+
+
+_NO_ECC = EccCounters()
 
 
 def _as_int(version: str) -> int | None:

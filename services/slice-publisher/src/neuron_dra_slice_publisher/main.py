@@ -15,6 +15,7 @@ from neuron_dra_common.settings import SettingsError, load
 
 from neuron_dra_slice_publisher.controller import Controller, NodeInfo
 from neuron_dra_slice_publisher.leader import Elector
+from neuron_dra_slice_publisher.pool import slice_summary
 from neuron_dra_slice_publisher.settings import SlicePublisherSettings, package_version
 from neuron_dra_slice_publisher.store import SELECTOR, KubeSliceStore
 from neuron_dra_slice_publisher.wiring import detect_mode, read_inventories
@@ -53,7 +54,7 @@ async def build(settings: SlicePublisherSettings) -> Service:
     runner = bus.runner(consumer(DURABLE), controller.handle)
 
     async def lead() -> None:
-        slices = Informer(kube, RESOURCE_SLICES, label_selector=SELECTOR)
+        slices = Informer(kube, RESOURCE_SLICES, label_selector=SELECTOR, transform=slice_summary)
         nodes.add_listener(controller.node_changed)
         slices.add_listener(controller.slice_changed)
         informers = [

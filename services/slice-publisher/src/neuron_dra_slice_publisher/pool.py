@@ -30,6 +30,7 @@ __all__ = [
     "plan_pool",
     "render_slice",
     "slice_name",
+    "slice_summary",
     "stored_slice",
 ]
 
@@ -91,9 +92,18 @@ def slice_name(node: str, index: int) -> str:
 
 
 def render_slice(
-    content: SliceContent, *, owner: NodeRef, index: int, generation: int, count: int
+    content: SliceContent,
+    *,
+    owner: NodeRef,
+    index: int,
+    generation: int,
+    count: int,
+    digest: str = "",
 ) -> dict[str, Any]:
-    """The full ``resource.k8s.io/v1`` ResourceSlice object for slice ``index`` of a pool."""
+    """The full ``resource.k8s.io/v1`` ResourceSlice object for slice ``index`` of a pool.
+
+    ``digest`` is ``content_hash(content)`` when the caller has it already.
+    """
     spec: dict[str, Any] = {
         "driver": DRIVER,
         "nodeName": owner.name,
@@ -112,7 +122,7 @@ def render_slice(
                 NODE_LABEL: label_value(owner.name),
                 "app.kubernetes.io/managed-by": MANAGED_BY,
             },
-            "annotations": {CONTENT_ANNOTATION: content_hash(content)},
+            "annotations": {CONTENT_ANNOTATION: digest or content_hash(content)},
             "ownerReferences": [
                 {"apiVersion": "v1", "kind": "Node", "name": owner.name, "uid": owner.uid}
             ],
@@ -126,6 +136,20 @@ def label_value(node: str) -> str:
     if len(node) <= 63:
         return node
     return hashlib.sha256(node.encode()).hexdigest()[:63]
+
+
+def slice_summary(obj: dict[str, Any]) -> dict[str, Any]:
+    """What the slice informer keeps of a ResourceSlice: its metadata (field managers left
+    out) and pool; the devices are this publisher's own output and never read back."""
+    meta = {k: v for k, v in (obj.get("metadata") or {}).items() if k != "managedFields"}
+    spec = obj.get("spec") or {}
+    kept = {k: spec[k] for k in ("driver", "nodeName", "pool") if k in spec}
+    return {
+        "apiVersion": obj.get("apiVersion"),
+        "kind": obj.get("kind"),
+        "metadata": meta,
+        "spec": kept,
+    }
 
 
 def stored_slice(obj: dict[str, Any]) -> StoredSlice:
@@ -173,10 +197,12 @@ def plan_pool(
     writes = tuple(
         Write(
             name=name,
-            body=render_slice(part, owner=owner, index=i, generation=generation, count=count),
+            body=render_slice(
+                part, owner=owner, index=i, generation=generation, count=count, digest=digest
+            ),
             resource_version=by_name[name].resource_version if name in by_name else "",
         )
-        for i, ((name, _), part) in enumerate(zip(wanted, content.slices, strict=True))
+        for i, ((name, digest), part) in enumerate(zip(wanted, content.slices, strict=True))
     )
     keep = {name for name, _ in wanted}
     return Plan(

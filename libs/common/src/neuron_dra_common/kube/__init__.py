@@ -12,7 +12,7 @@ from neuron_dra_common.kube.client import (
     connect,
     object_key,
 )
-from neuron_dra_common.kube.informer import EventType, Informer
+from neuron_dra_common.kube.informer import EventType, Informer, Transform
 from neuron_dra_common.kube.workqueue import QueueShutDown, WorkQueue, run_workers
 
 __all__ = [
@@ -26,6 +26,7 @@ __all__ = [
     "KubeClient",
     "QueueShutDown",
     "Resource",
+    "Transform",
     "WorkQueue",
     "apply",
     "apply_status",

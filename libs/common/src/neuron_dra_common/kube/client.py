@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
+from urllib.parse import urlencode
 
 import aiohttp
 import msgspec
@@ -31,6 +31,15 @@ __all__ = [
 ]
 
 Obj = dict[str, Any]
+
+# Request bodies are encoded here, once, and sent as bytes: the generated client would walk
+# every value of a large object (sanitize_for_serialization) and then json.dumps it.
+_encode: Final = msgspec.json.Encoder().encode
+
+
+def _decode(data: bytes) -> Obj:
+    decoded: Obj = msgspec.json.decode(data)
+    return decoded
 
 
 class Resource(msgspec.Struct, frozen=True, kw_only=True):
@@ -116,8 +125,7 @@ class KubeClient:
                 data = await resp.read()
             finally:
                 resp.release()
-        decoded: Obj = json.loads(data) if data else {}
-        return decoded
+        return _decode(data) if data else {}
 
     async def _call(
         self,
@@ -129,18 +137,37 @@ class KubeClient:
         content_type: str,
         request_timeout: float | aiohttp.ClientTimeout | None,
     ) -> aiohttp.ClientResponse:
-        headers = {"Accept": "application/json", "Content-Type": content_type}
+        headers = {
+            **self.api.default_headers,
+            "Accept": "application/json",
+            "Content-Type": content_type,
+        }
         headers.update(kube_trace_headers())
-        resp: aiohttp.ClientResponse = await self.api.call_api(
-            path,
+        params = list(query)
+        # Auth as the generated client does it (a refreshed token included).
+        await self.api.update_params_for_auth(headers, params, ["BearerToken"])
+        url = f"{self.api.configuration.host}{path}"
+        if params:
+            url += "?" + urlencode(params)
+        rest = self.api.rest_client
+        extra: dict[str, Any] = {}
+        if rest.proxy:
+            extra["proxy"] = rest.proxy
+            if rest.proxy_headers:
+                extra["proxy_headers"] = rest.proxy_headers
+        if rest.server_hostname:
+            extra["server_hostname"] = rest.server_hostname
+        if isinstance(request_timeout, aiohttp.ClientTimeout):
+            timeout = request_timeout
+        else:
+            timeout = aiohttp.ClientTimeout(total=request_timeout)
+        resp: aiohttp.ClientResponse = await rest.pool_manager.request(
             method,
-            query_params=list(query),
-            header_params=headers,
-            body=body,
-            auth_settings=["BearerToken"],
-            _preload_content=False,
-            _return_http_data_only=True,
-            _request_timeout=request_timeout,
+            url,
+            data=None if body is None else _encode(body),
+            headers=headers,
+            timeout=timeout,
+            **extra,
         )
         if resp.status >= 400:
             # The generated client only raises when it reads the body itself.
@@ -212,8 +239,7 @@ class KubeClient:
         try:
             async for line in resp.content:
                 if line.strip():
-                    event: Obj = json.loads(line)
-                    yield event
+                    yield _decode(line)
         finally:
             resp.release()
 
@@ -240,8 +266,8 @@ async def connect(
 
 def _api_error(status: int, method: str, path: str, body: bytes) -> ApiException:
     try:
-        message = str(json.loads(body).get("message", ""))
-    except ValueError:
+        message = str(_decode(body).get("message", ""))
+    except (ValueError, AttributeError):
         message = body[:200].decode(errors="replace")
     error = ApiException(status=status, reason=f"{method} {path}: {message or status}")
     error.body = body

@@ -16,13 +16,14 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from neuron_dra_common.kube.client import KubeClient, Resource, object_key
 
-__all__ = ["EventType", "Informer"]
+__all__ = ["EventType", "Informer", "Transform"]
 
 log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
 EventType = Literal["ADDED", "MODIFIED", "DELETED"]
 Listener = Callable[[EventType, Obj], Awaitable[None] | None]
+Transform = Callable[[Obj], Obj]
 
 _BACKOFF: Final = (0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
 
@@ -51,7 +52,10 @@ class Informer:
         namespace: str | None = None,
         label_selector: str = "",
         watch_timeout: int = 300,
+        transform: Transform | None = None,
     ) -> None:
+        """``transform`` trims each object before it is cached and handed to listeners (keep
+        what the controller reads; a cache of large objects costs memory and GC time)."""
         self.resource = resource
         self.cache: dict[str, Obj] = {}
         self.resource_version = ""
@@ -60,6 +64,7 @@ class Informer:
         self._namespace = namespace
         self._selector = label_selector
         self._watch_timeout = watch_timeout
+        self._transform = transform
         self._listeners: list[Listener] = []
         self._synced = asyncio.Event()
         self._stop = False
@@ -89,6 +94,8 @@ class Informer:
         items, version = await self._client.list(
             self.resource, namespace=self._namespace, label_selector=self._selector
         )
+        if self._transform is not None:
+            items = [self._transform(obj) for obj in items]
         fresh = {object_key(obj): obj for obj in items}
         old, self.cache = self.cache, fresh
         self.resource_version = version
@@ -122,6 +129,8 @@ class Informer:
                 self.resource_version = version
             if kind == "BOOKMARK":
                 continue
+            if self._transform is not None:
+                obj = self._transform(obj)
             key = object_key(obj)
             if kind == "DELETED":
                 self.cache.pop(key, None)
