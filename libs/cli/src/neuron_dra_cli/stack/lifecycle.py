@@ -23,6 +23,7 @@ from neuron_dra_cli.stack.fleet import Fleet
 from neuron_dra_cli.stack.layout import Layout
 from neuron_dra_cli.stack.nodes import node_component
 from neuron_dra_cli.stack.pki import Pki, write_kubeconfig
+from neuron_dra_cli.stack.ultraserver import ultraserver_components
 
 Progress = Callable[[str], None]
 
@@ -226,6 +227,10 @@ def up(opts: UpOptions, *, progress: Progress = print) -> state.StackState:
                 kubeconfig=layout.kubeconfig,
             ),
             timeout=60.0 + 2.0 * len(opts.fleet.nodes),
+        )
+        launcher.start(
+            ultraserver_components(nats_url=current.nats_url, kubeconfig=layout.kubeconfig),
+            timeout=60,
         )
     except BaseException:
         progress("neuron-dra: start failed; stopping what was started")
