@@ -15,6 +15,7 @@ import zlib
 from collections.abc import Sequence
 from typing import Protocol
 
+import msgspec
 from neuron_dra_common.bus import PublishResult
 from neuron_dra_common.events import (
     AllocationDecided,
@@ -36,6 +37,7 @@ from neuron_dra_topology_allocator.placement import (
     Strategy,
 )
 from neuron_dra_topology_allocator.projection import Projection
+from neuron_dra_topology_allocator.replacement import replace
 
 __all__ = ["Allocator", "EventSink", "NotReady"]
 
@@ -102,16 +104,24 @@ class Allocator:
             )
         fresh = self.fleet.allocation(ref.uid) is None
         started = time.perf_counter()
-        if event.nodes:
+        replacing = 0 < len(event.nodes) < event.topology_size * event.server_count
+        if replacing:
+            kept = self._kept(ref.uid, self._grants(event.nodes, event.topology_size))
+            decision = replace(self.fleet, request, kept, strategy=self._strategy)
+        elif event.nodes:
             decision = self.fleet.adopt(request, self._grants(event.nodes, event.topology_size))
         else:
             decision = self.fleet.place(request, strategy=self._strategy)
         DECISION_SECONDS.observe(time.perf_counter() - started)
         decided = _decided(event, decision)
-        if decision.granted and fresh:
+        if decision.granted and (fresh or replacing):
+            # A replacement keeps the count of nodes: its id names the nodes it holds now.
+            nodes_id = zlib.crc32(",".join(decided.nodes).encode())
             try:
                 await self._sink.publish(
-                    decided, msg_id=f"decided-{ref.uid}-{event.generation}-{len(decided.nodes)}"
+                    decided,
+                    msg_id=f"decided-{ref.uid}-{event.generation}-{len(decided.nodes)}"
+                    + (f"-{nodes_id}" if replacing else ""),
                 )
             except Exception:
                 # Not recorded means not granted: a restart would not know about it.
@@ -149,6 +159,17 @@ class Allocator:
                 )
             )
         return tuple(grants)
+
+    def _kept(self, uid: str, grants: tuple[UltraServerGrant, ...]) -> tuple[UltraServerGrant, ...]:
+        """The units a replacement keeps, with the index each has in what ``uid`` holds."""
+        held = self.fleet.allocation(uid)
+        index = {frozenset(g.nodes): g.index for g in held.grants} if held else {}
+        out = [
+            msgspec.structs.replace(g, index=index.get(frozenset(g.nodes), g.index)) for g in grants
+        ]
+        if len({g.index for g in out}) != len(out):
+            return grants  # not units it holds: keep the order they were sent in
+        return tuple(out)
 
     def _where(self, node: str) -> tuple[str, int] | None:
         return self.fleet.position(node)

@@ -48,6 +48,7 @@ from neuron_dra_ultraserver_operator.records import (
     records_from_grants,
     topo0_host,
 )
+from neuron_dra_ultraserver_operator.replacing import replace_affected
 from neuron_dra_ultraserver_operator.writes import Writer, now
 
 __all__ = ["Allocate", "WorkloadReconciler"]
@@ -97,7 +98,9 @@ class WorkloadReconciler:
     def _names(self) -> dict[str, str]:
         return {m.node_name: v.name for v in self._fleet().values() for m in v.members}
 
-    async def _ask(self, wl: Workload, *, nodes: tuple[str, ...] = ()) -> AllocationDecided:
+    async def _ask(
+        self, wl: Workload, *, nodes: tuple[str, ...] = (), exclude: tuple[str, ...] = ()
+    ) -> AllocationDecided:
         answer = await self._allocate(
             AllocationRequested(
                 request_id=f"{wl.metadata.uid}-{wl.metadata.generation}",
@@ -109,6 +112,7 @@ class WorkloadReconciler:
                 instance_type=wl.spec.instance_type,
                 generation=wl.metadata.generation,
                 nodes=nodes,
+                exclude_ultraservers=exclude,
             )
         )
         if not isinstance(answer, AllocationDecided):
@@ -323,7 +327,11 @@ class WorkloadReconciler:
             )
             self._requeue(wl.key, 0.0)
             return
-        # NoOp reports; ReplaceAffected/MigrateAffected report too until nodes can be swapped.
+        if strategy in ("ReplaceAffected", "MigrateAffected"):
+            refused = await replace_affected(self, wl, records, set(nodes))
+            if refused is None:
+                return
+            message = f"{message}; no replacement: {refused}"
         await self._set(
             wl,
             self._status(
