@@ -28,45 +28,14 @@ from neuron_dra_cli.stack.plugin import (
     KIND,
     apply_plugin_rbac,
     cdi_root,
-    hardware_root,
     plugin_component,
 )
 from neuron_dra_common import cdi
-from neuron_dra_common.hardware.simulate import write_node
-from neuron_dra_common.topology import instance_spec
 
 from tests.fixtures.stack import KubeStack
 
 MANIFESTS = Path(__file__).parent / "manifests"
 DRIVER = "neuron.aws.com"
-
-
-def neuron_slice(node: NodeSpec) -> dict[str, Any]:
-    """A pool of one node, with the attributes seed 000's templates select on."""
-    spec = instance_spec(node.instance_type)
-    devices = [
-        {
-            "name": f"neurondevice{i}",
-            "attributes": {
-                "deviceId": {"int": i},
-                "instanceType": {"string": node.instance_type},
-                "resourceType": {"string": "neuron_device"},
-                "resource.aws.com/devicegroup4_id": {"string": f"{node.name}-g4-{i // 4}"},
-            },
-        }
-        for i in range(spec.devices)
-    ]
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceSlice",
-        "metadata": {"name": f"{node.name}-{DRIVER}-test"},
-        "spec": {
-            "driver": DRIVER,
-            "nodeName": node.name,
-            "pool": {"name": node.name, "generation": 1, "resourceSliceCount": 1},
-            "devices": devices,
-        },
-    }
 
 
 @dataclass
@@ -84,7 +53,9 @@ class Actuate:
         return next(n for n in self.fleet.nodes if n.name == name)
 
     def trn2_nodes(self) -> list[str]:
-        return [n.name for n in self.fleet.nodes if n.instance_type == "trn2.48xlarge"]
+        return [
+            n.name for n in self.fleet.nodes if n.instance_type == "trn2.48xlarge" and n.managed
+        ]
 
     def cdi_specs(self, node: str) -> dict[str, cdi.Spec]:
         """Claim UID -> the CDI spec the node's plugin wrote for it."""
@@ -278,34 +249,18 @@ def wait_gone(pid: int, timeout: float = 10) -> None:
 
 
 def bring_up(stack: KubeStack) -> Iterator[Actuate]:
-    """Make sure every node runs the plugin and has a Neuron pool; yield the handle."""
+    """Wait until the plugin of every managed node is ready (``dev up`` starts them); yield
+    the handle."""
     layout = Layout(stack.state_dir)
     current = state.load(layout.root)
     assert current is not None
     fleet = load_fleet(Path(current.fleet))
-    admin = Path(current.kubeconfig)
-    for node in fleet.nodes:
-        hw = hardware_root(layout, node.name)
-        if not (hw / "sys").is_dir():
-            write_node(
-                hw,
-                instance_type=node.instance_type,
-                node_name=node.name,
-                driver_version=node.driver_version,
-                lnc=node.lnc,
-            )
-    stack.kubectl("apply", "-f", str(MANIFESTS / "deviceclass.yaml"))
-    own = apply_plugin_rbac(layout=layout, kubeconfig=admin)
+    own = apply_plugin_rbac(layout=layout, kubeconfig=Path(current.kubeconfig))
     actuate = Actuate(stack=stack, fleet=fleet, layout=layout, plugin_kubeconfig=own)
-    if not any(c.kind == KIND for c in current.components):
-        for node in fleet.nodes:
-            actuate.start_plugin(node.name)
-    if not any(c.kind == "slice-publisher" for c in current.components):
-        for node in fleet.nodes:
-            stack.kubectl("apply", "-f", "-", input=json.dumps(neuron_slice(node)))
     try:
         for node in fleet.nodes:
-            actuate.wait_plugin_ready(node.name, timeout=120)
+            if node.managed:
+                actuate.wait_plugin_ready(node.name, timeout=120)
         yield actuate
     finally:
         actuate.stop_all()
