@@ -10,7 +10,7 @@ Layout under the CDI root (``/var/run/cdi`` by default, configurable)::
 
     neuron.aws.com-neuron_<claim-uid>.json
 
-Writes go to a temporary file in the same directory, are fsynced and renamed over the
+Writes go to a temporary file in the same directory, and are renamed over the
 target, so a reader (or a crash) sees either the old spec or the new one, never a part.
 """
 
@@ -209,14 +209,6 @@ def claim_spec_path(cdi_root: Path, claim_uid: str, kind: str = NEURON_CDI_KIND)
     return cdi_root / f"{vendor}-{class_}_{claim_uid}{_SPEC_SUFFIX}"
 
 
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def write_claim_spec(cdi_root: Path, claim_uid: str, spec: Spec) -> Path:
     """Atomically write the spec of ``claim_uid`` under ``cdi_root``; returns its path.
 
@@ -235,12 +227,12 @@ def write_claim_spec(cdi_root: Path, claim_uid: str, spec: Spec) -> Path:
     cdi_root.mkdir(parents=True, exist_ok=True)
     temp = target.with_name(f"{_TEMP_PREFIX}{target.name}")
     # Runtimes only load *.json/*.yaml, so the temporary name is never read half-written.
-    with open(temp, "wb") as handle:
-        handle.write(data)
-        handle.flush()
-        os.fsync(handle.fileno())
+    # The rename makes the write atomic for every reader and across a crash of the writer.
+    # No fsync: a spec only means something within the boot that wrote it (CDI roots are
+    # tmpfs on real nodes, and the kubelet prepares again after a reboot), so making it
+    # survive a power loss would cost a disk flush per claim and buy nothing.
+    temp.write_bytes(data)
     os.replace(temp, target)
-    _fsync_dir(cdi_root)
     return target
 
 
@@ -262,7 +254,6 @@ def remove_claim_spec(cdi_root: Path, claim_uid: str, kind: str = NEURON_CDI_KIN
         target.unlink()
     except FileNotFoundError:
         return False
-    _fsync_dir(cdi_root)
     return True
 
 

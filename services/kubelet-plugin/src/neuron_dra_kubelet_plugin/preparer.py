@@ -19,8 +19,8 @@ back and starts over.
 Claims are prepared concurrently (the kubelet prepares many pods at once): one claim at a
 time per UID, its devices reserved in the in-memory checkpoint before anything is written,
 file work in a thread so the event loop keeps serving. Checkpoint writes are group
-commits: a claim waits until a save that began after its change is on disk, and one save
-(fsynced, atomic, as always) carries every change made while the previous one ran.
+commits: a claim waits until a save that began after its change is done, and one save
+(atomic, as always) carries every change made while the previous one ran.
 """
 
 from __future__ import annotations
