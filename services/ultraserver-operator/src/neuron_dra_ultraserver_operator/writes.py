@@ -20,7 +20,6 @@ __all__ = ["Writer", "now"]
 log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
-_NODE_MANAGER = f"{FIELD_MANAGER}-nodes"
 
 
 def now() -> str:
@@ -55,14 +54,21 @@ class Writer:
                 raise
 
     async def node_record(self, node: str, record: NodeAllocation | None) -> None:
-        """Write (or with ``None`` remove) the allocation record on ``node``."""
-        meta: Obj = {"name": node}
-        if record is not None:
-            meta["annotations"] = {NODE_ALLOCATION: encode_node_allocation(record)}
+        """Write (or with ``None`` remove) the allocation record on ``node``.
+
+        A merge patch, not an apply: an apply to a Node that is gone would create an empty
+        Node object, while a patch answers 404, and a node that is gone holds nothing.
+        """
+        value = encode_node_allocation(record) if record is not None else None
         try:
-            await apply(self.client, NODES, {"metadata": meta}, field_manager=_NODE_MANAGER)
+            await self.client.request(
+                "PATCH",
+                NODES.path(name=node),
+                body={"metadata": {"annotations": {NODE_ALLOCATION: value}}},
+                content_type="application/merge-patch+json",
+            )
         except ApiException as exc:
-            if exc.status != 404:  # a node that is gone holds nothing
+            if exc.status != 404:
                 raise
 
     async def event(
