@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Sequence
 
 from neuron_dra_common.bus import Bus
-from neuron_dra_common.runtime import Service, run
-from neuron_dra_common.settings import SettingsError, load
+from neuron_dra_common.runtime import Service, serve
 
 from neuron_dra_discovery.agent import Agent, hardware_reader, make_tracker
 from neuron_dra_discovery.settings import DiscoverySettings, package_version
@@ -38,17 +36,4 @@ async def build(settings: DiscoverySettings) -> Service:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    try:
-        settings = load(
-            DiscoverySettings,
-            argv=sys.argv[1:] if argv is None else argv,
-            prog="neuron-dra-discovery",
-        )
-    except SettingsError as exc:
-        print(f"neuron-dra-discovery: {exc}", file=sys.stderr)
-        return 2
-
-    async def wire() -> Service:
-        return await build(settings)
-
-    return run(wire, name=NAME, settings=settings)
+    return serve(DiscoverySettings, build, name=NAME, prog="neuron-dra-discovery", argv=argv)

@@ -5,13 +5,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
-import sys
 from collections.abc import Sequence
 
 from neuron_dra_common.bus import Bus, PermanentError, consumer
 from neuron_dra_common.kube import NODES, RESOURCE_SLICES, Informer, connect, run_workers
-from neuron_dra_common.runtime import Service, run
-from neuron_dra_common.settings import SettingsError, load
+from neuron_dra_common.runtime import Service, serve
 
 from neuron_dra_slice_publisher.controller import Controller, NodeInfo
 from neuron_dra_slice_publisher.leader import Elector
@@ -89,17 +87,6 @@ async def build(settings: SlicePublisherSettings) -> Service:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    try:
-        settings = load(
-            SlicePublisherSettings,
-            argv=sys.argv[1:] if argv is None else argv,
-            prog="neuron-dra-slice-publisher",
-        )
-    except SettingsError as exc:
-        print(f"neuron-dra-slice-publisher: {exc}", file=sys.stderr)
-        return 2
-
-    async def wire() -> Service:
-        return await build(settings)
-
-    return run(wire, name=NAME, settings=settings)
+    return serve(
+        SlicePublisherSettings, build, name=NAME, prog="neuron-dra-slice-publisher", argv=argv
+    )

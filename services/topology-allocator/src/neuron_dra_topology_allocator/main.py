@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import sys
 from collections.abc import Sequence
 from typing import Annotated
 
@@ -11,8 +10,8 @@ import msgspec
 from neuron_dra_common.bus import ALLOCATOR_SUBJECT, Bus, Follower, Responder
 from neuron_dra_common.bus.declarations import ALLOCATION, HEALTH, INVENTORY
 from neuron_dra_common.events.base import SUBJECT_ROOT
-from neuron_dra_common.runtime import Service, run
-from neuron_dra_common.settings import ServiceSettings, SettingsError, load
+from neuron_dra_common.runtime import Service, serve
+from neuron_dra_common.settings import ServiceSettings
 
 from neuron_dra_topology_allocator.placement import Strategy
 from neuron_dra_topology_allocator.projection import Projection
@@ -77,17 +76,6 @@ async def build(settings: AllocatorSettings) -> Service:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    try:
-        settings = load(
-            AllocatorSettings,
-            argv=sys.argv[1:] if argv is None else argv,
-            prog="neuron-dra-topology-allocator",
-        )
-    except SettingsError as exc:
-        print(f"neuron-dra-topology-allocator: {exc}", file=sys.stderr)
-        return 2
-
-    async def wire() -> Service:
-        return await build(settings)
-
-    return run(wire, name=NAME, settings=settings)
+    return serve(
+        AllocatorSettings, build, name=NAME, prog="neuron-dra-topology-allocator", argv=argv
+    )

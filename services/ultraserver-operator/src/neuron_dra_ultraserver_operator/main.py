@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Annotated, Any
 
@@ -19,8 +18,8 @@ from neuron_dra_common.kube import (
     object_key,
     run_workers,
 )
-from neuron_dra_common.runtime import Service, run
-from neuron_dra_common.settings import ServiceSettings, SettingsError, load
+from neuron_dra_common.runtime import Service, serve
+from neuron_dra_common.settings import ServiceSettings
 from neuron_dra_common.ultraserver import NAMESPACE, NODE_ALLOCATION
 
 from neuron_dra_ultraserver_operator.discovery import UltraServerView, discover
@@ -213,17 +212,6 @@ def _synced(informer: Informer) -> Callable[[], bool]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    try:
-        settings = load(
-            OperatorSettings,
-            argv=sys.argv[1:] if argv is None else argv,
-            prog="neuron-dra-ultraserver-operator",
-        )
-    except SettingsError as exc:
-        print(f"neuron-dra-ultraserver-operator: {exc}", file=sys.stderr)
-        return 2
-
-    async def wire() -> Service:
-        return await build(settings)
-
-    return run(wire, name=NAME, settings=settings)
+    return serve(
+        OperatorSettings, build, name=NAME, prog="neuron-dra-ultraserver-operator", argv=argv
+    )

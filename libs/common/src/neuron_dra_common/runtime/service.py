@@ -15,21 +15,25 @@ import asyncio
 import contextlib
 import logging
 import signal
-from collections.abc import Awaitable, Callable
+import sys
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 import uvloop
 
 from neuron_dra_common.runtime.http import HealthServer
-from neuron_dra_common.settings import ServiceSettings
+from neuron_dra_common.settings import ServiceSettings, SettingsError, load
 from neuron_dra_common.telemetry.logs import configure_logging
 from neuron_dra_common.telemetry.tracing import configure_tracing, shutdown_tracing
 
-__all__ = ["Service", "run"]
+__all__ = ["Service", "run", "serve"]
 
 log = logging.getLogger(__name__)
 
 _SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+S = TypeVar("S", bound=ServiceSettings)
 
 
 @dataclass(frozen=True)
@@ -201,3 +205,30 @@ def run(build: Callable[[], Awaitable[Service]], *, name: str, settings: Service
     with contextlib.suppress(KeyboardInterrupt):
         return uvloop.run(main())
     return 130
+
+
+def serve(
+    settings_type: type[S],
+    build: Callable[[S], Awaitable[Service]],
+    *,
+    name: str,
+    prog: str,
+    argv: Sequence[str] | None = None,
+) -> int:
+    """A service's entry point: settings from flags and environment, then :func:`run`.
+
+    A bad setting ends the process with exit code 2 and one line naming the variable.
+
+    >>> raise SystemExit(serve(DiscoverySettings, build, name="discovery",
+    ...                        prog="neuron-dra-discovery"))
+    """
+    try:
+        settings = load(settings_type, argv=sys.argv[1:] if argv is None else argv, prog=prog)
+    except SettingsError as exc:
+        print(f"{prog}: {exc}", file=sys.stderr)
+        return 2
+
+    async def wire() -> Service:
+        return await build(settings)
+
+    return run(wire, name=name, settings=settings)
