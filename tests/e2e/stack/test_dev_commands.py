@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -126,3 +129,51 @@ def test_default_fleet_comes_up_within_4_gib(tmp_path: Path) -> None:
         assert int(total.group(1)) < 4096, status.stdout
     finally:
         stop_stack(state_dir)
+
+
+@pytest.mark.stack
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_foreground_up_stops_everything_on_a_signal(tmp_path: Path, sig: signal.Signals) -> None:
+    """`dev up` in the foreground stays until Ctrl-C (or SIGTERM), then stops every process,
+    even when the signal arrives twice (a wrapper relaying it)."""
+    from tests.fixtures.stack import REPO
+
+    state_dir = tmp_path / "state"
+    out = tmp_path / "up.log"
+    with open(out, "wb") as log:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "neuron_dra_cli",
+                "dev",
+                "up",
+                "--state-dir",
+                str(state_dir),
+                "--fleet",
+                str(REPO / "tests" / "fleets" / "bare.yaml"),
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=REPO,
+            # As a shell starts a background command: SIGINT ignored until the program sets it.
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+        )
+    try:
+        deadline = time.monotonic() + 300
+        while b"Press Ctrl-C to stop everything." not in out.read_bytes():
+            assert proc.poll() is None, out.read_text()
+            assert time.monotonic() < deadline, out.read_text()
+            time.sleep(0.2)
+        assert processes_mentioning(str(state_dir))
+        proc.send_signal(sig)
+        time.sleep(0.2)
+        proc.send_signal(sig)
+        assert proc.wait(timeout=120) == 0, out.read_text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+            neuron_dra("dev", "down", "--state-dir", str(state_dir))
+    assert "neuron-dra: stopping the stack" in out.read_text()
+    assert processes_mentioning(str(state_dir)) == []

@@ -111,8 +111,10 @@ def cmd_up(args: argparse.Namespace) -> int:
         raise CliError(str(exc)) from None
     version = args.k8s_version or kubebuild.DEFAULT_VERSION
     t0 = time.monotonic()
-    # SIGTERM (from a supervisor or `kill`) stops the stack like Ctrl-C does.
+    # SIGTERM (from a supervisor or `kill`) stops the stack like Ctrl-C does; SIGINT is set
+    # explicitly because a shell starts background commands with it ignored.
     signal.signal(signal.SIGTERM, _raise_interrupt)
+    signal.signal(signal.SIGINT, _raise_interrupt)
     current = lifecycle.up(
         lifecycle.UpOptions(
             fleet=fleet, fleet_path=fleet_path, k8s_version=version, state_dir=state_dir
@@ -129,6 +131,10 @@ def cmd_up(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         print("\nneuron-dra: stopping the stack", flush=True)
     finally:
+        # A second Ctrl-C (or the signal relayed again by a wrapper) must not cut the
+        # shutdown short and leave processes behind.
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
         stopped = lifecycle.down(state_dir)
         print(f"neuron-dra: stopped {stopped} processes", flush=True)
     return 0

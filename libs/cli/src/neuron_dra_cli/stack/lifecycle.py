@@ -9,6 +9,7 @@ which component failed, with the tail of its log.
 
 from __future__ import annotations
 
+import signal
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -234,6 +235,8 @@ def up(opts: UpOptions, *, progress: Progress = print) -> state.StackState:
         )
     except BaseException:
         progress("neuron-dra: start failed; stopping what was started")
+        # A second Ctrl-C must not cut the clean-up short and leave processes behind.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
         stop_all(launcher.current)
         raise
     return launcher.current
