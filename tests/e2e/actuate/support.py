@@ -162,7 +162,7 @@ class Actuate:
 
     def wait_plugin_ready(self, node: str, *, timeout: float = 60) -> None:
         """Wait until the node's kubelet registered its plugin (``/readyz`` answers 200)."""
-        from neuron_dra_cli.stack.plugin import _http_ok
+        from neuron_dra_cli.stack.probes import http_ok
 
         current = state.load(self.layout.root)
         assert current is not None
@@ -175,7 +175,7 @@ class Actuate:
                 raise AssertionError(
                     f"plugin of {node} exited ({proc.returncode}):\n" + "\n".join(tail)
                 )
-            return _http_ok(f"http://127.0.0.1:{port}/readyz")
+            return http_ok(f"http://127.0.0.1:{port}/readyz")
 
         self.stack.wait_for(f"the plugin of {node} to be registered", ready, timeout=timeout)
 

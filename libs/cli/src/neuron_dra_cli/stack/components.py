@@ -6,12 +6,13 @@ that it is ready. Nothing is started here (see ``stack.lifecycle``).
 
 from __future__ import annotations
 
+import sys
 import sysconfig
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from neuron_dra_cli.stack import probes
+from neuron_dra_cli.stack import probes, process
 from neuron_dra_cli.stack.pki import CertPair, Pki
 
 SERVICE_CIDR = "10.0.0.0/24"
@@ -35,6 +36,27 @@ def venv_binary(name: str) -> Path:
             f"{name} is not installed in {path.parent}; run `uv sync` in the checkout"
         )
     return path
+
+
+def python_service(
+    *, name: str, kind: str, module: str, env: dict[str, str], ready_path: str = ""
+) -> Component:
+    """A neuron-dra service run from this environment (``python -m module``), its metrics
+    and probes on a free loopback port. Ready once that port accepts connections, or, with
+    ``ready_path``, once that path answers 200."""
+    port = process.free_port()
+    return Component(
+        name=name,
+        kind=kind,
+        argv=[sys.executable, "-m", module],
+        ports={"http": port},
+        ready=(
+            (lambda: probes.http_ok(f"http://127.0.0.1:{port}{ready_path}"))
+            if ready_path
+            else (lambda: probes.tcp_open(port))
+        ),
+        env={**env, "NEURON_DRA_HTTP_HOST": "127.0.0.1", "NEURON_DRA_HTTP_PORT": str(port)},
+    )
 
 
 def nats(*, state_dir: Path, port: int, monitor_port: int) -> Component:

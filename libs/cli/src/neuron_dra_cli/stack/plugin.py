@@ -12,16 +12,13 @@ so the local stack exercises the DaemonSet's least-privilege RBAC rather than ad
 
 from __future__ import annotations
 
-import sys
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Final
 
 import yaml
 
-from neuron_dra_cli.stack import kubectl, process
-from neuron_dra_cli.stack.components import Component
+from neuron_dra_cli.stack import kubectl
+from neuron_dra_cli.stack.components import Component, python_service
 from neuron_dra_cli.stack.fleet import Fleet, NodeSpec
 from neuron_dra_cli.stack.layout import Layout
 from neuron_dra_cli.stack.nodes import kubelet_root
@@ -57,14 +54,6 @@ def cdi_root(layout: Layout, node: str) -> Path:
 def _server(kubeconfig: Path) -> str:
     config = yaml.safe_load(kubeconfig.read_text())
     return str(config["clusters"][0]["cluster"]["server"])
-
-
-def _http_ok(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=2) as resp:
-            return int(resp.status) == 200
-    except (urllib.error.URLError, OSError):
-        return False
 
 
 def apply_plugin_rbac(*, layout: Layout, kubeconfig: Path) -> Path:
@@ -117,14 +106,12 @@ def plugin_component(
             "(stack.services.product_components does)"
         )
     root = kubelet_root(layout, node.name)
-    port = process.free_port()
-    return Component(
+    return python_service(
         name=f"{KIND}-{node.name}",
         kind=KIND,
-        argv=[sys.executable, "-m", "neuron_dra_kubelet_plugin"],
-        ports={"http": port},
+        module="neuron_dra_kubelet_plugin",
         # Ready once the node's kubelet registered it: from then on pods can use the node.
-        ready=lambda: _http_ok(f"http://127.0.0.1:{port}/readyz"),
+        ready_path="/readyz",
         env={
             "NEURON_DRA_NODE_NAME": node.name,
             "NEURON_DRA_KUBELET_ROOT": str(root),
@@ -133,8 +120,6 @@ def plugin_component(
             "NEURON_DRA_NEURON_LS_COMMAND": f"{hw}/opt/aws/neuron/bin/neuron-ls,-j",
             "NEURON_DRA_KUBECONFIG": str(kubeconfig),
             "NEURON_DRA_NATS_SERVERS": nats_url,
-            "NEURON_DRA_HTTP_HOST": "127.0.0.1",
-            "NEURON_DRA_HTTP_PORT": str(port),
             "NEURON_DRA_PROBE_INTERVAL": "5",
             **(env or {}),
         },

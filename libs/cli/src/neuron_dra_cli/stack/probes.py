@@ -39,3 +39,12 @@ def https_ok(
             return int(resp.status) == 200
     except (urllib.error.URLError, OSError, ssl.SSLError):
         return False
+
+
+def http_ok(url: str) -> bool:
+    """True when plain-HTTP ``url`` answers 200 (a service's /readyz)."""
+    try:
+        with urllib.request.urlopen(url, timeout=2) as resp:
+            return int(resp.status) == 200
+    except (urllib.error.URLError, OSError):
+        return False

@@ -7,13 +7,12 @@ control plane is up, and starts the components with its launcher like any other.
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 from neuron_dra_common.hardware.simulate import SimNode
 
-from neuron_dra_cli.stack import kubectl, probes, process
-from neuron_dra_cli.stack.components import Component
+from neuron_dra_cli.stack import kubectl
+from neuron_dra_cli.stack.components import Component, python_service
 from neuron_dra_cli.stack.fleet import UNMANAGED_LABEL, Fleet, NodeSpec
 from neuron_dra_cli.stack.layout import Layout
 
@@ -60,23 +59,6 @@ def _write_hardware(layout: Layout, node: NodeSpec) -> SimNode:
     return sim
 
 
-def _python_service(
-    *, name: str, kind: str, module: str, env: dict[str, str], port: int
-) -> Component:
-    return Component(
-        name=name,
-        kind=kind,
-        argv=[sys.executable, "-m", module],
-        ports={"http": port},
-        ready=lambda: probes.tcp_open(port),
-        env={
-            **env,
-            "NEURON_DRA_HTTP_HOST": "127.0.0.1",
-            "NEURON_DRA_HTTP_PORT": str(port),
-        },
-    )
-
-
 def product_components(
     *, fleet: Fleet, layout: Layout, nats_url: str, kubeconfig: Path
 ) -> list[Component]:
@@ -91,11 +73,10 @@ def product_components(
             continue
         sim = _write_hardware(layout, node)
         items.append(
-            _python_service(
+            python_service(
                 name=f"discovery-{node.name}",
                 kind="discovery",
                 module="neuron_dra_discovery",
-                port=process.free_port(),
                 env={
                     "NEURON_DRA_NODE_NAME": node.name,
                     "NEURON_DRA_HARDWARE_ROOT": str(sim.root),
@@ -107,11 +88,10 @@ def product_components(
             )
         )
     items.append(
-        _python_service(
+        python_service(
             name="slice-publisher",
             kind="slice-publisher",
             module="neuron_dra_slice_publisher",
-            port=process.free_port(),
             env={
                 "NEURON_DRA_KUBECONFIG": str(kubeconfig),
                 "NEURON_DRA_NATS_SERVERS": nats_url,

@@ -9,25 +9,11 @@ informers, and neither answers before.
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
-from neuron_dra_cli.stack import probes, process
-from neuron_dra_cli.stack.components import Component
+from neuron_dra_cli.stack.components import Component, python_service
 
 __all__ = ["ultraserver_components"]
-
-
-def _service(*, name: str, module: str, env: dict[str, str]) -> Component:
-    port = process.free_port()
-    return Component(
-        name=name,
-        kind=name,
-        argv=[sys.executable, "-m", module],
-        ports={"http": port},
-        ready=lambda: probes.tcp_open(port),
-        env={**env, "NEURON_DRA_HTTP_HOST": "127.0.0.1", "NEURON_DRA_HTTP_PORT": str(port)},
-    )
 
 
 def ultraserver_components(
@@ -35,13 +21,15 @@ def ultraserver_components(
 ) -> list[Component]:
     """The allocator (placement ``strategy``: best-fit or first-fit) and the operator."""
     return [
-        _service(
+        python_service(
             name="topology-allocator",
+            kind="topology-allocator",
             module="neuron_dra_topology_allocator",
             env={"NEURON_DRA_NATS_SERVERS": nats_url, "NEURON_DRA_STRATEGY": strategy},
         ),
-        _service(
+        python_service(
             name="ultraserver-operator",
+            kind="ultraserver-operator",
             module="neuron_dra_ultraserver_operator",
             env={"NEURON_DRA_NATS_SERVERS": nats_url, "NEURON_DRA_KUBECONFIG": str(kubeconfig)},
         ),
