@@ -117,12 +117,21 @@ def _bindings(docs: list[dict[str, Any]], account: str) -> list[dict[str, Any]]:
     ]
 
 
-def test_allocator_and_operator_run_as_single_replicas(base: list[dict[str, Any]]) -> None:
+def test_allocator_runs_alone_and_the_operator_with_a_standby(base: list[dict[str, Any]]) -> None:
+    allocator = by_kind(base, "Deployment")["neuron-dra-topology-allocator"]
+    assert allocator["spec"]["replicas"] == 1
+    assert allocator["spec"]["strategy"] == {"type": "Recreate"}
+    # The operator elects a leader, so a second replica stands by and rollouts may overlap.
+    operator = by_kind(base, "Deployment")["neuron-dra-ultraserver-operator"]
+    assert operator["spec"]["replicas"] == 2
+    assert "strategy" not in operator["spec"]
+    [op_container] = operator["spec"]["template"]["spec"]["containers"]
+    fields = {e["name"]: e.get("valueFrom", {}).get("fieldRef", {}) for e in op_container["env"]}
+    assert fields["NEURON_DRA_IDENTITY"] == {"fieldPath": "metadata.name"}
+    assert fields["NEURON_DRA_NAMESPACE"] == {"fieldPath": "metadata.namespace"}
     for name in ("neuron-dra-topology-allocator", "neuron-dra-ultraserver-operator"):
         deploy = by_kind(base, "Deployment")[name]
         assert deploy["metadata"]["namespace"] == "neuron-dra-driver"
-        assert deploy["spec"]["replicas"] == 1
-        assert deploy["spec"]["strategy"] == {"type": "Recreate"}
         pod = deploy["spec"]["template"]["spec"]
         assert pod["serviceAccountName"] == name
         [container] = pod["containers"]
@@ -168,12 +177,19 @@ def test_operator_rules_are_what_it_calls(base: list[dict[str, Any]]) -> None:
             "delete",
         },
         ("neuron.aws.com", "neuronultraservers/status", ()): {"patch"},
+        ("coordination.k8s.io", "leases", ("neuron-dra-ultraserver-operator",)): {
+            "get",
+            "update",
+        },
+        ("coordination.k8s.io", "leases", ()): {"create"},
     }
     bound = {(b["kind"], b["roleRef"]["name"]) for b in _bindings(base, name)}
     assert bound == {("ClusterRoleBinding", name), ("RoleBinding", name)}
-    # Nothing writes Nodes, workloads or pods wholesale, and nothing reads Secrets.
+    # Nothing writes Nodes, workloads or pods wholesale (only its own Lease is updated), and
+    # nothing reads Secrets.
     for rule in cluster + role["rules"]:
-        assert not {"update", "*"} & set(rule["verbs"]), rule
+        if rule["resources"] != ["leases"]:
+            assert not {"update", "*"} & set(rule["verbs"]), rule
         assert "secrets" not in rule["resources"], rule
 
 

@@ -50,6 +50,7 @@ async def test_gone_relists_and_reports_what_changed_meanwhile() -> None:
         ],
     )
     informer = Informer(api, CONFIGMAPS)  # type: ignore[arg-type]
+    cache = informer.cache
     seen: list[tuple[str, str]] = []
     informer.add_listener(lambda kind, obj: seen.append((kind, obj["metadata"]["name"])))
     task = asyncio.create_task(informer.run())
@@ -64,12 +65,59 @@ async def test_gone_relists_and_reports_what_changed_meanwhile() -> None:
     assert seen == [
         ("ADDED", "a"),
         ("ADDED", "b"),
+        ("DELETED", "b"),
         ("MODIFIED", "a"),
         ("ADDED", "c"),
-        ("DELETED", "b"),
         ("ADDED", "d"),
     ]
-    assert sorted(informer.cache) == ["ns/a", "ns/c", "ns/d"]
+    assert informer.cache is cache, "a relist updates the cache in place"
+    assert sorted(cache) == ["ns/a", "ns/c", "ns/d"]
+    assert cache["ns/a"]["metadata"]["resourceVersion"] == "12"
+
+
+async def test_a_relist_keeps_listeners_and_the_cache_in_step() -> None:
+    """At every event a listener sees the cache holding exactly what it was told; an object
+    recreated under the same name meanwhile is reported gone, then new; an unchanged one is
+    not reported at all."""
+
+    def obj(name: str, rv: str, uid: str) -> dict[str, Any]:
+        return {"metadata": {**cm(name, rv)["metadata"], "uid": uid}}
+
+    api = ScriptedApi(
+        lists=[
+            ([obj("a", "1", "u-a"), obj("b", "1", "u-b"), obj("keep", "1", "u-k")], "10"),
+            ([obj("b", "12", "u-b2"), obj("keep", "1", "u-k")], "13"),
+        ],
+        watches=[[{"type": "ERROR", "object": {"kind": "Status", "code": 410}}]],
+    )
+    informer = Informer(api, CONFIGMAPS)  # type: ignore[arg-type]
+    seen: list[tuple[str, str, str]] = []
+
+    def check(kind: str, o: dict[str, Any]) -> None:
+        key = f"ns/{o['metadata']['name']}"
+        if kind == "DELETED":
+            assert key not in informer.cache
+        else:
+            assert informer.cache[key] is o
+        seen.append((kind, o["metadata"]["name"], o["metadata"]["uid"]))
+
+    informer.add_listener(check)
+    task = asyncio.create_task(informer.run())
+    for _ in range(200):
+        if len(seen) == 6:
+            break
+        await asyncio.sleep(0.01)
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    assert seen == [
+        ("ADDED", "a", "u-a"),
+        ("ADDED", "b", "u-b"),
+        ("ADDED", "keep", "u-k"),
+        ("DELETED", "a", "u-a"),
+        ("DELETED", "b", "u-b"),
+        ("ADDED", "b", "u-b2"),
+    ]
+    assert informer.cache["ns/b"]["metadata"]["uid"] == "u-b2"
 
 
 async def test_connection_errors_back_off_and_resume_from_last_version() -> None:

@@ -8,11 +8,17 @@ import socket
 from collections.abc import Sequence
 
 from neuron_dra_common.bus import Bus, PermanentError, consumer
-from neuron_dra_common.kube import NODES, RESOURCE_SLICES, Informer, connect, run_workers
+from neuron_dra_common.kube import (
+    NODES,
+    RESOURCE_SLICES,
+    Elector,
+    Informer,
+    connect,
+    run_workers,
+)
 from neuron_dra_common.runtime import Service, serve
 
 from neuron_dra_slice_publisher.controller import Controller, NodeInfo
-from neuron_dra_slice_publisher.leader import Elector
 from neuron_dra_slice_publisher.pool import slice_summary
 from neuron_dra_slice_publisher.settings import SlicePublisherSettings, package_version
 from neuron_dra_slice_publisher.store import SELECTOR, KubeSliceStore

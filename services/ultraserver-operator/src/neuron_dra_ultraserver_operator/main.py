@@ -1,9 +1,15 @@
-"""``neuron-dra-ultraserver-operator``: settings, informers, queues, run."""
+"""``neuron-dra-ultraserver-operator``: settings, informers, queues, leader election, run.
+
+Every replica keeps its informers current (a standby takes over with warm caches); only the
+one holding the Lease reconciles and writes. The leader's work stops as soon as it cannot
+renew the Lease in time: the process exits and comes back as a candidate.
+"""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+import socket
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Annotated, Any
 
 import msgspec
@@ -12,6 +18,7 @@ from neuron_dra_common.events import AnyEvent, Event
 from neuron_dra_common.kube import (
     NODES,
     RESOURCE_SLICES,
+    Elector,
     Informer,
     WorkQueue,
     connect,
@@ -22,6 +29,7 @@ from neuron_dra_common.runtime import Service, serve
 from neuron_dra_common.settings import ServiceSettings
 from neuron_dra_common.ultraserver import NAMESPACE, NODE_ALLOCATION
 
+from neuron_dra_ultraserver_operator import faults
 from neuron_dra_ultraserver_operator.discovery import UltraServerView, discover
 from neuron_dra_ultraserver_operator.model import NUS, NUSW
 from neuron_dra_ultraserver_operator.ultraservers import UltraServerReconciler, ensure_namespace
@@ -46,22 +54,18 @@ class OperatorSettings(ServiceSettings, frozen=True, kw_only=True):
     claim_wait_seconds: Annotated[
         float, msgspec.Meta(gt=0, description="Longest wait for claims to go on delete")
     ] = 300.0
-
-
-class Live(Mapping[str, Obj]):
-    """An informer's cache as it is now: a relist replaces the dict, so never hold it."""
-
-    def __init__(self, informer: Informer) -> None:
-        self._informer = informer
-
-    def __getitem__(self, key: str) -> Obj:
-        return self._informer.cache[key]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._informer.cache)
-
-    def __len__(self) -> int:
-        return len(self._informer.cache)
+    namespace: Annotated[
+        str, msgspec.Meta(min_length=1, description="Namespace of the leader election Lease")
+    ] = NAMESPACE
+    identity: Annotated[
+        str, msgspec.Meta(description="This replica's name in the Lease (default: host name)")
+    ] = ""
+    lease_name: Annotated[str, msgspec.Meta(min_length=1, description="Lease name")] = (
+        "neuron-dra-ultraserver-operator"
+    )
+    lease_seconds: Annotated[
+        float, msgspec.Meta(gt=1, description="How long a leader holds the Lease unrenewed")
+    ] = 15.0
 
 
 class Fleet:
@@ -96,16 +100,16 @@ class Fleet:
 
 
 async def build(settings: OperatorSettings) -> Service:
+    crash = faults.from_env()
     client = await connect(kubeconfig=settings.kubeconfig or None)
     bus = await Bus.connect(settings.nats_servers, name=NAME)
-    await ensure_namespace(client)
 
     workloads_inf = Informer(client, NUSW)
     ultraservers_inf = Informer(client, NUS, namespace=NAMESPACE)
     nodes_inf = Informer(client, NODES)
     slices_inf = Informer(client, RESOURCE_SLICES)
-    workloads_cache, nodes_cache = Live(workloads_inf), Live(nodes_inf)
-    fleet = Fleet(nodes_cache, Live(slices_inf))
+    workloads_cache, nodes_cache = workloads_inf.cache, nodes_inf.cache
+    fleet = Fleet(nodes_cache, slices_inf.cache)
     wq: WorkQueue[str] = WorkQueue(name="workloads", qps=50.0, burst=200)
     uq: WorkQueue[str] = WorkQueue(name="ultraservers", qps=50.0, burst=200)
 
@@ -138,10 +142,11 @@ async def build(settings: OperatorSettings) -> Service:
         requeue=wq.add_after,
         released=waiting,
         claim_wait_seconds=settings.claim_wait_seconds,
+        crash=crash,
     )
     ultraservers = UltraServerReconciler(
         client=client,
-        objects=Live(ultraservers_inf),
+        objects=ultraservers_inf.cache,
         workloads=workloads_cache,
         fleet=fleet,
     )
@@ -188,19 +193,32 @@ async def build(settings: OperatorSettings) -> Service:
     async def synced() -> None:
         await asyncio.gather(*(i.wait_synced() for i in informers.values()))
 
-    async def work_workloads() -> None:
+    async def lead() -> None:
+        # Every key the informers reported while this replica waited is queued already.
+        await ensure_namespace(client)
         await synced()
-        await run_workers(wq, workloads.reconcile, workers=1)
+        await asyncio.gather(
+            run_workers(wq, workloads.reconcile, workers=1),
+            run_workers(uq, ultraservers.reconcile, workers=2),
+        )
 
-    async def work_ultraservers() -> None:
-        await synced()
-        await run_workers(uq, ultraservers.reconcile, workers=2)
+    def drain() -> None:
+        wq.shutdown()
+        uq.shutdown()
+
+    elector = Elector(
+        client,
+        namespace=settings.namespace,
+        name=settings.lease_name,
+        identity=settings.identity or socket.gethostname(),
+        lease_seconds=settings.lease_seconds,
+    )
 
     service = Service(name=NAME, settings=settings)
     for name, informer in informers.items():
         service.add_task(name, informer.run, stop=informer.stop, ready=_synced(informer))
-    service.add_task("workloads", work_workloads, stop=wq.shutdown)
-    service.add_task("ultraservers", work_ultraservers, stop=uq.shutdown)
+    # A standby is ready too: it is healthy and takes over the moment the leader goes.
+    service.add_task("leader", lambda: elector.run(lead, drain=drain), stop=elector.stop)
     service.add_readiness("nats", lambda: bus.connected)
     service.on_shutdown(bus.close)
     service.on_shutdown(client.close)

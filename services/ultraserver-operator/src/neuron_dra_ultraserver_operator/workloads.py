@@ -34,6 +34,7 @@ from neuron_dra_common.kube import RESOURCE_CLAIMS, ApiException, KubeClient, ap
 from neuron_dra_common.ultraserver import WORKLOAD_UID_LABEL, node_allocation
 
 from neuron_dra_ultraserver_operator.discovery import Member, UltraServerView
+from neuron_dra_ultraserver_operator.faults import CrashPoint, no_crash
 from neuron_dra_ultraserver_operator.manifests import claim_template
 from neuron_dra_ultraserver_operator.model import (
     FIELD_MANAGER,
@@ -78,6 +79,7 @@ class WorkloadReconciler:
         requeue: Callable[[str, float], None],
         released: Callable[[], None],
         claim_wait_seconds: float = 300.0,
+        crash: CrashPoint = no_crash,
     ) -> None:
         self.client = client
         self.writer = Writer(client)
@@ -89,6 +91,7 @@ class WorkloadReconciler:
         self._requeue = requeue
         self._released = released
         self._claim_wait = claim_wait_seconds
+        self._crash = crash
 
     # --- helpers -------------------------------------------------------------------------
 
@@ -175,15 +178,17 @@ class WorkloadReconciler:
                 return str(cond.get("lastTransitionTime") or now())
         return now()
 
-    async def _set(self, wl: Workload, status: Obj) -> None:
+    async def _set(self, wl: Workload, status: Obj) -> bool:
+        """Write ``status`` unless the workload already shows it; True when written."""
         current = (self._workloads.get(wl.key) or {}).get("status") or {}
         if {k: v for k, v in current.items() if k != "conditions"} == {
             k: v for k, v in status.items() if k != "conditions"
         }:
-            return
+            return False
         await self.writer.status(wl, status)
         self._changed(r.ultra_server for r in wl.status.allocations)
         self._changed(a["ultraServer"] for a in status.get("allocations") or ())
+        return True
 
     # --- reconcile -----------------------------------------------------------------------
 
@@ -249,6 +254,7 @@ class WorkloadReconciler:
             )
             self._requeue(wl.key, PENDING_RETRY_SECONDS)
             return
+        self._crash("allocate:granted")
         records = records_from_grants(decided.grants, names=self._names())
         # Recorded before any node is touched: a crash after this resumes from the status.
         await self._set(
@@ -261,6 +267,7 @@ class WorkloadReconciler:
                 records=records,
             ),
         )
+        self._crash("allocate:recorded")
         wl = msgspec.structs.replace(
             wl, status=msgspec.structs.replace(wl.status, allocations=records, state="Allocating")
         )
@@ -280,8 +287,13 @@ class WorkloadReconciler:
         phase: Literal["Pending", "Bound"],
     ) -> None:
         for node, record in node_allocations(wl, records, phase=phase).items():
-            if self._recorded(node) != record:
-                await self.writer.node_record(node, record)
+            held = self._recorded(node)
+            if held == record:
+                continue
+            if phase == "Pending" and held == msgspec.structs.replace(record, phase="Bound"):
+                continue  # bound before a restart: never step back to Pending
+            await self.writer.node_record(node, record)
+            self._crash(f"allocate:node-{phase.lower()}")
 
     async def _bind(self, wl: Workload, records: tuple[AllocationRecord, ...]) -> None:
         missing = [n for n in wl.nodes if n not in self._nodes]
@@ -295,13 +307,15 @@ class WorkloadReconciler:
         await self._write_nodes(wl, records, "Bound")
         template = claim_template(wl, records, self._members())
         await apply(self.client, RESOURCE_CLAIM_TEMPLATES, template, field_manager=FIELD_MANAGER)
+        if not bound:
+            self._crash("allocate:template")
         message = (
             f"{len(records)} x {wl.spec.topology_size}-node on "
             + ", ".join(dict.fromkeys(r.ultra_server for r in records))
             + f"; ResourceClaimTemplate {wl.template_name}"
         )
         allocation_time = wl.status.allocation_time or now()
-        await self._set(
+        written = await self._set(
             wl,
             self._status(
                 wl,
@@ -312,6 +326,8 @@ class WorkloadReconciler:
                 allocation_time=allocation_time,
             ),
         )
+        if written:
+            self._crash("allocate:allocated")
         await self.writer.event(wl, reason="Allocated", message=message)
 
     async def _failed_nodes(
@@ -344,13 +360,19 @@ class WorkloadReconciler:
             ),
         )
 
-    async def _unbind(self, wl: Workload, records: tuple[AllocationRecord, ...]) -> None:
+    async def _unbind(
+        self, wl: Workload, records: tuple[AllocationRecord, ...], *, deleting: bool = False
+    ) -> None:
         for record in records:
             for node in record.nodes:
                 held = self._recorded(node.node_name)
                 if held is not None and held.workload_uid == wl.metadata.uid:
                     await self.writer.node_record(node.node_name, None)
+                    if deleting:
+                        self._crash("delete:node-cleared")
         await self._release(wl)
+        if deleting:
+            self._crash("delete:released")
         self._released()
 
     async def _deallocate(self, wl: Workload) -> None:
@@ -364,23 +386,28 @@ class WorkloadReconciler:
                     wl, state="Deallocating", reason="Deleting", message="", records=records
                 ),
             )
+            self._crash("delete:deallocating")
             await self.writer.event(
                 wl,
                 reason="Deallocating",
                 message="releasing UltraServers and removing the template",
             )
-        await self._delete_template(wl)
+        if await self._delete_template(wl):
+            self._crash("delete:template-deleted")
         if await self._claims_remain(wl):
             self._requeue(wl.key, 1.0)
             return
-        await self._unbind(wl, records)
+        await self._unbind(wl, records, deleting=True)
         await self.writer.event(wl, reason="Released", message="UltraServers released")
         self.writer.forget(wl.metadata.uid)
         await self.writer.finalizer(wl, present=False)
         self._changed(r.ultra_server for r in records)
 
-    async def _delete_template(self, wl: Workload) -> None:
+    async def _delete_template(self, wl: Workload) -> bool:
+        """Delete the workload's template and the pods using it; True if it deleted the
+        template."""
         ns, name = wl.metadata.namespace, wl.template_name
+        deleted = False
         try:
             rct = await self.client.get(RESOURCE_CLAIM_TEMPLATES, name, namespace=ns)
         except ApiException as exc:
@@ -390,6 +417,7 @@ class WorkloadReconciler:
             labels = (rct.get("metadata") or {}).get("labels") or {}
             if labels.get(WORKLOAD_UID_LABEL) == wl.metadata.uid:
                 await _delete(self.client, RESOURCE_CLAIM_TEMPLATES, name, ns)
+                deleted = True
         pods, _ = await self.client.list(PODS, namespace=ns)
         for pod in pods:
             claims = (pod.get("spec") or {}).get("resourceClaims") or ()
@@ -397,6 +425,7 @@ class WorkloadReconciler:
                 meta = pod.get("metadata") or {}
                 if not meta.get("deletionTimestamp"):
                     await _delete(self.client, PODS, meta.get("name", ""), ns)
+        return deleted
 
     async def _claims_remain(self, wl: Workload) -> bool:
         claims, _ = await self.client.list(

@@ -1,4 +1,5 @@
-"""The only module that talks to the Kubernetes API: client, informer, work queue, apply."""
+"""The only module that talks to the Kubernetes API: client, informer, work queue, apply,
+leader election."""
 
 from neuron_dra_common.kube.apply import apply, apply_status
 from neuron_dra_common.kube.client import (
@@ -13,14 +14,17 @@ from neuron_dra_common.kube.client import (
     object_key,
 )
 from neuron_dra_common.kube.informer import EventType, Informer, Transform
+from neuron_dra_common.kube.leader import LEASES, Elector
 from neuron_dra_common.kube.workqueue import QueueShutDown, WorkQueue, run_workers
 
 __all__ = [
     "CONFIGMAPS",
+    "LEASES",
     "NODES",
     "RESOURCE_CLAIMS",
     "RESOURCE_SLICES",
     "ApiException",
+    "Elector",
     "EventType",
     "Informer",
     "KubeClient",

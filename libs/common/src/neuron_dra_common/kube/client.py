@@ -15,6 +15,7 @@ from kubernetes_asyncio import config as k8s_config
 from kubernetes_asyncio.client.exceptions import ApiException
 from opentelemetry import trace
 
+from neuron_dra_common.kube.metrics import REQUESTS, resource_of
 from neuron_dra_common.telemetry.propagation import kube_trace_headers
 from neuron_dra_common.telemetry.tracing import get_tracer
 
@@ -144,6 +145,8 @@ class KubeClient:
         }
         headers.update(kube_trace_headers())
         params = list(query)
+        watching = ("watch", "1") in params
+        REQUESTS.labels("WATCH" if watching else method, resource_of(path)).inc()
         # Auth as the generated client does it (a refreshed token included).
         await self.api.update_params_for_auth(headers, params, ["BearerToken"])
         url = f"{self.api.configuration.host}{path}"

@@ -1,13 +1,14 @@
 """A small informer: list, then watch from the list's version, feeding a cache.
 
 Bookmarks keep the resume point fresh; a 410 Gone (the version was compacted away) makes it
-list again, and the differences are reported as events so no change is missed; any other
-error backs off and resumes the watch from the last version seen.
+list again, and the differences are applied to the same cache and reported as events, so no
+change is missed; any other error backs off and resumes the watch from the last version seen.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, Final, Literal
@@ -35,7 +36,10 @@ class _Gone(Exception):
 class Informer:
     """Keeps :attr:`cache` (``namespace/name`` -> object) equal to the apiserver's view.
 
-    Listeners are called for each change after the cache is updated; a level-triggered
+    The cache is one dict for the informer's whole life, updated in place (after a relist
+    too), so a reference to it is always current. Listeners are called for each change right
+    after the cache took it: when a listener runs, the cache holds exactly what it was told
+    (an ``ADDED``/``MODIFIED`` object is in it, a ``DELETED`` one is not). A level-triggered
     controller only enqueues the key there and reads the cache in its reconcile.
 
     >>> informer = Informer(client, RESOURCE_SLICES)
@@ -68,6 +72,7 @@ class Informer:
         self._listeners: list[Listener] = []
         self._synced = asyncio.Event()
         self._stop = False
+        self._stopped = asyncio.Event()
 
     @property
     def synced(self) -> bool:
@@ -81,8 +86,9 @@ class Informer:
         self._listeners.append(listener)
 
     def stop(self) -> None:
-        """Return from :meth:`run` at the next event or watch timeout."""
+        """Make :meth:`run` return now (a watch in progress is closed)."""
         self._stop = True
+        self._stopped.set()
 
     async def _emit(self, kind: EventType, obj: Obj) -> None:
         for listener in self._listeners:
@@ -91,23 +97,33 @@ class Informer:
                 await result
 
     async def _relist(self) -> None:
+        """List and bring the cache to the list's state in place, reporting each difference.
+
+        What went away is removed (and reported) first, so a controller that reacts to an
+        addition already sees the room the removals made. An object deleted and created again
+        under the same name meanwhile (another UID) is reported as deleted, then added.
+        """
         items, version = await self._client.list(
             self.resource, namespace=self._namespace, label_selector=self._selector
         )
         if self._transform is not None:
             items = [self._transform(obj) for obj in items]
         fresh = {object_key(obj): obj for obj in items}
-        old, self.cache = self.cache, fresh
         self.resource_version = version
+        for key in [k for k in self.cache if k not in fresh]:
+            await self._emit("DELETED", self.cache.pop(key))
         for key, obj in fresh.items():
-            before = old.get(key)
+            before = self.cache.get(key)
+            if before is not None and _uid(before) != _uid(obj):
+                del self.cache[key]
+                await self._emit("DELETED", before)
+                before = None
             if before is None:
+                self.cache[key] = obj
                 await self._emit("ADDED", obj)
             elif _version(before) != _version(obj):
+                self.cache[key] = obj
                 await self._emit("MODIFIED", obj)
-        for key, obj in old.items():
-            if key not in fresh:
-                await self._emit("DELETED", obj)
         self._synced.set()
 
     async def _watch(self) -> None:
@@ -150,7 +166,8 @@ class Informer:
                 if need_list:
                     await self._relist()
                     need_list = False
-                await self._watch()
+                if not await self._watch_until_stopped():
+                    return
                 failures = 0
             except _Gone as exc:
                 log.info(
@@ -171,14 +188,35 @@ class Informer:
                 failures += 1
                 await self._pause(failures, exc)
 
+    async def _watch_until_stopped(self) -> bool:
+        """One watch, cut short by :meth:`stop`; False when stopped."""
+        watch = asyncio.ensure_future(self._watch())
+        stopped = asyncio.ensure_future(self._stopped.wait())
+        try:
+            await asyncio.wait({watch, stopped}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopped.cancel()
+            if not watch.done():
+                watch.cancel()
+                await asyncio.gather(watch, return_exceptions=True)
+        if watch.cancelled():
+            return False
+        watch.result()  # raises what the watch raised
+        return True
+
     async def _pause(self, failures: int, exc: Exception) -> None:
         delay = _BACKOFF[min(failures - 1, len(_BACKOFF) - 1)]
         log.warning(
             "informer error, retrying",
             extra={"resource": self.resource.plural, "retry_in": delay, "error": repr(exc)},
         )
-        await asyncio.sleep(delay)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._stopped.wait(), timeout=delay)
 
 
 def _version(obj: Obj) -> str:
     return str((obj.get("metadata") or {}).get("resourceVersion") or "")
+
+
+def _uid(obj: Obj) -> str:
+    return str((obj.get("metadata") or {}).get("uid") or "")

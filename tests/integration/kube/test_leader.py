@@ -1,0 +1,192 @@
+"""Leader election over a Lease on the real apiserver: one candidate leads, a stopped leader
+finishes its work and hands over at once, and a leader that loses the Lease or cannot renew
+it stops its work before anyone else could start."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from collections.abc import AsyncIterator, Callable, Coroutine
+from datetime import UTC, datetime
+
+import pytest
+from kubernetes_asyncio import client as k8s
+from kubernetes_asyncio import config as k8s_config
+from neuron_dra_common.kube import LEASES, Elector, KubeClient, connect
+from neuron_dra_common.kube.leader import read_lease
+
+from tests.fixtures.stack import KubeStack
+
+pytestmark = pytest.mark.stack
+
+NS = "default"
+LEASE = 3.0
+
+
+class Work:
+    """A leader's work: records whether it ran, finished when drained, or was cancelled."""
+
+    def __init__(self) -> None:
+        self.started = asyncio.Event()
+        self.drained = asyncio.Event()
+        self.outcome = ""
+
+    def drain(self) -> None:
+        self.drained.set()
+
+    def lead(self) -> Callable[[], Coroutine[object, object, None]]:
+        async def run() -> None:
+            self.started.set()
+            try:
+                await self.drained.wait()
+                self.outcome = "drained"
+            except asyncio.CancelledError:
+                self.outcome = "cancelled"
+                raise
+
+        return run
+
+
+@pytest.fixture
+async def kube(kube_stack: KubeStack) -> AsyncIterator[KubeClient]:
+    client = await connect(kubeconfig=kube_stack.kubeconfig)
+    try:
+        yield client
+    finally:
+        await client.close()
+
+
+def elector(client: KubeClient, name: str, identity: str) -> Elector:
+    return Elector(client, namespace=NS, name=name, identity=identity, lease_seconds=LEASE)
+
+
+async def holder(client: KubeClient, name: str) -> str:
+    return read_lease(await client.get(LEASES, name, namespace=NS)).holder
+
+
+async def test_one_leads_and_a_stopped_leader_hands_over_at_once(kube: KubeClient) -> None:
+    name = f"lead-{uuid.uuid4().hex[:8]}"
+    a, b = elector(kube, name, "a"), elector(kube, name, "b")
+    work_a, work_b = Work(), Work()
+    run_a = asyncio.create_task(a.run(work_a.lead(), drain=work_a.drain))
+    await asyncio.wait_for(work_a.started.wait(), 15)
+    run_b = asyncio.create_task(b.run(work_b.lead(), drain=work_b.drain))
+    try:
+        await asyncio.sleep(LEASE * 1.5)  # several renewals and campaign rounds
+        assert a.leading
+        assert not b.leading
+        assert not work_b.started.is_set()
+        assert await holder(kube, name) == "a"
+
+        a.stop()
+        await asyncio.wait_for(run_a, 10)
+        assert work_a.outcome == "drained", "a stopped leader finishes its work"
+        # Handed back: b takes over within one campaign round, not after the lease.
+        started = asyncio.get_running_loop().time()
+        await asyncio.wait_for(work_b.started.wait(), LEASE)
+        assert asyncio.get_running_loop().time() - started < LEASE
+        assert await holder(kube, name) == "b"
+    finally:
+        b.stop()
+        a.stop()
+        await asyncio.gather(run_a, run_b, return_exceptions=True)
+        await kube.delete(LEASES, name, namespace=NS)
+
+
+async def test_a_leader_whose_lease_is_taken_stops_its_work(kube: KubeClient) -> None:
+    name = f"taken-{uuid.uuid4().hex[:8]}"
+    a = elector(kube, name, "a")
+    work = Work()
+    run = asyncio.create_task(a.run(work.lead(), drain=work.drain))
+    try:
+        await asyncio.wait_for(work.started.wait(), 15)
+        lease = await kube.get(LEASES, name, namespace=NS)
+        lease["spec"].update(
+            holderIdentity="intruder",
+            leaseDurationSeconds=60,
+            renewTime=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+        )
+        await kube.request("PUT", LEASES.path(namespace=NS, name=name), body=lease)
+        await asyncio.wait_for(run, LEASE)
+        assert work.outcome == "cancelled"
+        assert not a.leading
+        assert await holder(kube, name) == "intruder", "a lost Lease is not handed back"
+    finally:
+        a.stop()
+        await asyncio.gather(run, return_exceptions=True)
+        await kube.delete(LEASES, name, namespace=NS)
+
+
+class Cuttable:
+    """A TCP relay to the apiserver that can be cut, like a network partition."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.target = (host, port)
+        self.server: asyncio.Server | None = None
+        self.writers: list[asyncio.StreamWriter] = []
+
+    async def start(self) -> int:
+        self.server = await asyncio.start_server(self._relay, "127.0.0.1", 0)
+        port: int = self.server.sockets[0].getsockname()[1]
+        return port
+
+    async def _relay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await asyncio.open_connection(*self.target)
+        self.writers += [writer, up_writer]
+
+        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+            with contextlib.suppress(OSError):
+                while data := await src.read(65536):
+                    dst.write(data)
+                    await dst.drain()
+            dst.close()
+
+        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+
+    async def cut(self) -> None:
+        assert self.server is not None
+        self.server.close()
+        for writer in self.writers:
+            writer.transport.abort()
+        await self.server.wait_closed()
+
+
+async def test_a_leader_that_cannot_renew_stops_before_its_lease_ends(
+    kube: KubeClient, kube_stack: KubeStack
+) -> None:
+    name = f"cut-{uuid.uuid4().hex[:8]}"
+    configuration = k8s.Configuration()
+    await k8s_config.load_kube_config(
+        config_file=str(kube_stack.kubeconfig), client_configuration=configuration
+    )
+    host, _, port = str(configuration.host).removeprefix("https://").rpartition(":")
+    relay = Cuttable(host, int(port))
+    configuration.host = f"https://{host}:{await relay.start()}"
+    cut_off = KubeClient(k8s.ApiClient(configuration))
+    a = elector(cut_off, name, "a")
+    work = Work()
+    run = asyncio.create_task(a.run(work.lead(), drain=work.drain))
+    try:
+        await asyncio.wait_for(work.started.wait(), 15)
+        lease = read_lease(await kube.get(LEASES, name, namespace=NS))
+        assert lease.holder == "a"
+        assert lease.renewed is not None
+        await relay.cut()
+        await asyncio.wait_for(run, LEASE * 2)
+        stopped = datetime.now(UTC)
+        assert work.outcome == "cancelled"
+        # The work stopped before the lease it last renewed ran out.
+        last = read_lease(await kube.get(LEASES, name, namespace=NS))
+        assert last.holder == "a"
+        assert last.renewed is not None
+        assert (stopped - last.renewed).total_seconds() < LEASE
+        # And another candidate takes it over once it expired.
+        b = elector(kube, name, "b")
+        await asyncio.sleep(max(0.0, LEASE - (datetime.now(UTC) - last.renewed).total_seconds()))
+        assert await b.try_hold()
+    finally:
+        a.stop()
+        await asyncio.gather(run, return_exceptions=True)
+        await cut_off.close()
+        await kube.delete(LEASES, name, namespace=NS)
