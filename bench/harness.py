@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import socket
 import subprocess
@@ -15,7 +16,16 @@ from pathlib import Path
 
 import msgspec
 
-__all__ = ["CACHE_DIR", "Figure", "Report", "nats_server", "percentile"]
+__all__ = [
+    "CACHE_DIR",
+    "Figure",
+    "Report",
+    "cpu_seconds",
+    "cpu_used",
+    "nats_server",
+    "percentile",
+    "proc_stat",
+]
 
 #: Built baselines (Go binaries) are kept here between runs.
 CACHE_DIR = Path.home() / ".cache" / "neuron-dra" / "bench"
@@ -82,6 +92,28 @@ class Report(msgspec.Struct, kw_only=True):
 def percentile(values: list[float], p: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(len(ordered) * p / 100))]
+
+
+def proc_stat(pid: int) -> list[str] | None:
+    """``/proc/<pid>/stat`` from field 3 (state) on; None when the process is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+
+
+def cpu_seconds(pids: dict[str, int]) -> dict[str, float]:
+    """User + system CPU seconds each process has used so far."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out: dict[str, float] = {}
+    for name, pid in pids.items():
+        fields = proc_stat(pid)
+        out[name] = (int(fields[11]) + int(fields[12])) / tick if fields else 0.0
+    return out
+
+
+def cpu_used(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    return {name: after[name] - before[name] for name in before}
 
 
 def _free_port() -> int:

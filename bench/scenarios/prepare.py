@@ -48,7 +48,7 @@ import grpc
 from neuron_dra_protos.dra.v1 import dra_pb2 as v1
 from neuron_dra_protos.dra.v1 import dra_pb2_grpc as v1_grpc
 
-from bench.harness import Figure, Report, percentile
+from bench.harness import Figure, Report, cpu_seconds, cpu_used, percentile
 
 SIZES = (1, 4, 16)
 DEVICES = 16
@@ -343,10 +343,19 @@ class Caller:
 class Results:
     rates: dict[tuple[str, int], list[float]] = field(default_factory=dict)
     latencies: dict[tuple[str, int], list[float]] = field(default_factory=dict)
+    # CPU seconds per cycle during the throughput runs: the plugin, the rest of the stack
+    # (apiserver, etcd, NATS) and the bench process (the kubelet's side).
+    cpu: dict[tuple[str, int], dict[str, float]] = field(default_factory=dict)
+    cycles: dict[tuple[str, int], int] = field(default_factory=dict)
 
 
 async def _measure(
-    plugins: list[Plugin], *, rounds: int, latency_samples: int, total_cycles: int
+    plugins: list[Plugin],
+    *,
+    rounds: int,
+    latency_samples: int,
+    total_cycles: int,
+    stack_pids: dict[str, int],
 ) -> Results:
     callers = [Caller(p) for p in plugins]
     results = Results()
@@ -363,8 +372,16 @@ async def _measure(
                     key = (caller.plugin.label, size)
                     lat = await caller.cycles(size, 0, latency_samples, start=r * latency_samples)
                     results.latencies.setdefault(key, []).extend(lat)
+                    pids = {"plugin": caller.plugin.proc.pid, **stack_pids}
+                    cpu0, own0 = cpu_seconds(pids), time.process_time()
                     rate = await caller.throughput(size, per_lane)
+                    used = cpu_used(cpu0, cpu_seconds(pids))
+                    used["bench client"] = time.process_time() - own0
                     results.rates.setdefault(key, []).append(rate)
+                    total = results.cpu.setdefault(key, {})
+                    for name, seconds in used.items():
+                        total[name] = total.get(name, 0.0) + seconds
+                    results.cycles[key] = results.cycles.get(key, 0) + per_lane * (DEVICES // size)
     finally:
         for caller in callers:
             await caller.close()
@@ -419,6 +436,13 @@ def _report(
         "goals: >= 1.00x the test driver's throughput, p99 <= "
         f"{P99_GOAL_MS:.0f} ms; got " + "; ".join(verdicts)
     )
+    for size in SIZES:
+        parts = []
+        for label in (OURS, GO):
+            key = (label, size)
+            per = {k: v / results.cycles[key] * ms for k, v in results.cpu[key].items()}
+            parts.append(f"{label} " + ", ".join(f"{k} {v:.2f}" for k, v in per.items()))
+        report.notes.append(f"CPU ms per {size}-device cycle: " + "; ".join(parts))
     report.notes.append(
         "throughput: every lane prepares then unprepares its claims (a cycle per claim); "
         "median of the rounds. latency: one call in flight."
@@ -458,6 +482,11 @@ def run(*, quick: bool) -> Report:
                 rounds=rounds,
                 latency_samples=latency_samples,
                 total_cycles=total_cycles,
+                stack_pids={
+                    c["name"]: int(c["pid"])
+                    for c in recorded["components"]
+                    if c["name"] in ("kube-apiserver", "etcd", "nats")
+                },
             )
         )
     finally:

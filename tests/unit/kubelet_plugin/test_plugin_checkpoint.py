@@ -8,6 +8,8 @@ from pathlib import Path
 
 import msgspec
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from neuron_dra_kubelet_plugin.checkpoint import (
     CHECKPOINT_VERSION,
     Checkpoint,
@@ -144,3 +146,31 @@ def test_boot_id_is_read(tmp_path: Path) -> None:
     path = tmp_path / "boot_id"
     path.write_text("7d1c2b7e-4f3a\n")
     assert read_boot_id(path) == "7d1c2b7e-4f3a"
+
+
+_names = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789-", min_size=1, max_size=12)
+
+
+@given(
+    claims=st.dictionaries(
+        _names,
+        st.tuples(
+            st.sampled_from(list(ClaimState)),
+            st.lists(st.integers(0, 15), min_size=1, max_size=16, unique=True),
+        ),
+        max_size=6,
+    )
+)
+def test_the_written_checksum_is_over_the_form_a_reader_recomputes(
+    claims: dict[str, tuple[ClaimState, list[int]]],
+) -> None:
+    checkpoint = Checkpoint()
+    for uid, (state, devices) in claims.items():
+        checkpoint = checkpoint.with_entry(
+            entry(uid, tuple(f"neurondevice{i}" for i in devices), state=state)
+        )
+    raw = json.loads(encode_checkpoint(checkpoint))
+    # What any reader does: the data as plain JSON, keys sorted, no spaces.
+    canonical = json.dumps(raw["data"], sort_keys=True, separators=(",", ":")).encode()
+    assert raw["checksum"] == "sha256:" + hashlib.sha256(canonical).hexdigest()
+    assert decode_checkpoint(json.dumps(raw).encode()) == checkpoint

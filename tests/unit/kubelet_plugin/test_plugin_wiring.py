@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -96,8 +97,12 @@ class Sink:
     def __init__(self) -> None:
         self.events: list[tuple[Event, str | None]] = []
 
-    async def publish(self, event: Event, *, msg_id: str | None = None) -> object:
-        self.events.append((event, msg_id))
+    async def publish_many(
+        self, events: Sequence[Event], *, msg_ids: Sequence[str] | None = None
+    ) -> object:
+        assert msg_ids is not None
+        assert len(msg_ids) == len(events)
+        self.events += zip(events, msg_ids, strict=True)
         return None
 
 

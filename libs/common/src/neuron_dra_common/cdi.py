@@ -17,11 +17,12 @@ target, so a reader (or a crash) sees either the old spec or the new one, never 
 from __future__ import annotations
 
 import contextlib
-import os
 import re
 from pathlib import Path
 
 import msgspec
+
+from neuron_dra_common.files import replace_file
 
 __all__ = [
     "CDI_VERSION",
@@ -224,15 +225,13 @@ def write_claim_spec(cdi_root: Path, claim_uid: str, spec: Spec) -> Path:
             )
     data = encode_spec(spec)
     target = claim_spec_path(cdi_root, claim_uid, spec.kind)
-    cdi_root.mkdir(parents=True, exist_ok=True)
     temp = target.with_name(f"{_TEMP_PREFIX}{target.name}")
     # Runtimes only load *.json/*.yaml, so the temporary name is never read half-written.
     # The rename makes the write atomic for every reader and across a crash of the writer.
     # No fsync: a spec only means something within the boot that wrote it (CDI roots are
     # tmpfs on real nodes, and the kubelet prepares again after a reboot), so making it
     # survive a power loss would cost a disk flush per claim and buy nothing.
-    temp.write_bytes(data)
-    os.replace(temp, target)
+    replace_file(target, temp, data)
     return target
 
 

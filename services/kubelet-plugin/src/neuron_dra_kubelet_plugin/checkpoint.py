@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+from neuron_dra_common.files import replace_file
 
 __all__ = [
     "BOOT_ID_PATH",
@@ -156,9 +157,12 @@ def _checksum(data: Any) -> str:
 
 def encode_checkpoint(checkpoint: Checkpoint) -> bytes:
     """The file bytes of ``checkpoint`` at :data:`CHECKPOINT_VERSION`."""
-    data = msgspec.json.decode(msgspec.json.encode(checkpoint))
+    # Encoding the Struct with sorted keys gives the canonical form directly (the same bytes
+    # as re-encoding its decoded JSON sorted, which is what a reader checks against).
+    canonical = _canonical(checkpoint)
+    checksum = "sha256:" + hashlib.sha256(canonical).hexdigest()
     return msgspec.json.encode(
-        {"version": CHECKPOINT_VERSION, "checksum": _checksum(data), "data": data},
+        {"version": CHECKPOINT_VERSION, "checksum": checksum, "data": msgspec.Raw(canonical)},
         order="sorted",
     )
 
@@ -231,10 +235,8 @@ class CheckpointStore:
         anyway, and one that does not survive is reported as corrupted and set aside —
         the same outcome without a disk flush per prepare.
         """
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         temp = self.path.with_name(f".{self.path.name}.tmp")
-        temp.write_bytes(encode_checkpoint(checkpoint))
-        os.replace(temp, self.path)
+        replace_file(self.path, temp, encode_checkpoint(checkpoint), mode=0o600)
 
     def remove_leftovers(self) -> None:
         """Drop a temporary file an interrupted save left behind."""

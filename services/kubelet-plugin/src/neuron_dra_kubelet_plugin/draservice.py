@@ -77,11 +77,15 @@ class DraService:
 
     async def prepare(self, refs: Sequence[ClaimRef]) -> dict[str, ClaimOutcome]:
         """Outcome per claim UID."""
+        if len(refs) == 1:  # the common call: no task needed
+            return {refs[0].uid: await self._prepare_one(refs[0])}
         outcomes = await asyncio.gather(*(self._prepare_one(r) for r in refs))
         return {ref.uid: outcome for ref, outcome in zip(refs, outcomes, strict=True)}
 
     async def unprepare(self, refs: Sequence[ClaimRef]) -> dict[str, ClaimOutcome]:
         """Outcome per claim UID."""
+        if len(refs) == 1:  # the common call: no task needed
+            return {refs[0].uid: await self._unprepare_one(refs[0])}
         outcomes = await asyncio.gather(*(self._unprepare_one(r) for r in refs))
         return {ref.uid: outcome for ref, outcome in zip(refs, outcomes, strict=True)}
 

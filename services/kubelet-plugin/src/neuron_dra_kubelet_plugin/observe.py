@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Sequence
 from typing import Final, Protocol
 
 from neuron_dra_common.events import ClaimPrepared, ClaimUnprepared, ObjectRef
@@ -62,6 +63,8 @@ EVENTS_DROPPED: Final = Counter(
 )
 
 _TRACER_NAME: Final = "neuron_dra_kubelet_plugin"
+#: At most this many claim events go out in one pipelined batch.
+_BATCH: Final = 256
 
 
 class ObservedPreparer:
@@ -117,7 +120,9 @@ class ObservedPreparer:
 class EventSink(Protocol):
     """Where :class:`ClaimEvents` sends events (``neuron_dra_common.bus.Publisher``)."""
 
-    async def publish(self, event: Event, *, msg_id: str | None = None) -> object: ...
+    async def publish_many(
+        self, events: Sequence[Event], *, msg_ids: Sequence[str] | None = None
+    ) -> object: ...
 
 
 class ClaimEvents:
@@ -183,16 +188,30 @@ class ClaimEvents:
     async def run(self) -> None:
         await self._sink_ready.wait()
         while True:
-            item = await self._queue.get()
-            if item is None or self._sink is None:
+            # Whatever queued up while the last batch was in flight goes out as one
+            # pipelined batch (its acks awaited together), in order.
+            batch = [await self._queue.get()]
+            while len(batch) < _BATCH and not self._queue.empty() and batch[-1] is not None:
+                batch.append(self._queue.get_nowait())
+            items = [item for item in batch if item is not None]
+            if self._sink is None:
                 return
-            event, msg_id = item
-            try:
-                await self._sink.publish(event, msg_id=msg_id)
-                self.published += 1
-            except Exception as exc:  # a lost event must never stop the plugin
-                EVENTS_DROPPED.inc()
-                log.warning(
-                    "claim event not published",
-                    extra={"type": event.event_type(), "msg_id": msg_id, "error": repr(exc)},
-                )
+            if items:
+                await self._publish(self._sink, items)
+            if batch[-1] is None:
+                return
+
+    async def _publish(self, sink: EventSink, items: list[tuple[Event, str]]) -> None:
+        try:
+            await sink.publish_many([e for e, _ in items], msg_ids=[m for _, m in items])
+            self.published += len(items)
+        except Exception as exc:  # a lost event must never stop the plugin
+            EVENTS_DROPPED.inc(len(items))
+            log.warning(
+                "claim events not published",
+                extra={
+                    "types": sorted({e.event_type() for e, _ in items}),
+                    "msg_ids": [m for _, m in items],
+                    "error": repr(exc),
+                },
+            )
