@@ -1,21 +1,17 @@
 """Crash points for testing crash safety: stop the process dead between two writes.
 
-Only honoured when ``NEURON_DRA_OPERATOR_CRASH_AT`` is set (to one of :data:`STEPS`); in
-every other case :func:`from_env` returns a function that does nothing. The process kills
-itself with SIGKILL, like ``kill -9`` or the OOM killer: no cleanup, no Lease handed back.
+The steps of the UltraServer operator, picked with ``NEURON_DRA_OPERATOR_CRASH_AT`` (see
+``neuron_dra_common.runtime.faults``); killed there, it hands no Lease back.
 """
 
 from __future__ import annotations
 
-import logging
-import os
-import signal
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Final
 
-__all__ = ["CRASH_ENV", "STEPS", "CrashPoint", "from_env", "no_crash"]
+from neuron_dra_common.runtime.faults import CrashPoint, crash_point, no_crash
 
-log = logging.getLogger(__name__)
+__all__ = ["CRASH_ENV", "STEPS", "CrashPoint", "from_env", "no_crash"]
 
 CRASH_ENV: Final = "NEURON_DRA_OPERATOR_CRASH_AT"
 
@@ -34,28 +30,7 @@ STEPS: Final = (
     "delete:released",  # the allocator released the nodes; the finalizer still holds
 )
 
-CrashPoint = Callable[[str], None]
-
-
-def no_crash(step: str) -> None:
-    """The crash point of a normal run."""
-
-
-def _kill(step: str) -> None:
-    log.critical("crash point reached, killing the process", extra={"step": step})
-    os.kill(os.getpid(), signal.SIGKILL)
-
 
 def from_env(environ: Mapping[str, str] | None = None) -> CrashPoint:
     """The crash point the environment asks for; raises ``ValueError`` for an unknown step."""
-    wanted = (os.environ if environ is None else environ).get(CRASH_ENV, "")
-    if not wanted:
-        return no_crash
-    if wanted not in STEPS:
-        raise ValueError(f"{CRASH_ENV}={wanted!r}: expected one of {', '.join(STEPS)}")
-
-    def crash_at(step: str) -> None:
-        if step == wanted:
-            _kill(step)
-
-    return crash_at
+    return crash_point(CRASH_ENV, STEPS, environ)
