@@ -11,6 +11,7 @@ SCENARIOS = {
     "bus": "bench.scenarios.bus",
     "prepare": "bench.scenarios.prepare",
     "slices": "bench.scenarios.slices",
+    "ultraserver": "bench.scenarios.ultraserver",
 }
 
 
