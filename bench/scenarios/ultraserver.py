@@ -832,6 +832,10 @@ def _report(bench: Bench, levels: list[Level], fleet_seconds: float) -> Report:
             used = ", ".join(f"{k} {v:.1f}" for k, v in cpu.items())
             report.notes.append(f"  CPU s in the {label} phase: {used}")
     report.notes.append(
+        "Nodes the controller-manager marked NotReady (missed Lease) and the bench set Ready"
+        f" again: {len(bench.kubelets.reasserted)} ({bench.reasserted_timed} times while timed)"
+    )
+    report.notes.append(
         f"delete -> gone (finalizer released), p50 / p99: {summary(bench.released)}"
     )
     report.notes.append(
