@@ -27,10 +27,10 @@ from neuron_dra_common.kube import (
 )
 from neuron_dra_common.runtime import Service, serve
 from neuron_dra_common.settings import ServiceSettings
-from neuron_dra_common.ultraserver import NAMESPACE, NODE_ALLOCATION
+from neuron_dra_common.ultraserver import NAMESPACE
 
 from neuron_dra_ultraserver_operator import faults
-from neuron_dra_ultraserver_operator.discovery import UltraServerView, discover
+from neuron_dra_ultraserver_operator.discovery import UltraServerView, discover, slice_identities
 from neuron_dra_ultraserver_operator.model import NUS, NUSW
 from neuron_dra_ultraserver_operator.ultraservers import UltraServerReconciler, ensure_namespace
 from neuron_dra_ultraserver_operator.workloads import WorkloadReconciler
@@ -38,6 +38,9 @@ from neuron_dra_ultraserver_operator.workloads import WorkloadReconciler
 __all__ = ["OperatorSettings", "build", "main"]
 
 NAME = "ultraserver-operator"
+#: Workloads reconciled at once (each key by one worker at a time; the allocator decides
+#: races for the same nodes).
+WORKLOAD_WORKERS = 4
 Obj = dict[str, Any]
 
 
@@ -69,7 +72,12 @@ class OperatorSettings(ServiceSettings, frozen=True, kw_only=True):
 
 
 class Fleet:
-    """Discovery over the node and slice caches, recomputed only after a relevant change."""
+    """Discovery over the node and slice caches, recomputed only after a change it reads.
+
+    Only what :func:`discover` looks at counts as a change: a Node's labels and Ready
+    condition, a slice's node and the identity of its ``neuron_node`` device. The writes an
+    allocation makes (node records, ``workloadId`` on the devices) leave the views alone.
+    """
 
     def __init__(self, nodes: Mapping[str, Obj], slices: Mapping[str, Obj]) -> None:
         self._nodes, self._slices = nodes, slices
@@ -81,20 +89,25 @@ class Fleet:
             self._views = discover(self._nodes.values(), self._slices.values())
         return self._views
 
-    def changed(self, key: str, obj: Obj | None) -> bool:
-        """Forget the views if ``obj`` changed in a way discovery or allocation cares about."""
-        meta = (obj or {}).get("metadata") or {}
-        conditions = ((obj or {}).get("status") or {}).get("conditions") or ()
+    @staticmethod
+    def _fingerprint(obj: Obj) -> Any:
+        spec = obj.get("spec") or {}
+        if "driver" in spec:  # a ResourceSlice
+            return (spec.get("nodeName"), slice_identities([obj]))
+        conditions = (obj.get("status") or {}).get("conditions") or ()
         ready = [c.get("status") for c in conditions if c.get("type") == "Ready"]
-        fingerprint = (
-            meta.get("labels"),
-            (meta.get("annotations") or {}).get(NODE_ALLOCATION),
-            ready,
-            (obj or {}).get("spec"),
-        )
-        if obj is not None and self._prints.get(key) == fingerprint:
-            return False
-        self._prints[key] = fingerprint
+        return ((obj.get("metadata") or {}).get("labels"), ready)
+
+    def changed(self, key: str, obj: Obj | None) -> bool:
+        """Forget the views if ``obj`` (``None``: deleted) changed what discovery reads."""
+        if obj is None:
+            if self._prints.pop(key, None) is None:
+                return False
+        else:
+            fingerprint = self._fingerprint(obj)
+            if self._prints.get(key) == fingerprint:
+                return False
+            self._prints[key] = fingerprint
         self._views = None
         return True
 
@@ -156,22 +169,35 @@ async def build(settings: OperatorSettings) -> Service:
         for alloc in (obj.get("status") or {}).get("allocations") or ():
             uq.add(str(alloc.get("ultraServer")))
 
+    def holding(node: str) -> None:
+        """Queue the workloads whose allocations name ``node``."""
+        for wl in workloads_inf.cache.values():
+            allocs = (wl.get("status") or {}).get("allocations") or ()
+            if any(n.get("nodeName") == node for a in allocs for n in a.get("nodes") or ()):
+                wq.add(object_key(wl))
+
     def on_fleet(kind: str, obj: Obj) -> bool:
+        """A Node or slice event: True when it changed the discovered UltraServers."""
         key = object_key(obj)
         if not fleet.changed(key, None if kind == "DELETED" else obj):
             return False
         for name in fleet():
             uq.add(name)
         node = (obj.get("spec") or {}).get("nodeName") or (obj.get("metadata") or {}).get("name")
-        for wl in workloads_inf.cache.values():
-            allocs = (wl.get("status") or {}).get("allocations") or ()
-            if any(n.get("nodeName") == node for a in allocs for n in a.get("nodes") or ()):
-                wq.add(object_key(wl))
+        holding(str(node))
         return True
 
     def on_node(kind: str, obj: Obj) -> None:
         if on_fleet(kind, obj):
             waiting()
+            return
+        # Only the node record (or nothing discovery reads) changed: the workloads that
+        # hold the node look again, and so does its NeuronUltraServer's status.
+        name = str((obj.get("metadata") or {}).get("name"))
+        holding(name)
+        for view in fleet().values():
+            if any(m.node_name == name for m in view.members):
+                uq.add(view.name)
 
     def on_slice(kind: str, obj: Obj) -> None:
         on_fleet(kind, obj)
@@ -198,7 +224,7 @@ async def build(settings: OperatorSettings) -> Service:
         await ensure_namespace(client)
         await synced()
         await asyncio.gather(
-            run_workers(wq, workloads.reconcile, workers=1),
+            run_workers(wq, workloads.reconcile, workers=WORKLOAD_WORKERS),
             run_workers(uq, ultraservers.reconcile, workers=2),
         )
 

@@ -48,14 +48,24 @@ class UltraServerReconciler:
         self._objects = objects
         self._workloads = workloads
         self._fleet = fleet
+        self._decoded: dict[str, tuple[str, Workload | None]] = {}
 
     def _all_workloads(self) -> list[Workload]:
+        # Every NeuronUltraServer's status reads every workload: decode each version once.
         out = []
-        for obj in list(self._workloads.values()):
-            try:
-                out.append(workload_from_api(obj))
-            except msgspec.ValidationError:
-                continue
+        seen: dict[str, tuple[str, Workload | None]] = {}
+        for key, obj in list(self._workloads.items()):
+            version = str((obj.get("metadata") or {}).get("resourceVersion") or "")
+            cached = self._decoded.get(key)
+            if cached is None or cached[0] != version or not version:
+                try:
+                    cached = (version, workload_from_api(obj))
+                except msgspec.ValidationError:
+                    cached = (version, None)
+            seen[key] = cached
+            if cached[1] is not None:
+                out.append(cached[1])
+        self._decoded = seen
         return out
 
     async def reconcile(self, name: str) -> None:

@@ -17,6 +17,7 @@ until their claims are gone, removes the node records, releases the nodes, then 
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Literal, Protocol
@@ -31,7 +32,7 @@ from neuron_dra_common.events import (
     ObjectRef,
 )
 from neuron_dra_common.kube import RESOURCE_CLAIMS, ApiException, KubeClient, apply
-from neuron_dra_common.ultraserver import WORKLOAD_UID_LABEL, node_allocation
+from neuron_dra_common.ultraserver import WORKLOAD_UID_LABEL, NodeAllocation, node_allocation
 
 from neuron_dra_ultraserver_operator.discovery import Member, UltraServerView
 from neuron_dra_ultraserver_operator.faults import CrashPoint, no_crash
@@ -92,14 +93,27 @@ class WorkloadReconciler:
         self._released = released
         self._claim_wait = claim_wait_seconds
         self._crash = crash
+        self._indexed: (
+            tuple[Mapping[str, UltraServerView], dict[str, Member], dict[str, str]] | None
+        ) = None
 
     # --- helpers -------------------------------------------------------------------------
 
+    def _by_node(self) -> tuple[dict[str, Member], dict[str, str]]:
+        # Discovery hands out the same mapping until the fleet changes: index it once per
+        # change, not on every reconcile.
+        views = self._fleet()
+        if self._indexed is None or self._indexed[0] is not views:
+            members = {m.node_name: m for v in views.values() for m in v.members}
+            names = {m.node_name: v.name for v in views.values() for m in v.members}
+            self._indexed = (views, members, names)
+        return self._indexed[1], self._indexed[2]
+
     def _members(self) -> dict[str, Member]:
-        return {m.node_name: m for v in self._fleet().values() for m in v.members}
+        return self._by_node()[0]
 
     def _names(self) -> dict[str, str]:
-        return {m.node_name: v.name for v in self._fleet().values() for m in v.members}
+        return self._by_node()[1]
 
     async def _ask(
         self, wl: Workload, *, nodes: tuple[str, ...] = (), exclude: tuple[str, ...] = ()
@@ -286,14 +300,21 @@ class WorkloadReconciler:
         records: tuple[AllocationRecord, ...],
         phase: Literal["Pending", "Bound"],
     ) -> None:
+        async def write(node: str, record: NodeAllocation) -> None:
+            await self.writer.node_record(node, record)
+            self._crash(f"allocate:node-{phase.lower()}")
+
+        wanted = []
         for node, record in node_allocations(wl, records, phase=phase).items():
             held = self._recorded(node)
             if held == record:
                 continue
             if phase == "Pending" and held == msgspec.structs.replace(record, phase="Bound"):
                 continue  # bound before a restart: never step back to Pending
-            await self.writer.node_record(node, record)
-            self._crash(f"allocate:node-{phase.lower()}")
+            wanted.append(write(node, record))
+        # The nodes of one phase are independent: written together. The phases stay in
+        # order (every node Pending before any is Bound).
+        await asyncio.gather(*wanted)
 
     async def _bind(self, wl: Workload, records: tuple[AllocationRecord, ...]) -> None:
         missing = [n for n in wl.nodes if n not in self._nodes]
