@@ -13,6 +13,7 @@ echo "==> lint"
 ruff check .
 ruff format --check .
 mypy libs/common/src libs/cli/src services/*/src
+mypy bench
 lint-imports
 codespell
 

@@ -156,10 +156,10 @@ def run(*, quick: bool = False) -> Report:
     )
     # No policy admits more than arrives: the ratio any placement could reach over first fit
     # is bounded by what first fit refused.
-    ff = admitted[Strategy.FIRST_FIT].admitted
+    ff_admitted = admitted[Strategy.FIRST_FIT].admitted
     report.notes.append(
-        f"ceiling: {steps:,} arrivals, first fit admitted {ff:,} ({ff / steps:.1%}); no "
-        f"policy can exceed {steps / ff:.2f}x first fit on this arrival sequence"
+        f"ceiling: {steps:,} arrivals, first fit admitted {ff_admitted:,} ({ff_admitted / steps:.1%}); no "
+        f"policy can exceed {steps / ff_admitted:.2f}x first fit on this arrival sequence"
     )
     report.notes.append(
         f"goals: decision p99 <= 5 ms at {servers:,} UltraServers; best fit admits >= 1.15x "

@@ -24,8 +24,10 @@ import os
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable, Coroutine
 from multiprocessing.connection import Connection
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import nats
@@ -208,9 +210,9 @@ async def _framework_latency(url: str, latency_n: int) -> list[float]:
 def _two_processes(
     url: str,
     n: int,
-    consumer: object,
+    consumer: Callable[[str, int, str, Connection], None],
     durable: str,
-    publish: object,
+    publish: Callable[[str, int], Coroutine[Any, Any, tuple[float, float]]],
 ) -> Measured:
     """Consumer in a child process, publisher here; figures from both."""
     ctx = multiprocessing.get_context("spawn")
@@ -228,7 +230,7 @@ def _two_processes(
     try:
         receive(60, "start")
         server_cpu = _server_cpu_seconds(url)
-        start, pub_cpu = uvloop.run(publish(url, n))  # type: ignore[operator]
+        start, pub_cpu = uvloop.run(publish(url, n))
         consumed = msgspec.json.decode(receive(600, "finish"), type=_Consumed)
         server_cpu = _server_cpu_seconds(url) - server_cpu
     finally:
