@@ -15,8 +15,8 @@ as the scheduler would. Two plugins serve the kubelet DRA API (v1) on unix socke
 The benchmark plays the kubelet: a gRPC client from the generated stubs calls each socket
 directly. Every claim is unprepared right after it was prepared, so both drivers do the whole
 work on every call (the test driver answers a repeated prepare of a prepared claim from
-memory; ours from its checkpoint). Both read the claim from the API on every prepare: the
-test driver GETs the claim; ours reads it from its informer cache and GETs its Node object.
+memory; ours from its checkpoint). Both read the claim on every prepare: the test driver
+GETs it from the API; ours reads it from its informer cache.
 
 For claims of 1, 4 and 16 devices:
 
@@ -24,7 +24,9 @@ For claims of 1, 4 and 16 devices:
   over its own claims (prepare, then unprepare); claims per second;
 * **latency**: NodePrepareResources with one call in flight; p50 and p99.
 
-Drivers alternate (and swap order every round) so machine load hits both alike.
+Both write their CDI specs (and ours its checkpoint) on tmpfs, as a node's ``/run`` is.
+Drivers alternate (and swap order every round) so machine load hits both alike; the CPU
+each process used per cycle is printed under the table.
 ``NEURON_DRA_BENCH_PROFILE=<file>`` runs our plugin under cProfile and writes the stats
 there when it stops.
 """
@@ -60,6 +62,15 @@ GO_DRIVER = "test-driver.bench.neuron.aws.com"
 P99_GOAL_MS = 10.0
 _REPO = Path(__file__).resolve().parents[2]
 _FLEET = "nodes:\n  - instanceType: trn2.48xlarge\n    count: 2\n"
+
+
+def _tmpfs() -> str:
+    """A tmpfs directory to stand in for a node's /run."""
+    for line in Path("/proc/mounts").read_text().splitlines():
+        fields = line.split()
+        if fields[1] == "/dev/shm" and fields[2] == "tmpfs":
+            return "/dev/shm"
+    raise RuntimeError("no tmpfs at /dev/shm to stand in for a node's /run")
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -111,7 +122,7 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
             proc.wait(10)
 
 
-def _start_ours(*, state: Path, nats_url: str, root: Path) -> Plugin:
+def _start_ours(*, state: Path, nats_url: str, root: Path, run: Path) -> Plugin:
     from neuron_dra_cli.stack import process
     from neuron_dra_cli.stack.fleet import load_fleet
     from neuron_dra_cli.stack.layout import Layout
@@ -132,7 +143,8 @@ def _start_ours(*, state: Path, nats_url: str, root: Path) -> Plugin:
         **os.environ,
         **component.env,
         "NEURON_DRA_KUBELET_ROOT": str(kubelet_root),
-        "NEURON_DRA_CDI_ROOT": str(root / "cdi"),
+        "NEURON_DRA_CDI_ROOT": str(run / "cdi"),
+        "NEURON_DRA_CHECKPOINT_PATH": str(run / "neuron-dra" / "checkpoint.json"),
         "NEURON_DRA_HTTP_PORT": str(process.free_port()),
         "NEURON_DRA_LOG_LEVEL": "warning",
     }
@@ -157,7 +169,7 @@ def _start_ours(*, state: Path, nats_url: str, root: Path) -> Plugin:
     return plugin
 
 
-def _start_go(*, state: Path, kubeconfig: Path, root: Path) -> Plugin:
+def _start_go(*, state: Path, kubeconfig: Path, root: Path, run: Path) -> Plugin:
     from neuron_dra_cli import kubebuild
     from neuron_dra_cli.stack.fleet import load_fleet
 
@@ -178,7 +190,7 @@ def _start_go(*, state: Path, kubeconfig: Path, root: Path) -> Plugin:
                 f"--node-name={node.name}",
                 f"--datadir={plugins}",
                 f"--plugin-registration-path={root / 'k' / 'plugins_registry'}",
-                f"--cdi-dir={root / 'cdi'}",
+                f"--cdi-dir={run / 'cdi'}",
                 f"--num-devices={DEVICES}",
                 "--kube-api-qps=100000",
                 "--kube-api-burst=100000",
@@ -463,6 +475,8 @@ def run(*, quick: bool) -> Report:
     load_before = os.getloadavg()
     # Unix socket paths are limited to 107 bytes: keep the plugins' roots short.
     tmp = Path(tempfile.mkdtemp(prefix="bprep-", dir="/tmp"))
+    # CDI specs and our checkpoint on tmpfs, as on a node (/run): both drivers alike.
+    run = Path(tempfile.mkdtemp(prefix="bprep-", dir=_tmpfs()))
     state = tmp / "stack"
     fleet = tmp / "fleet.yaml"
     fleet.write_text(_FLEET)
@@ -473,8 +487,10 @@ def run(*, quick: bool) -> Report:
             raise RuntimeError(f"dev up failed:\n{up.stdout}\n{up.stderr}")
         recorded = json.loads((state / "state.json").read_text())
         kubeconfig = Path(recorded["kubeconfig"])
-        plugins.append(_start_ours(state=state, nats_url=recorded["nats_url"], root=tmp / "n"))
-        plugins.append(_start_go(state=state, kubeconfig=kubeconfig, root=tmp / "g"))
+        plugins.append(
+            _start_ours(state=state, nats_url=recorded["nats_url"], root=tmp / "n", run=run / "n")
+        )
+        plugins.append(_start_go(state=state, kubeconfig=kubeconfig, root=tmp / "g", run=run / "g"))
         asyncio.run(_create_claims(kubeconfig, plugins, per_lane))
         results = asyncio.run(
             _measure(
@@ -494,6 +510,7 @@ def run(*, quick: bool) -> Report:
             _stop(plugin.proc)
         _cli("dev", "down", "--state-dir", str(state))
         shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(run, ignore_errors=True)
     return _report(
         results,
         load_before=load_before,

@@ -224,3 +224,23 @@ def test_operator_uses_only_the_resources_granted() -> None:
         "EVENTS",
         "NAMESPACES",
     }
+
+
+def test_plugin_files_live_on_host_paths_that_last_exactly_one_boot(
+    base: list[dict[str, Any]],
+) -> None:
+    pod = by_kind(base, "DaemonSet")["neuron-dra-kubelet-plugin"]["spec"]["template"]["spec"]
+    [container] = pod["containers"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    host = {v["name"]: v["hostPath"]["path"] for v in pod["volumes"] if "hostPath" in v}
+    mounts = {m["mountPath"]: host[m["name"]] for m in container["volumeMounts"]}
+
+    def host_path(path: str) -> str:
+        mount = max((m for m in mounts if path.startswith(m.rstrip("/") + "/")), key=len)
+        return mounts[mount] + path[len(mount) :]
+
+    # CDI specs and the checkpoint are both void after a reboot: both on the node's tmpfs
+    # (/run, which /var/run points at), where the runtime and the next plugin find them.
+    checkpoint = host_path(env["NEURON_DRA_CHECKPOINT_PATH"])
+    assert checkpoint.startswith("/run/")
+    assert mounts[env["NEURON_DRA_CDI_ROOT"]] in ("/run/cdi", "/var/run/cdi")

@@ -17,6 +17,8 @@ target, so a reader (or a crash) sees either the old spec or the new one, never 
 from __future__ import annotations
 
 import contextlib
+import functools
+import os
 import re
 from pathlib import Path
 
@@ -40,6 +42,7 @@ __all__ = [
     "claim_spec_uids",
     "decode_spec",
     "encode_spec",
+    "has_claim_spec",
     "qualified_device_id",
     "read_claim_spec",
     "remove_claim_spec",
@@ -202,12 +205,30 @@ def decode_spec(data: bytes) -> Spec:
         raise CdiError(f"CDI spec: {exc}") from exc
 
 
-def claim_spec_path(cdi_root: Path, claim_uid: str, kind: str = NEURON_CDI_KIND) -> Path:
-    """Where the spec of claim ``claim_uid`` lives: ``<root>/<vendor>-<class>_<uid>.json``."""
+@functools.lru_cache(maxsize=4096)
+def _spec_name(claim_uid: str, kind: str) -> str:
     vendor, class_ = _split_kind(kind)
     if not claim_uid or not _NAME_RE.match(claim_uid):
         raise CdiError(f"claim UID {claim_uid!r} cannot name a CDI spec file")
-    return cdi_root / f"{vendor}-{class_}_{claim_uid}{_SPEC_SUFFIX}"
+    return f"{vendor}-{class_}_{claim_uid}{_SPEC_SUFFIX}"
+
+
+def _spec_paths(cdi_root: str | os.PathLike[str], claim_uid: str, kind: str) -> tuple[str, str]:
+    # Plain strings: these run on every prepare and unprepare, where pathlib's object
+    # churn costs more than the file work itself.
+    name = _spec_name(claim_uid, kind)
+    root = os.fspath(cdi_root)
+    return os.path.join(root, name), os.path.join(root, _TEMP_PREFIX + name)
+
+
+def claim_spec_path(cdi_root: Path, claim_uid: str, kind: str = NEURON_CDI_KIND) -> Path:
+    """Where the spec of claim ``claim_uid`` lives: ``<root>/<vendor>-<class>_<uid>.json``."""
+    return cdi_root / _spec_name(claim_uid, kind)
+
+
+def has_claim_spec(cdi_root: Path, claim_uid: str, kind: str = NEURON_CDI_KIND) -> bool:
+    """Whether claim ``claim_uid`` has a spec under ``cdi_root``."""
+    return os.path.exists(_spec_paths(cdi_root, claim_uid, kind)[0])
 
 
 def write_claim_spec(cdi_root: Path, claim_uid: str, spec: Spec) -> Path:
@@ -224,15 +245,14 @@ def write_claim_spec(cdi_root: Path, claim_uid: str, spec: Spec) -> Path:
                 f"start with {prefix!r}"
             )
     data = encode_spec(spec)
-    target = claim_spec_path(cdi_root, claim_uid, spec.kind)
-    temp = target.with_name(f"{_TEMP_PREFIX}{target.name}")
+    target, temp = _spec_paths(cdi_root, claim_uid, spec.kind)
     # Runtimes only load *.json/*.yaml, so the temporary name is never read half-written.
     # The rename makes the write atomic for every reader and across a crash of the writer.
     # No fsync: a spec only means something within the boot that wrote it (CDI roots are
     # tmpfs on real nodes, and the kubelet prepares again after a reboot), so making it
     # survive a power loss would cost a disk flush per claim and buy nothing.
     replace_file(target, temp, data)
-    return target
+    return Path(target)
 
 
 def read_claim_spec(cdi_root: Path, claim_uid: str, kind: str = NEURON_CDI_KIND) -> Spec | None:
@@ -246,11 +266,11 @@ def read_claim_spec(cdi_root: Path, claim_uid: str, kind: str = NEURON_CDI_KIND)
 
 def remove_claim_spec(cdi_root: Path, claim_uid: str, kind: str = NEURON_CDI_KIND) -> bool:
     """Remove the spec of ``claim_uid`` (and a leftover temporary); ``True`` if one existed."""
-    target = claim_spec_path(cdi_root, claim_uid, kind)
+    target, temp = _spec_paths(cdi_root, claim_uid, kind)
     with contextlib.suppress(FileNotFoundError):
-        target.with_name(f"{_TEMP_PREFIX}{target.name}").unlink()
+        os.unlink(temp)
     try:
-        target.unlink()
+        os.unlink(target)
     except FileNotFoundError:
         return False
     return True

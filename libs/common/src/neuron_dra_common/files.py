@@ -8,7 +8,9 @@ from pathlib import Path
 __all__ = ["replace_file"]
 
 
-def replace_file(target: Path, temp: Path, data: bytes, mode: int = 0o644) -> None:
+def replace_file(
+    target: str | os.PathLike[str], temp: str | os.PathLike[str], data: bytes, mode: int = 0o644
+) -> None:
     """Write ``data`` to ``temp`` and rename it over ``target``; parents made when missing.
 
     No flush: callers only need the rename's atomicity (a reader or a crash sees the old
@@ -18,7 +20,7 @@ def replace_file(target: Path, temp: Path, data: bytes, mode: int = 0o644) -> No
     try:
         fd = os.open(temp, flags, mode)
     except FileNotFoundError:
-        temp.parent.mkdir(parents=True, exist_ok=True)
+        Path(temp).parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(temp, flags, mode)
     try:
         view = memoryview(data)

@@ -9,7 +9,8 @@ server that:
 - refuses to replace anything at the path that is not a socket;
 - removes its own socket on exit, but only if the path still is the socket it created;
 - joins the caller's trace: the W3C ``traceparent`` in the invocation metadata becomes the
-  parent of a server span named after the method.
+  parent of a server span named after the method (with tracing off, just the current
+  context of the call, so what the handler sends on carries it).
 
 Example::
 
@@ -31,7 +32,7 @@ import grpc
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 
-from neuron_dra_common.telemetry import extract_grpc_metadata, get_tracer
+from neuron_dra_common.telemetry import extract_grpc_metadata, get_tracer, tracing_enabled
 
 __all__ = [
     "MAX_UNIX_PATH",
@@ -89,10 +90,23 @@ def remove_stale_socket(path: Path) -> bool:
 _Behaviour = Callable[[Any, Any], Any]
 
 
+def _with_context(parent: otel_context.Context, behaviour: _Behaviour) -> _Behaviour:
+    async def call(request: Any, context: Any) -> Any:
+        token = otel_context.attach(parent)
+        try:
+            return await behaviour(request, context)
+        finally:
+            otel_context.detach(token)
+
+    return call
+
+
 class TraceContextInterceptor(grpc.aio.ServerInterceptor):
     """Runs each call inside a server span whose parent is the caller's trace context."""
 
     def __init__(self, tracer: trace.Tracer | None = None) -> None:
+        # A tracer handed in always records; the process-wide one only once tracing is on.
+        self._always = tracer is not None
         self._tracer = tracer or get_tracer()
 
     async def intercept_service(
@@ -107,7 +121,20 @@ class TraceContextInterceptor(grpc.aio.ServerInterceptor):
             # Client-streaming calls are not part of any service served here.
             return handler
         method = handler_call_details.method
-        parent = extract_grpc_metadata(tuple(handler_call_details.invocation_metadata or ()))
+        metadata = tuple(handler_call_details.invocation_metadata or ())
+        if not self._always and not tracing_enabled():
+            # Nothing is recorded: only a caller's trace context is carried on (to the events
+            # and API calls the handler makes); a caller that sends none costs nothing.
+            if not any(key == "traceparent" for key, _ in metadata):
+                return handler
+            if handler.unary_unary is not None:
+                return grpc.unary_unary_rpc_method_handler(
+                    _with_context(extract_grpc_metadata(metadata), handler.unary_unary),
+                    request_deserializer=handler.request_deserializer,
+                    response_serializer=handler.response_serializer,
+                )
+            return handler
+        parent = extract_grpc_metadata(metadata)
         if handler.unary_unary is not None:
             return grpc.unary_unary_rpc_method_handler(
                 self._wrap_unary(method, parent, handler.unary_unary),

@@ -202,6 +202,7 @@ class CheckpointStore:
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        self._temp = path.with_name(f".{path.name}.tmp")
 
     def load(self) -> Checkpoint:
         """The stored checkpoint; empty when there is no file yet."""
@@ -235,13 +236,12 @@ class CheckpointStore:
         anyway, and one that does not survive is reported as corrupted and set aside —
         the same outcome without a disk flush per prepare.
         """
-        temp = self.path.with_name(f".{self.path.name}.tmp")
-        replace_file(self.path, temp, encode_checkpoint(checkpoint), mode=0o600)
+        replace_file(self.path, self._temp, encode_checkpoint(checkpoint), mode=0o600)
 
     def remove_leftovers(self) -> None:
         """Drop a temporary file an interrupted save left behind."""
         with contextlib.suppress(FileNotFoundError):
-            self.path.with_name(f".{self.path.name}.tmp").unlink()
+            self._temp.unlink()
 
 
 def read_boot_id(path: Path = BOOT_ID_PATH) -> str:

@@ -56,17 +56,34 @@ class ApiClaimSource:
         self._reader = reader
         self._cache = cache
         self.stats = SourceStats()
+        # Each version of a claim is decoded once (the kubelet asks again on every retry).
+        self._decoded: dict[str, tuple[str, ResourceClaim]] = {}
+
+    def _remember(self, key: str, version: str | None, claim: ResourceClaim) -> None:
+        if not version or self._cache is None:
+            return
+        if len(self._decoded) > 2 * len(self._cache.cache) + 1024:
+            live = self._cache.cache
+            self._decoded = {k: v for k, v in self._decoded.items() if k in live}
+        self._decoded[key] = (version, claim)
 
     def _cached(self, ref: ClaimRef) -> ResourceClaim | None:
         if self._cache is None or not self._cache.synced:
             return None
-        obj = self._cache.cache.get(f"{ref.namespace}/{ref.name}")
+        key = f"{ref.namespace}/{ref.name}"
+        obj = self._cache.cache.get(key)
         if obj is None:
             return None
-        try:
-            claim = claim_from_api(obj)
-        except msgspec.ValidationError:
-            return None
+        version = (obj.get("metadata") or {}).get("resourceVersion")
+        known = self._decoded.get(key)
+        if known is not None and version and known[0] == version:
+            claim = known[1]
+        else:
+            try:
+                claim = claim_from_api(obj)
+            except msgspec.ValidationError:
+                return None
+            self._remember(key, version, claim)
         if claim.metadata.uid != ref.uid or claim.status.allocation is None:
             return None
         return claim

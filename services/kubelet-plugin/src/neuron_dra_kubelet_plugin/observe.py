@@ -22,6 +22,7 @@ from typing import Final, Protocol
 
 from neuron_dra_common.events import ClaimPrepared, ClaimUnprepared, ObjectRef
 from neuron_dra_common.events.base import Event
+from neuron_dra_common.telemetry import tracing_enabled
 from opentelemetry import trace
 from prometheus_client import Counter, Gauge, Histogram
 
@@ -72,9 +73,14 @@ class ObservedPreparer:
 
     def __init__(self, inner: Preparer, *, tracer: trace.Tracer | None = None) -> None:
         self._inner = inner
+        # A tracer handed in always records; the process-wide one only once tracing is on
+        # (making spans nobody records costs more than the rest of a repeated prepare).
+        self._always = tracer is not None
         self._tracer = tracer or trace.get_tracer(_TRACER_NAME)
 
     def _span(self, operation: str, ref: ClaimRef) -> contextlib.AbstractContextManager[trace.Span]:
+        if not self._always and not tracing_enabled():
+            return contextlib.nullcontext(trace.INVALID_SPAN)
         return self._tracer.start_as_current_span(
             f"{operation} claim",
             attributes={

@@ -126,7 +126,7 @@ class Effects:
         return cdi.read_claim_spec(self.cdi_root, uid, self.kind)
 
     def has_spec(self, uid: str) -> bool:
-        return cdi.claim_spec_path(self.cdi_root, uid, self.kind).exists()
+        return cdi.has_claim_spec(self.cdi_root, uid, self.kind)
 
     def spec_uids(self) -> set[str]:
         return cdi.claim_spec_uids(self.cdi_root, self.kind)

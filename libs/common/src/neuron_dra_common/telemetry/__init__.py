@@ -8,7 +8,12 @@ from neuron_dra_common.telemetry.propagation import (
     inject_headers,
     kube_trace_headers,
 )
-from neuron_dra_common.telemetry.tracing import configure_tracing, get_tracer, shutdown_tracing
+from neuron_dra_common.telemetry.tracing import (
+    configure_tracing,
+    get_tracer,
+    shutdown_tracing,
+    tracing_enabled,
+)
 
 __all__ = [
     "JsonFormatter",
@@ -21,4 +26,5 @@ __all__ = [
     "inject_headers",
     "kube_trace_headers",
     "shutdown_tracing",
+    "tracing_enabled",
 ]

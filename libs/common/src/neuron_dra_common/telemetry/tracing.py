@@ -7,7 +7,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 
-__all__ = ["configure_tracing", "get_tracer", "shutdown_tracing"]
+__all__ = ["configure_tracing", "get_tracer", "shutdown_tracing", "tracing_enabled"]
 
 INSTRUMENTATION = "neuron_dra_common"
 
@@ -43,3 +43,11 @@ def shutdown_tracing() -> None:
     provider = trace.get_tracer_provider()
     if isinstance(provider, TracerProvider):
         provider.shutdown()
+
+
+def tracing_enabled() -> bool:
+    """Whether spans are recorded and exported (an SDK provider is installed).
+
+    When not, hot paths skip making spans and only carry the caller's trace context on.
+    """
+    return isinstance(trace.get_tracer_provider(), TracerProvider)
