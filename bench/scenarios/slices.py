@@ -253,7 +253,11 @@ class _Bench:
         await bus.reconcile(consumers=[consumer("slice-publisher-inventory")])
         nodes = Informer(self.kube, NODES)
         slices = Informer(
-            self.kube, RESOURCE_SLICES, label_selector=SELECTOR, transform=slice_summary
+            self.kube,
+            RESOURCE_SLICES,
+            label_selector=SELECTOR,
+            transform=slice_summary,
+            metadata_only=True,
         )
 
         def lookup(name: str) -> NodeInfo | None:

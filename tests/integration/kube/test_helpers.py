@@ -70,6 +70,38 @@ async def test_informer_lists_then_follows_every_change(kube: KubeClient) -> Non
     await kube.delete(CONFIGMAPS, f"a-{run}", namespace=NS)
 
 
+async def test_a_metadata_informer_follows_changes_without_the_objects_bodies(
+    kube: KubeClient,
+) -> None:
+    run = uuid.uuid4().hex[:10]
+    await apply(kube, CONFIGMAPS, configmap(f"a-{run}", run, v="1"), field_manager="test")
+    informer = Informer(
+        kube, CONFIGMAPS, namespace=NS, label_selector=f"test-run={run}", metadata_only=True
+    )
+    seen: list[tuple[str, str, str]] = []
+    informer.add_listener(
+        lambda kind, obj: seen.append((kind, obj["kind"], obj["metadata"]["name"]))
+    )
+    task = asyncio.create_task(informer.run(), name="test-informer")
+    try:
+        await asyncio.wait_for(informer.wait_synced(), 30)
+        changed = configmap(f"a-{run}", run, v="2")
+        changed["metadata"]["annotations"] = {"test/step": "2"}
+        await apply(kube, CONFIGMAPS, changed, field_manager="test")
+        await wait_until(lambda: len(seen) >= 2, within=30, what="two events")
+    finally:
+        informer.stop()
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    kind = "PartialObjectMetadata"
+    assert seen == [("ADDED", kind, f"a-{run}"), ("MODIFIED", kind, f"a-{run}")]
+    cached = informer.cache[f"{NS}/a-{run}"]
+    assert "data" not in cached
+    assert cached["metadata"]["annotations"] == {"test/step": "2"}
+    assert cached["metadata"]["labels"] == {"test-run": run}
+    await kube.delete(CONFIGMAPS, f"a-{run}", namespace=NS)
+
+
 async def test_level_triggered_reconcile_sees_latest_state(kube: KubeClient) -> None:
     run = uuid.uuid4().hex[:10]
     informer = Informer(kube, CONFIGMAPS, namespace=NS, label_selector=f"test-run={run}")

@@ -127,3 +127,29 @@ def test_the_informer_summary_keeps_everything_the_plan_reads() -> None:
         assert "devices" not in summary["spec"]
         assert "sharedCounters" not in summary["spec"]
         assert "managedFields" not in summary["metadata"]
+
+
+def test_metadata_alone_says_everything_the_plan_reads() -> None:
+    plan = plan_pool(content(), owner=OWNER, stored=[])
+    assert len(plan.writes) > 1
+    for w in plan.writes:
+        full = {**w.body, "metadata": {**w.body["metadata"], "resourceVersion": "7"}}
+        # What a metadata-only list or watch returns for the slice.
+        partial = {
+            "apiVersion": "meta.k8s.io/v1",
+            "kind": "PartialObjectMetadata",
+            "metadata": full["metadata"],
+        }
+        assert stored_slice(slice_summary(partial)) == stored_slice(full)
+
+
+def test_a_slice_whose_pool_annotation_was_edited_is_written_again() -> None:
+    plan = plan_pool(content(), owner=OWNER, stored=[])
+    stored = []
+    for w in plan.writes:
+        meta = {**w.body["metadata"], "resourceVersion": "7"}
+        meta["annotations"] = {**meta["annotations"], "neuron.aws.com/pool": "edited"}
+        stored.append(stored_slice({"metadata": meta}))
+    again = plan_pool(content(), owner=OWNER, stored=stored)
+    assert not again.unchanged
+    assert {w.body["spec"]["pool"]["generation"] for w in again.writes} == {1}

@@ -58,7 +58,13 @@ async def build(settings: SlicePublisherSettings) -> Service:
     runner = bus.runner(consumer(DURABLE), controller.handle)
 
     async def lead() -> None:
-        slices = Informer(kube, RESOURCE_SLICES, label_selector=SELECTOR, transform=slice_summary)
+        slices = Informer(
+            kube,
+            RESOURCE_SLICES,
+            label_selector=SELECTOR,
+            transform=slice_summary,
+            metadata_only=True,
+        )
         nodes.add_listener(controller.node_changed)
         slices.add_listener(controller.slice_changed)
         informers = [

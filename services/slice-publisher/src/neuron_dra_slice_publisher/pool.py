@@ -22,6 +22,7 @@ __all__ = [
     "CONTENT_ANNOTATION",
     "MANAGED_BY",
     "NODE_LABEL",
+    "POOL_ANNOTATION",
     "NodeRef",
     "Plan",
     "StoredSlice",
@@ -36,6 +37,9 @@ __all__ = [
 
 API_VERSION: Final = "resource.k8s.io/v1"
 CONTENT_ANNOTATION: Final = "neuron.aws.com/content-hash"
+#: ``<pool generation>/<resourceSliceCount>``: the pool's place in metadata, so the slice
+#: informer can watch metadata only (a slice's devices are most of its bytes).
+POOL_ANNOTATION: Final = "neuron.aws.com/pool"
 NODE_LABEL: Final = "neuron.aws.com/node"
 MANAGED_BY: Final = "neuron-dra-slice-publisher"
 _MAX_NAME: Final = 253
@@ -122,7 +126,10 @@ def render_slice(
                 NODE_LABEL: label_value(owner.name),
                 "app.kubernetes.io/managed-by": MANAGED_BY,
             },
-            "annotations": {CONTENT_ANNOTATION: digest or content_hash(content)},
+            "annotations": {
+                CONTENT_ANNOTATION: digest or content_hash(content),
+                POOL_ANNOTATION: f"{generation}/{count}",
+            },
             "ownerReferences": [
                 {"apiVersion": "v1", "kind": "Node", "name": owner.name, "uid": owner.uid}
             ],
@@ -153,20 +160,38 @@ def slice_summary(obj: dict[str, Any]) -> dict[str, Any]:
 
 
 def stored_slice(obj: dict[str, Any]) -> StoredSlice:
-    """Read what matters of a ResourceSlice object as the API returns it (JSON form)."""
+    """Read what matters of a ResourceSlice: a full object, or its metadata only.
+
+    The pool comes from the spec when there is one, else from the owning Node and
+    :data:`POOL_ANNOTATION` (every slice this publisher writes carries both).
+    """
     meta = obj.get("metadata", {})
-    spec = obj.get("spec", {})
-    pool = spec.get("pool", {})
+    annotations = meta.get("annotations") or {}
     owners = [o for o in meta.get("ownerReferences") or [] if o.get("kind") == "Node"]
+    pool = (obj.get("spec") or {}).get("pool")
+    if pool is not None:
+        name = pool.get("name", "")
+        generation = int(pool.get("generation", 0))
+        count = int(pool.get("resourceSliceCount", 0))
+    else:
+        name = owners[0].get("name", "") if owners else ""
+        generation, count = _pool_annotation(annotations.get(POOL_ANNOTATION, ""))
     return StoredSlice(
         name=meta.get("name", ""),
-        pool=pool.get("name", ""),
-        generation=int(pool.get("generation", 0)),
-        slice_count=int(pool.get("resourceSliceCount", 0)),
-        content_hash=(meta.get("annotations") or {}).get(CONTENT_ANNOTATION, ""),
+        pool=name,
+        generation=generation,
+        slice_count=count,
+        content_hash=annotations.get(CONTENT_ANNOTATION, ""),
         owner_uid=owners[0].get("uid", "") if owners else "",
         resource_version=meta.get("resourceVersion", ""),
     )
+
+
+def _pool_annotation(value: str) -> tuple[int, int]:
+    generation, _, count = value.partition("/")
+    if generation.isdigit() and count.isdigit():
+        return int(generation), int(count)
+    return 0, 0  # not ours, or edited: the next reconcile writes the pool again
 
 
 def plan_pool(

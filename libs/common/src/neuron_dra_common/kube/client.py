@@ -68,6 +68,11 @@ class Resource(msgspec.Struct, frozen=True, kw_only=True):
         return f"{base}/{name}" if name else base
 
 
+JSON: Final = "application/json"
+#: Server-side conversion to metadata only (what metadata informers ask for).
+METADATA: Final = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
+METADATA_LIST: Final = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
+
 NODES: Final = Resource(group="", version="v1", plural="nodes", kind="Node")
 CONFIGMAPS: Final = Resource(
     group="", version="v1", plural="configmaps", kind="ConfigMap", namespaced=True
@@ -107,6 +112,7 @@ class KubeClient:
         body: Obj | None = None,
         content_type: str = "application/json",
         request_timeout: float | aiohttp.ClientTimeout | None = 30.0,
+        accept: str = JSON,
     ) -> Obj:
         """One call; returns the decoded JSON body. Raises ``ApiException`` on HTTP errors."""
         with self._tracer.start_as_current_span(
@@ -121,6 +127,7 @@ class KubeClient:
                 body=body,
                 content_type=content_type,
                 request_timeout=request_timeout,
+                accept=accept,
             )
             try:
                 data = await resp.read()
@@ -137,10 +144,11 @@ class KubeClient:
         body: Obj | None,
         content_type: str,
         request_timeout: float | aiohttp.ClientTimeout | None,
+        accept: str = JSON,
     ) -> aiohttp.ClientResponse:
         headers = {
             **self.api.default_headers,
-            "Accept": "application/json",
+            "Accept": accept,
             "Content-Type": content_type,
         }
         headers.update(kube_trace_headers())
@@ -192,8 +200,13 @@ class KubeClient:
         namespace: str | None = None,
         label_selector: str = "",
         page_size: int = 500,
+        metadata_only: bool = False,
     ) -> tuple[list[Obj], str]:
-        """All objects (paginated) and the list's resourceVersion to watch from."""
+        """All objects (paginated) and the list's resourceVersion to watch from.
+
+        ``metadata_only``: each object as a ``PartialObjectMetadata`` (apiVersion, kind,
+        metadata), which costs the server and the client a fraction of a large object.
+        """
         items: list[Obj] = []
         cont = ""
         while True:
@@ -202,7 +215,12 @@ class KubeClient:
                 query.append(("continue", cont))
             if label_selector:
                 query.append(("labelSelector", label_selector))
-            page = await self.request("GET", resource.path(namespace=namespace), query=query)
+            page = await self.request(
+                "GET",
+                resource.path(namespace=namespace),
+                query=query,
+                accept=METADATA_LIST if metadata_only else JSON,
+            )
             items.extend(page.get("items") or [])
             meta = page.get("metadata") or {}
             cont = meta.get("continue") or ""
@@ -217,6 +235,7 @@ class KubeClient:
         namespace: str | None = None,
         label_selector: str = "",
         timeout_seconds: int = 300,
+        metadata_only: bool = False,
     ) -> AsyncIterator[Obj]:
         """Watch events (``{"type", "object"}``) from ``resource_version``, bookmarks on.
 
@@ -238,6 +257,7 @@ class KubeClient:
             body=None,
             content_type="application/json",
             request_timeout=aiohttp.ClientTimeout(total=None, sock_read=timeout_seconds + 30),
+            accept=METADATA if metadata_only else JSON,
         )
         try:
             async for line in resp.content:

@@ -57,9 +57,12 @@ class Informer:
         label_selector: str = "",
         watch_timeout: int = 300,
         transform: Transform | None = None,
+        metadata_only: bool = False,
     ) -> None:
         """``transform`` trims each object before it is cached and handed to listeners (keep
-        what the controller reads; a cache of large objects costs memory and GC time)."""
+        what the controller reads; a cache of large objects costs memory and GC time).
+        ``metadata_only`` lists and watches ``PartialObjectMetadata``: the server never
+        serializes, nor the client decodes, what the controller would drop anyway."""
         self.resource = resource
         self.cache: dict[str, Obj] = {}
         self.resource_version = ""
@@ -69,6 +72,7 @@ class Informer:
         self._selector = label_selector
         self._watch_timeout = watch_timeout
         self._transform = transform
+        self._metadata_only = metadata_only
         self._listeners: list[Listener] = []
         self._synced = asyncio.Event()
         self._stop = False
@@ -104,7 +108,10 @@ class Informer:
         under the same name meanwhile (another UID) is reported as deleted, then added.
         """
         items, version = await self._client.list(
-            self.resource, namespace=self._namespace, label_selector=self._selector
+            self.resource,
+            namespace=self._namespace,
+            label_selector=self._selector,
+            metadata_only=self._metadata_only,
         )
         if self._transform is not None:
             items = [self._transform(obj) for obj in items]
@@ -133,6 +140,7 @@ class Informer:
             namespace=self._namespace,
             label_selector=self._selector,
             timeout_seconds=self._watch_timeout,
+            metadata_only=self._metadata_only,
         ):
             kind = event.get("type")
             obj: Obj = event.get("object") or {}
