@@ -26,7 +26,8 @@ INSTANCE = "trn2u.48xlarge"
 ULTRASERVERS = 3
 
 
-def workload(name: str, *, size: int, count: int = 1) -> str:
+def workload(name: str, *, size: int, count: int = 1, strategy: str = "NoOp") -> str:
+    """A NeuronUltraServerWorkload manifest, as a user writes it."""
     return textwrap.dedent(
         f"""\
         apiVersion: neuron.aws.com/v1beta1
@@ -38,6 +39,8 @@ def workload(name: str, *, size: int, count: int = 1) -> str:
           instanceType: {INSTANCE}
           topologySize: {size}
           serverCount: {count}
+          allocationPolicy:
+            failureStrategy: {strategy}
         """
     )
 

@@ -8,44 +8,13 @@ from typing import Any
 
 import pytest
 
+from tests.e2e.ultraserver.converged import status_of, wait_state, workload
 from tests.fixtures.stack import REPO, KubeStack, neuron_dra
 
 pytestmark = pytest.mark.stack
 
 EXAMPLES = REPO / "examples" / "ultraserver"
 NS = "neuron-dra-driver"
-
-
-def workload(name: str, *, size: int, count: int = 1, strategy: str = "NoOp") -> str:
-    return textwrap.dedent(
-        f"""\
-        apiVersion: neuron.aws.com/v1beta1
-        kind: NeuronUltraServerWorkload
-        metadata:
-          name: {name}
-          namespace: default
-        spec:
-          instanceType: trn2u.48xlarge
-          topologySize: {size}
-          serverCount: {count}
-          allocationPolicy:
-            failureStrategy: {strategy}
-        """
-    )
-
-
-def state_of(stack: KubeStack, name: str) -> dict[str, Any]:
-    status: dict[str, Any] = stack.get_json("nusw", name).get("status") or {}
-    return status
-
-
-def wait_state(stack: KubeStack, name: str, want: str, *, timeout: float = 60) -> dict[str, Any]:
-    result: dict[str, Any] = stack.wait_for(
-        f"{name} {want}",
-        lambda: (s := state_of(stack, name)).get("state") == want and s,
-        timeout=timeout,
-    )
-    return result
 
 
 def delete(stack: KubeStack, *names: str) -> None:
@@ -171,7 +140,7 @@ def test_two_workloads_race_for_the_last_ultraserver(us_stack: KubeStack) -> Non
     stack.kubectl("apply", "-f", "-", input=both)
 
     def settled() -> list[str]:
-        states = [state_of(stack, n).get("state") for n in ("racer-a", "racer-b")]
+        states = [status_of(stack, n).get("state") for n in ("racer-a", "racer-b")]
         return (
             sorted(s or "" for s in states) if "Allocated" in states and "Pending" in states else []
         )

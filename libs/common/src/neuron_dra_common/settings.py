@@ -19,7 +19,15 @@ from typing import Annotated, Any, Literal, TypeVar
 
 import msgspec
 
-__all__ = ["ENV_PREFIX", "ServiceSettings", "SettingsError", "env_name", "flag_name", "load"]
+__all__ = [
+    "ENV_PREFIX",
+    "LeaderElectedSettings",
+    "ServiceSettings",
+    "SettingsError",
+    "env_name",
+    "flag_name",
+    "load",
+]
 
 ENV_PREFIX = "NEURON_DRA_"
 
@@ -51,6 +59,27 @@ class ServiceSettings(msgspec.Struct, frozen=True, kw_only=True):
     shutdown_timeout: Annotated[
         float, msgspec.Meta(gt=0, description="Seconds allowed for an orderly shutdown")
     ] = 10.0
+
+
+class LeaderElectedSettings(ServiceSettings, frozen=True, kw_only=True):
+    """A cluster service that talks to the API and of whose replicas one works at a time.
+
+    Each service sets its own ``lease_name`` default.
+    """
+
+    kubeconfig: Annotated[
+        str, msgspec.Meta(description="kubeconfig file (default: KUBECONFIG, else in-cluster)")
+    ] = ""
+    namespace: Annotated[
+        str, msgspec.Meta(min_length=1, description="Namespace of the leader election Lease")
+    ] = "neuron-dra-driver"
+    identity: Annotated[
+        str, msgspec.Meta(description="This replica's name in the Lease (default: host name)")
+    ] = ""
+    lease_name: Annotated[str, msgspec.Meta(min_length=1, description="Lease name")] = "neuron-dra"
+    lease_seconds: Annotated[
+        float, msgspec.Meta(gt=1, description="How long a leader holds the Lease unrenewed")
+    ] = 15.0
 
 
 def env_name(field: str, prefix: str = ENV_PREFIX) -> str:

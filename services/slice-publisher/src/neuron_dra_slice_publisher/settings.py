@@ -6,7 +6,7 @@ from importlib.metadata import PackageNotFoundError, version
 from typing import Annotated, Literal
 
 import msgspec
-from neuron_dra_common.settings import ServiceSettings
+from neuron_dra_common.settings import LeaderElectedSettings
 
 __all__ = ["SlicePublisherSettings", "package_version"]
 
@@ -18,24 +18,12 @@ def package_version() -> str:
         return "0.0.0"
 
 
-class SlicePublisherSettings(ServiceSettings, frozen=True, kw_only=True):
+class SlicePublisherSettings(LeaderElectedSettings, frozen=True, kw_only=True):
     """Writes each node's pool of ResourceSlices from the NodeInventory events."""
 
-    kubeconfig: Annotated[
-        str, msgspec.Meta(description="kubeconfig file (default: KUBECONFIG, else in-cluster)")
-    ] = ""
-    namespace: Annotated[
-        str, msgspec.Meta(min_length=1, description="Namespace of the leader election Lease")
-    ] = "neuron-dra-driver"
-    identity: Annotated[
-        str, msgspec.Meta(description="This replica's name in the Lease (default: host name)")
-    ] = ""
     lease_name: Annotated[str, msgspec.Meta(min_length=1, description="Lease name")] = (
         "neuron-dra-slice-publisher"
     )
-    lease_seconds: Annotated[
-        float, msgspec.Meta(gt=1, description="How long a leader holds the Lease unrenewed")
-    ] = 15.0
     node_device: Annotated[
         Literal["auto", "counters", "node-only", "chips-only"],
         msgspec.Meta(

@@ -26,7 +26,7 @@ from neuron_dra_common.kube import (
     run_workers,
 )
 from neuron_dra_common.runtime import Service, serve
-from neuron_dra_common.settings import ServiceSettings
+from neuron_dra_common.settings import LeaderElectedSettings
 from neuron_dra_common.ultraserver import NAMESPACE
 
 from neuron_dra_ultraserver_operator import faults
@@ -44,10 +44,12 @@ WORKLOAD_WORKERS = 4
 Obj = dict[str, Any]
 
 
-class OperatorSettings(ServiceSettings, frozen=True, kw_only=True):
+class OperatorSettings(LeaderElectedSettings, frozen=True, kw_only=True):
     """The UltraServer operator."""
 
-    kubeconfig: Annotated[str, msgspec.Meta(description="Kubeconfig; empty: in-cluster")] = ""
+    lease_name: Annotated[str, msgspec.Meta(min_length=1, description="Lease name")] = (
+        "neuron-dra-ultraserver-operator"
+    )
     allocator_subject: Annotated[str, msgspec.Meta(description="Allocator subject")] = (
         ALLOCATOR_SUBJECT
     )
@@ -57,18 +59,6 @@ class OperatorSettings(ServiceSettings, frozen=True, kw_only=True):
     claim_wait_seconds: Annotated[
         float, msgspec.Meta(gt=0, description="Longest wait for claims to go on delete")
     ] = 300.0
-    namespace: Annotated[
-        str, msgspec.Meta(min_length=1, description="Namespace of the leader election Lease")
-    ] = NAMESPACE
-    identity: Annotated[
-        str, msgspec.Meta(description="This replica's name in the Lease (default: host name)")
-    ] = ""
-    lease_name: Annotated[str, msgspec.Meta(min_length=1, description="Lease name")] = (
-        "neuron-dra-ultraserver-operator"
-    )
-    lease_seconds: Annotated[
-        float, msgspec.Meta(gt=1, description="How long a leader holds the Lease unrenewed")
-    ] = 15.0
 
 
 class Fleet:
