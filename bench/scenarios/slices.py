@@ -251,7 +251,7 @@ class _Bench:
 
         bus = await Bus.connect([self.nats_url], name="bench-slices")
         await bus.reconcile(consumers=[consumer("slice-publisher-inventory")])
-        nodes = Informer(self.kube, NODES)
+        nodes = Informer(self.kube, NODES, metadata_only=True)
         slices = Informer(
             self.kube,
             RESOURCE_SLICES,

@@ -36,7 +36,9 @@ async def build(settings: SlicePublisherSettings) -> Service:
     bus = await Bus.connect(settings.nats_servers, name=NAME)
     await bus.reconcile(consumers=[consumer(DURABLE)])
     mode = await detect_mode(kube, settings.node_device)
-    nodes = Informer(kube, NODES)
+    # A Node's labels, UID and the operator's record are all metadata: its status (images,
+    # conditions, heartbeats) is never sent to the publisher.
+    nodes = Informer(kube, NODES, metadata_only=True)
 
     def lookup(name: str) -> NodeInfo | None:
         obj = nodes.cache.get(name)

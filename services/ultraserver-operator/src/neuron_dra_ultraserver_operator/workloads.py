@@ -246,15 +246,9 @@ class WorkloadReconciler:
         await self._bind(wl, records)
 
     async def _allocate_new(self, wl: Workload) -> None:
-        if wl.status.state == "":
-            # Only a new workload shows Allocating while asked for: a Pending one retried every
-            # few seconds stays Pending, so its state does not flap.
-            await self._set(
-                wl,
-                self._status(
-                    wl, state="Allocating", reason="Allocating", message=wl.status.message
-                ),
-            )
+        # The allocator answers within milliseconds: the first state a new workload shows is
+        # its answer (Allocating with the nodes it got, or Pending with why), one write less
+        # on the way to Allocated.
         decided = await self._ask(wl)
         if not decided.granted:
             await self._set(
