@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 from urllib.parse import urlencode
@@ -236,7 +236,7 @@ class KubeClient:
         label_selector: str = "",
         timeout_seconds: int = 300,
         metadata_only: bool = False,
-    ) -> AsyncIterator[Obj]:
+    ) -> AsyncGenerator[Obj, None]:
         """Watch events (``{"type", "object"}``) from ``resource_version``, bookmarks on.
 
         Ends when the server closes the watch; an ``ERROR`` event is yielded as is (its

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import Any, Final, Literal
 
 from kubernetes_asyncio.client.exceptions import ApiException
@@ -134,14 +134,21 @@ class Informer:
         self._synced.set()
 
     async def _watch(self) -> None:
-        async for event in self._client.watch(
+        events = self._client.watch(
             self.resource,
             resource_version=self.resource_version,
             namespace=self._namespace,
             label_selector=self._selector,
             timeout_seconds=self._watch_timeout,
             metadata_only=self._metadata_only,
-        ):
+        )
+        # Closed here, on return, error or cancellation alike: the watch's connection goes
+        # back at once, not whenever the abandoned generator is collected.
+        async with contextlib.aclosing(events):
+            await self._follow(events)
+
+    async def _follow(self, events: AsyncGenerator[Obj, None]) -> None:
+        async for event in events:
             kind = event.get("type")
             obj: Obj = event.get("object") or {}
             if kind == "ERROR":
