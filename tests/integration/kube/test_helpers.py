@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -14,7 +13,6 @@ from neuron_dra_common.kube import (
     KubeClient,
     WorkQueue,
     apply,
-    connect,
     object_key,
     run_workers,
 )
@@ -24,15 +22,6 @@ from tests.contracts.support import wait_until
 pytestmark = pytest.mark.stack
 
 NS = "default"
-
-
-@pytest.fixture
-async def kube(kube_stack: Any) -> AsyncIterator[KubeClient]:
-    client = await connect(kubeconfig=kube_stack.kubeconfig)
-    try:
-        yield client
-    finally:
-        await client.close()
 
 
 def configmap(name: str, run: str, **data: str) -> dict[str, Any]:

@@ -22,12 +22,10 @@ from neuron_dra_common.kube import (
     KubeClient,
     Resource,
     apply,
-    connect,
 )
 from neuron_dra_common.kube.client import Obj
 
 from tests.contracts.support import wait_until
-from tests.fixtures.stack import KubeStack
 
 pytestmark = pytest.mark.stack
 
@@ -88,15 +86,6 @@ class CutOffClient(KubeClient):
             if event.get("type") == "ERROR":
                 self.errors.append(event.get("object") or {})
             yield event
-
-
-@pytest.fixture
-async def kube(kube_stack: KubeStack) -> AsyncIterator[KubeClient]:
-    client = await connect(kubeconfig=kube_stack.kubeconfig)
-    try:
-        yield client
-    finally:
-        await client.close()
 
 
 def widget(name: str, run: str, **data: str) -> dict[str, Any]:

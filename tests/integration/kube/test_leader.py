@@ -7,13 +7,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import Callable, Coroutine
 from datetime import UTC, datetime
 
 import pytest
 from kubernetes_asyncio import client as k8s
 from kubernetes_asyncio import config as k8s_config
-from neuron_dra_common.kube import LEASES, Elector, KubeClient, connect
+from neuron_dra_common.kube import LEASES, Elector, KubeClient
 from neuron_dra_common.kube.leader import read_lease
 
 from tests.fixtures.stack import KubeStack
@@ -46,15 +46,6 @@ class Work:
                 raise
 
         return run
-
-
-@pytest.fixture
-async def kube(kube_stack: KubeStack) -> AsyncIterator[KubeClient]:
-    client = await connect(kubeconfig=kube_stack.kubeconfig)
-    try:
-        yield client
-    finally:
-        await client.close()
 
 
 def elector(client: KubeClient, name: str, identity: str) -> Elector:
