@@ -22,6 +22,9 @@ class Conflict(Exception):
 
 
 class SliceStore(Protocol):
+    """Creates and replaces return the stored slice: at least its metadata (name,
+    resourceVersion, ownerReferences, annotations), which :func:`stored_slice` reads."""
+
     async def create(self, body: Obj) -> Obj: ...
     async def replace(self, name: str, body: Obj, *, resource_version: str) -> Obj: ...
     async def delete(self, name: str) -> None: ...
@@ -30,24 +33,31 @@ class SliceStore(Protocol):
 
 
 class KubeSliceStore:
-    """ResourceSlices in the API; 409 becomes :class:`Conflict`, 404 on delete is done."""
+    """ResourceSlices in the API; 409 becomes :class:`Conflict`, 404 on delete is done.
+
+    Creates and replaces are answered with the slice's metadata only (``PartialObjectMetadata``,
+    without field managers): the publisher reads back name, resourceVersion, owner and its
+    annotations, never the devices it just sent.
+    """
 
     def __init__(self, client: KubeClient) -> None:
         self._client = client
 
     async def create(self, body: Obj) -> Obj:
         try:
-            return await self._client.request("POST", RESOURCE_SLICES.path(), body=body)
+            return await self._client.request_metadata("POST", RESOURCE_SLICES.path(), body=body)
         except ApiException as exc:
             if exc.status == 409:
                 raise Conflict(f"ResourceSlice {body['metadata']['name']}: exists") from exc
             raise
 
     async def replace(self, name: str, body: Obj, *, resource_version: str) -> Obj:
-        obj = copy.deepcopy(body)
-        obj["metadata"]["resourceVersion"] = resource_version
+        # Shallow: only the metadata differs from the planned body, which stays as it was.
+        obj = {**body, "metadata": {**body["metadata"], "resourceVersion": resource_version}}
         try:
-            return await self._client.request("PUT", RESOURCE_SLICES.path(name=name), body=obj)
+            return await self._client.request_metadata(
+                "PUT", RESOURCE_SLICES.path(name=name), body=obj
+            )
         except ApiException as exc:
             if exc.status in (404, 409):
                 raise Conflict(f"ResourceSlice {name}: changed or gone ({exc.status})") from exc

@@ -21,7 +21,10 @@ from neuron_dra_common.telemetry.tracing import get_tracer
 
 __all__ = [
     "CONFIGMAPS",
+    "JSON",
+    "METADATA",
     "NODES",
+    "PROTOBUF",
     "RESOURCE_CLAIMS",
     "RESOURCE_SLICES",
     "ApiException",
@@ -40,6 +43,43 @@ _encode: Final = msgspec.json.Encoder().encode
 
 def _decode(data: bytes) -> Obj:
     decoded: Obj = msgspec.json.decode(data)
+    return decoded
+
+
+class _Metadata(msgspec.Struct, omit_defaults=True):
+    """An object's metadata as the API answers it, but for ``managedFields``.
+
+    The field managers of a written object describe every field it has (for a ResourceSlice,
+    every device attribute): a writer that only needs names, versions and annotations back
+    should not build them. Fields left unset are left out of :func:`msgspec.to_builtins`.
+    """
+
+    name: str | msgspec.UnsetType = msgspec.UNSET
+    generateName: str | msgspec.UnsetType = msgspec.UNSET
+    namespace: str | msgspec.UnsetType = msgspec.UNSET
+    uid: str | msgspec.UnsetType = msgspec.UNSET
+    resourceVersion: str | msgspec.UnsetType = msgspec.UNSET
+    generation: int | msgspec.UnsetType = msgspec.UNSET
+    creationTimestamp: str | msgspec.UnsetType = msgspec.UNSET
+    deletionTimestamp: str | msgspec.UnsetType = msgspec.UNSET
+    deletionGracePeriodSeconds: int | msgspec.UnsetType = msgspec.UNSET
+    labels: dict[str, str] | msgspec.UnsetType = msgspec.UNSET
+    annotations: dict[str, str] | msgspec.UnsetType = msgspec.UNSET
+    ownerReferences: list[dict[str, Any]] | msgspec.UnsetType = msgspec.UNSET
+    finalizers: list[str] | msgspec.UnsetType = msgspec.UNSET
+
+
+class _PartialObject(msgspec.Struct, omit_defaults=True):
+    apiVersion: str | msgspec.UnsetType = msgspec.UNSET
+    kind: str | msgspec.UnsetType = msgspec.UNSET
+    metadata: _Metadata | msgspec.UnsetType = msgspec.UNSET
+
+
+_decode_partial: Final = msgspec.json.Decoder(_PartialObject).decode
+
+
+def _decode_metadata(data: bytes) -> Obj:
+    decoded: Obj = msgspec.to_builtins(_decode_partial(data))
     return decoded
 
 
@@ -69,6 +109,8 @@ class Resource(msgspec.Struct, frozen=True, kw_only=True):
 
 
 JSON: Final = "application/json"
+#: Kubernetes' protobuf encoding (built-in kinds only): ``k8s\x00`` and a ``runtime.Unknown``.
+PROTOBUF: Final = "application/vnd.kubernetes.protobuf"
 #: Server-side conversion to metadata only (what metadata informers ask for).
 METADATA: Final = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
 METADATA_LIST: Final = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
@@ -109,12 +151,53 @@ class KubeClient:
         path: str,
         *,
         query: Sequence[tuple[str, str]] = (),
-        body: Obj | None = None,
-        content_type: str = "application/json",
+        body: Obj | bytes | None = None,
+        content_type: str = JSON,
         request_timeout: float | aiohttp.ClientTimeout | None = 30.0,
         accept: str = JSON,
     ) -> Obj:
-        """One call; returns the decoded JSON body. Raises ``ApiException`` on HTTP errors."""
+        """One call; returns the decoded JSON body. Raises ``ApiException`` on HTTP errors.
+
+        ``body`` is a JSON object, or bytes already encoded as ``content_type`` says (for
+        example :data:`PROTOBUF`).
+        """
+        data = await self._exchange(
+            method, path, query, body, content_type, request_timeout, accept
+        )
+        return _decode(data) if data else {}
+
+    async def request_metadata(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: Obj | bytes | None = None,
+        query: Sequence[tuple[str, str]] = (),
+        content_type: str = JSON,
+        request_timeout: float | aiohttp.ClientTimeout | None = 30.0,
+    ) -> Obj:
+        """A call (typically a create or replace) answered with the object's metadata only.
+
+        The apiserver converts the response of a write to ``PartialObjectMetadata`` as it
+        does for reads, so it does not serialize the object's spec, nor does this client
+        decode it; ``managedFields`` are left out of the result too. Returns ``apiVersion``,
+        ``kind`` and ``metadata`` (name, uid, resourceVersion, labels, annotations, ...).
+        """
+        data = await self._exchange(
+            method, path, query, body, content_type, request_timeout, METADATA
+        )
+        return _decode_metadata(data) if data else {}
+
+    async def _exchange(
+        self,
+        method: str,
+        path: str,
+        query: Sequence[tuple[str, str]],
+        body: Obj | bytes | None,
+        content_type: str,
+        request_timeout: float | aiohttp.ClientTimeout | None,
+        accept: str,
+    ) -> bytes:
         with self._tracer.start_as_current_span(
             f"kube {method} {path}",
             kind=trace.SpanKind.CLIENT,
@@ -130,10 +213,10 @@ class KubeClient:
                 accept=accept,
             )
             try:
-                data = await resp.read()
+                data: bytes = await resp.read()
             finally:
                 resp.release()
-        return _decode(data) if data else {}
+        return data
 
     async def _call(
         self,
@@ -141,7 +224,7 @@ class KubeClient:
         path: str,
         *,
         query: Sequence[tuple[str, str]],
-        body: Obj | None,
+        body: Obj | bytes | None,
         content_type: str,
         request_timeout: float | aiohttp.ClientTimeout | None,
         accept: str = JSON,
@@ -175,7 +258,7 @@ class KubeClient:
         resp: aiohttp.ClientResponse = await rest.pool_manager.request(
             method,
             url,
-            data=None if body is None else _encode(body),
+            data=body if body is None or isinstance(body, bytes) else _encode(body),
             headers=headers,
             timeout=timeout,
             **extra,
