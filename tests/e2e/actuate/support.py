@@ -31,6 +31,7 @@ from neuron_dra_cli.stack.plugin import (
     plugin_component,
 )
 from neuron_dra_common import cdi
+from neuron_dra_kubelet_plugin.checkpoint import CheckpointStore
 
 from tests.fixtures.stack import KubeStack
 
@@ -71,10 +72,10 @@ class Actuate:
         return root / "checkpoint.json"
 
     def checkpoint(self, node: str) -> dict[str, Any]:
-        path = self.checkpoint_path(node)
-        if not path.exists():
-            return {}
-        claims: dict[str, Any] = json.loads(path.read_text())["data"]["claims"]
+        """Claim UID -> checkpoint entry (JSON form), base and journal as the plugin reads them."""
+        claims: dict[str, Any] = msgspec.to_builtins(
+            CheckpointStore(self.checkpoint_path(node)).load().claims
+        )
         return claims
 
     def log(self, node: str) -> Path:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from pathlib import Path
 
 import msgspec
@@ -111,7 +112,10 @@ def test_store_missing_file_is_empty_and_save_is_atomic(tmp_path: Path) -> None:
     checkpoint = Checkpoint().with_entry(entry("u1", ("neurondevice0",)))
     store.save(checkpoint)
     assert store.load() == checkpoint
-    assert sorted(p.name for p in store.path.parent.iterdir()) == ["checkpoint.json"]
+    assert sorted(p.name for p in store.path.parent.iterdir()) == [
+        "checkpoint.json",
+        "checkpoint.json.journal",
+    ]
 
 
 def test_corrupted_file_is_quarantined_not_fatal(tmp_path: Path) -> None:
@@ -174,3 +178,94 @@ def test_the_written_checksum_is_over_the_form_a_reader_recomputes(
     canonical = json.dumps(raw["data"], sort_keys=True, separators=(",", ":")).encode()
     assert raw["checksum"] == "sha256:" + hashlib.sha256(canonical).hexdigest()
     assert decode_checkpoint(json.dumps(raw).encode()) == checkpoint
+
+
+# --- the journal --------------------------------------------------------------------------
+
+
+def test_the_golden_journal_applies_to_its_base(tmp_path: Path) -> None:
+    store = CheckpointStore(tmp_path / "checkpoint.json")
+    store.path.write_bytes((GOLDEN / "checkpoint_v2.json").read_bytes())
+    store.journal.write_bytes((GOLDEN / "checkpoint_v2.json.journal").read_bytes())
+    claims = store.load().claims
+    # The journal dropped the half-done claim and put one on neurondevice8.
+    assert sorted(claims) == [
+        "2f7b3c1e-0d4e-4b8a-9a51-6c1f0e2d9b11",
+        "5c1d7e93-2b4a-4f0e-8d61-3a9b0c7e1f24",
+    ]
+    assert claims["5c1d7e93-2b4a-4f0e-8d61-3a9b0c7e1f24"].devices[0].device == "neurondevice8"
+
+
+def test_changes_append_to_the_journal_and_load_back(tmp_path: Path) -> None:
+    store = CheckpointStore(tmp_path / "checkpoint.json")
+    one = Checkpoint().with_entry(entry("u1", ("neurondevice0",)))
+    store.append(["u0"], one)  # nothing open yet: written as a base
+    base = store.path.read_bytes()
+    two = one.with_entry(entry("u2", ("neurondevice1",), state=ClaimState.PREPARE_STARTED))
+    store.append([two.claims["u2"]], two)
+    three = two.without("u1")
+    store.append(["u1"], three)
+    assert store.path.read_bytes() == base
+    assert CheckpointStore(store.path).load() == three
+    assert len(store.journal.read_bytes().splitlines()) == 3  # header and two changes
+
+
+def test_a_line_cut_short_by_a_crash_never_took_effect(tmp_path: Path) -> None:
+    store = CheckpointStore(tmp_path / "checkpoint.json")
+    one = Checkpoint().with_entry(entry("u1", ("neurondevice0",)))
+    store.save(one)
+    two = one.with_entry(entry("u2", ("neurondevice1",)))
+    store.append([two.claims["u2"]], two)
+    whole = store.journal.read_bytes()
+    store.journal.write_bytes(whole[:-7])  # the write of u2's line stopped part way
+    assert CheckpointStore(store.path).load() == one
+    store.journal.write_bytes(whole)
+    assert CheckpointStore(store.path).load() == two
+
+
+def test_a_damaged_journal_line_is_corruption_and_both_files_go_aside(tmp_path: Path) -> None:
+    store = CheckpointStore(tmp_path / "checkpoint.json")
+    one = Checkpoint().with_entry(entry("u1", ("neurondevice0",)))
+    store.save(one)
+    store.append(["u1"], Checkpoint())
+    lines = store.journal.read_bytes().splitlines(keepends=True)
+    store.journal.write_bytes(lines[0] + lines[1].replace(b'"u1"', b'"u9"'))
+    with pytest.raises(CheckpointCorrupted, match=r"journal: line 2: checksum does not match"):
+        CheckpointStore(store.path).load()
+    checkpoint, error = CheckpointStore(store.path).load_or_quarantine()
+    assert checkpoint == Checkpoint()
+    assert isinstance(error, CheckpointCorrupted)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "checkpoint.json.corrupt",
+        "checkpoint.json.journal.corrupt",
+    ]
+
+
+def test_a_journal_of_another_base_is_ignored(tmp_path: Path) -> None:
+    # A crash after a new base was written and before its journal was started leaves the
+    # old journal: the new base already holds what it said.
+    store = CheckpointStore(tmp_path / "checkpoint.json")
+    store.save(Checkpoint())
+    held = Checkpoint().with_entry(entry("u1", ("neurondevice0",)))
+    store.append([held.claims["u1"]], held)
+    old_journal = store.journal.read_bytes()
+    store.save(held)
+    store.journal.write_bytes(old_journal)
+    assert CheckpointStore(store.path).load() == held
+    # A base put back by hand (here: the previous format) is not changed by any journal.
+    store.path.write_bytes((GOLDEN / "checkpoint_v1.json").read_bytes())
+    assert CheckpointStore(store.path).load() == decode_checkpoint(
+        (GOLDEN / "checkpoint_v1.json").read_bytes()
+    )
+
+
+def test_after_a_failed_append_the_next_change_writes_a_new_base(tmp_path: Path) -> None:
+    store = CheckpointStore(tmp_path / "checkpoint.json")
+    store.save(Checkpoint())
+    one = Checkpoint().with_entry(entry("u1", ("neurondevice0",)))
+    os.close(store._fd)  # type: ignore[arg-type]  # the append below fails (EBADF)
+    with pytest.raises(OSError, match="Bad file descriptor"):
+        store.append([one.claims["u1"]], one)
+    store.append([one.claims["u1"]], one)
+    assert decode_checkpoint(store.path.read_bytes()) == one
+    assert CheckpointStore(store.path).load() == one

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from neuron_dra_common import cdi
-from neuron_dra_kubelet_plugin.checkpoint import Checkpoint, CheckpointStore, ClaimState
+from neuron_dra_kubelet_plugin.checkpoint import Change, Checkpoint, CheckpointStore, ClaimState
 from neuron_dra_kubelet_plugin.claims import ClaimRef
 from neuron_dra_kubelet_plugin.plan import PrepareError
 from neuron_dra_kubelet_plugin.preparer import Effects, NodePreparer
@@ -23,11 +23,22 @@ class Crash(Exception):
     """The process dies here."""
 
 
+class CountingStore(CheckpointStore):
+    """Counts the bases written (each a full rewrite of the checkpoint)."""
+
+    saves = 0
+
+    def save(self, checkpoint: Checkpoint) -> None:
+        self.saves += 1
+        super().save(checkpoint)
+
+
 class CrashingEffects(Effects):
     """Effects that die before the ``crash_at``-th side effect (never when ``None``)."""
 
     def __init__(self, root: Path, crash_at: int | None = None) -> None:
-        super().__init__(store=CheckpointStore(root / "checkpoint.json"), cdi_root=root / "cdi")
+        self.counting = CountingStore(root / "checkpoint.json")
+        super().__init__(store=self.counting, cdi_root=root / "cdi")
         self.crash_at = crash_at
         self.steps = 0
 
@@ -39,6 +50,10 @@ class CrashingEffects(Effects):
     def save(self, checkpoint: Checkpoint) -> None:
         self._step()
         super().save(checkpoint)
+
+    def append(self, changes: list[Change], current: Checkpoint) -> None:
+        self._step()
+        super().append(changes, current)
 
     def write_spec(self, uid: str, spec: cdi.Spec) -> None:
         self._step()
@@ -108,21 +123,41 @@ async def test_concurrent_claims_for_one_device_get_it_once(tmp_path: Path) -> N
     assert_consistent(tmp_path, preparer)
 
 
-async def test_concurrent_prepares_share_checkpoint_saves(tmp_path: Path) -> None:
+async def test_changes_are_appended_to_the_journal_not_rewritten(tmp_path: Path) -> None:
     claims = [make_claim(f"u{i}", [i], name=f"c{i}") for i in range(8)]
     effects = CrashingEffects(tmp_path)
     preparer = NodePreparer(
         node=trn2_node(), claims=MemoryClaims(claims), effects=effects, boot_id="b1"
     )
     preparer.recover()
-    before = effects.steps
     await asyncio.gather(*(preparer.prepare(ref_of(c)) for c in claims))
-    # Eight spec writes; the sixteen checkpoint changes took fewer saves than that.
-    assert effects.steps - before - len(claims) < 2 * len(claims)
+    # The first change writes the base (no journal was open); the other fifteen are appends.
+    assert effects.counting.saves == 1
+    base = (tmp_path / "checkpoint.json").read_bytes()
     assert_consistent(tmp_path, preparer)
     await asyncio.gather(*(preparer.unprepare(ref_of(c)) for c in claims))
+    assert (tmp_path / "checkpoint.json").read_bytes() == base
     assert_consistent(tmp_path, preparer)
     assert preparer.checkpoint == Checkpoint()
+
+
+async def test_a_long_journal_is_folded_into_a_new_base(tmp_path: Path) -> None:
+    claim = make_claim("u1", [0, 1])
+    effects = CrashingEffects(tmp_path)
+    effects.counting = effects.store = CountingStore(
+        tmp_path / "checkpoint.json", journal_limit=2048
+    )
+    preparer = NodePreparer(
+        node=trn2_node(), claims=MemoryClaims([claim]), effects=effects, boot_id="b1"
+    )
+    preparer.recover()
+    for _ in range(20):
+        await preparer.prepare(ref_of(claim))
+        await preparer.unprepare(ref_of(claim))
+    await preparer.prepare(ref_of(claim))
+    assert effects.counting.saves > 1
+    assert (tmp_path / "checkpoint.json.journal").stat().st_size < 2048 + 1024
+    assert_consistent(tmp_path, preparer)
 
 
 async def test_reboot_invalidates_entries(tmp_path: Path) -> None:

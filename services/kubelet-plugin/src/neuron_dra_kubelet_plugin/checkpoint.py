@@ -1,18 +1,40 @@
-"""The plugin's record of prepared claims: versioned, checksummed, written atomically.
+"""The plugin's record of prepared claims: versioned, checksummed, crash-safe.
 
-File format (JSON)::
+Two files. The **base** (JSON), replaced atomically (temporary file renamed over it)::
 
-    {"version": 1, "checksum": "sha256:<hex>", "data": {"claims": {"<uid>": {...}}}}
+    {"version": 2, "checksum": "sha256:<hex>", "data": {"claims": {"<uid>": {...}}}}
 
-The checksum covers the canonical form of ``data`` *as stored* (keys sorted, no spaces),
-not a re-encoding of what this code understands. So a later release that adds a field
-writes files this release still verifies, and this release verifies files written before
-a field was added. Older format versions are upgraded by :data:`MIGRATIONS` on load.
+and beside it the **journal** (``<base>.journal``), one line per change since the base was
+written, each ``<sha256 hex of payload> <payload>``::
+
+    <hex> {"base":"sha256:<checksum of the base this journal extends>"}
+    <hex> {"put":{...entry...}}
+    <hex> {"drop":"<uid>"}
+
+A change is one ``write`` appended to the open journal, not a rewrite of every entry; when the
+journal outgrows :data:`JOURNAL_LIMIT` the next change writes a new base and starts a new
+journal. The journal applies only to the base its first line names: a crash between writing
+a new base and starting its journal leaves an old journal that is ignored (the new base
+already holds all it said). A line cut short by a crash (no newline) is a change that never
+took effect; a complete line whose checksum fails is corruption.
+
+Checksums cover the bytes *as stored* (for the base: the canonical form of ``data``, keys
+sorted, no spaces), not a re-encoding of what this code understands. So a later release
+that adds a field writes files this release still verifies, and this release verifies files
+written before a field was added. Older base versions are upgraded by :data:`MIGRATIONS` on
+load; version 1 had no journal (its data is the same), and this release writes version 2 so
+that a release that does not know journals refuses the file instead of missing changes.
 
 Each claim goes through two phases: ``PrepareStarted`` is written before any side effect
 (the CDI spec), ``PrepareCompleted`` after all of them. An entry found in the first phase
 after a restart is a half-done prepare to roll back. Every entry carries the node's boot id:
 after a reboot nothing prepared before it is in effect any more, and the entries are stale.
+
+Nothing is flushed to disk: every entry is only valid within the boot that wrote it, so a
+checkpoint that would survive a power loss is dropped as stale on the next boot anyway, and
+one that does not survive is reported as corrupted and set aside (the node's ``/run`` is a
+tmpfs, where neither happens). A crash of the plugin (kill -9 at any step) is what the
+rename and the journal protect against.
 """
 
 from __future__ import annotations
@@ -21,7 +43,7 @@ import contextlib
 import enum
 import hashlib
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +53,9 @@ from neuron_dra_common.files import replace_file
 __all__ = [
     "BOOT_ID_PATH",
     "CHECKPOINT_VERSION",
+    "JOURNAL_LIMIT",
     "MIGRATIONS",
+    "Change",
     "Checkpoint",
     "CheckpointCorrupted",
     "CheckpointError",
@@ -46,11 +70,19 @@ __all__ = [
     "read_boot_id",
 ]
 
-CHECKPOINT_VERSION = 1
+CHECKPOINT_VERSION = 2
 BOOT_ID_PATH = Path("/proc/sys/kernel/random/boot_id")
+#: Journal size (bytes) past which the next change writes a new base instead.
+JOURNAL_LIMIT = 256 * 1024
+
+
+def _from_v1(data: dict[str, Any]) -> dict[str, Any]:
+    # Version 2 has the same data; what changed is the journal beside it.
+    return data
+
 
 #: ``version -> function`` that upgrades the ``data`` of that version to the next one.
-MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {}
+MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _from_v1}
 
 
 class CheckpointError(Exception):
@@ -155,23 +187,32 @@ def _checksum(data: Any) -> str:
     return "sha256:" + hashlib.sha256(_canonical(data)).hexdigest()
 
 
-def encode_checkpoint(checkpoint: Checkpoint) -> bytes:
-    """The file bytes of ``checkpoint`` at :data:`CHECKPOINT_VERSION`."""
+def _encode(checkpoint: Checkpoint) -> tuple[bytes, str]:
     # Encoding the Struct with sorted keys gives the canonical form directly (the same bytes
     # as re-encoding its decoded JSON sorted, which is what a reader checks against).
     canonical = _canonical(checkpoint)
     checksum = "sha256:" + hashlib.sha256(canonical).hexdigest()
-    return msgspec.json.encode(
+    raw = msgspec.json.encode(
         {"version": CHECKPOINT_VERSION, "checksum": checksum, "data": msgspec.Raw(canonical)},
         order="sorted",
     )
+    return raw, checksum
+
+
+def encode_checkpoint(checkpoint: Checkpoint) -> bytes:
+    """The base file bytes of ``checkpoint`` at :data:`CHECKPOINT_VERSION`."""
+    return _encode(checkpoint)[0]
 
 
 def decode_checkpoint(raw: bytes, *, source: str = "<memory>") -> Checkpoint:
-    """Verify and decode checkpoint file bytes (upgrading older versions).
+    """Verify and decode base file bytes (upgrading older versions).
 
     Raises :class:`CheckpointCorrupted` or :class:`UnsupportedCheckpointVersion`.
     """
+    return _decode(raw, source)[0]
+
+
+def _decode(raw: bytes, source: str) -> tuple[Checkpoint, str]:
     try:
         envelope = msgspec.json.decode(raw, type=_File)
         data = msgspec.json.decode(envelope.data)
@@ -192,56 +233,153 @@ def decode_checkpoint(raw: bytes, *, source: str = "<memory>") -> Checkpoint:
         data = MIGRATIONS[version](data)
         version += 1
     try:
-        return msgspec.convert(data, type=Checkpoint)
+        return msgspec.convert(data, type=Checkpoint), envelope.checksum
     except msgspec.ValidationError as exc:
         raise CheckpointCorrupted(source, f"data: {exc}") from exc
 
 
-class CheckpointStore:
-    """Reads and atomically replaces one checkpoint file."""
+#: A change of the checkpoint as the journal records it: an entry put (added or replaced)
+#: or the UID of an entry dropped.
+Change = ClaimEntry | str
 
-    def __init__(self, path: Path) -> None:
+
+class _Line(msgspec.Struct, kw_only=True):
+    """One journal line's payload: the header (``base``) or one change."""
+
+    base: str | None = None
+    put: ClaimEntry | None = None
+    drop: str | None = None
+
+
+_LINE_ENCODER = msgspec.json.Encoder()
+
+
+def _journal_line(payload: bytes) -> bytes:
+    return hashlib.sha256(payload).hexdigest().encode() + b" " + payload + b"\n"
+
+
+def _change_line(change: Change) -> bytes:
+    if isinstance(change, str):
+        return _journal_line(_LINE_ENCODER.encode({"drop": change}))
+    return _journal_line(b'{"put":' + _LINE_ENCODER.encode(change) + b"}")
+
+
+def _replay(journal: bytes, base: Checkpoint, base_checksum: str, source: str) -> Checkpoint:
+    """``base`` with the changes of ``journal`` applied, if the journal extends that base."""
+    lines = journal.split(b"\n")
+    # The last piece is empty when the journal ends with a newline; otherwise it is a line a
+    # crash cut short: a change whose commit never returned, so it never took effect.
+    claims: dict[str, ClaimEntry] | None = None
+    for number, line in enumerate(lines[:-1], start=1):
+        digest, _, payload = line.partition(b" ")
+        if hashlib.sha256(payload).hexdigest().encode() != digest:
+            raise CheckpointCorrupted(source, f"line {number}: checksum does not match")
+        try:
+            record = msgspec.json.decode(payload, type=_Line)
+        except msgspec.DecodeError as exc:
+            raise CheckpointCorrupted(source, f"line {number}: {exc}") from exc
+        if claims is None:
+            if record.base != base_checksum:
+                return base  # the journal of another base: that base is gone or holds it
+            claims = dict(base.claims)
+        elif record.put is not None:
+            claims[record.put.uid] = record.put
+        elif record.drop is not None:
+            claims.pop(record.drop, None)
+        else:
+            raise CheckpointCorrupted(source, f"line {number}: neither put nor drop")
+    return base if claims is None else Checkpoint(claims=claims)
+
+
+class CheckpointStore:
+    """The base file and its journal: loads both, appends changes, writes new bases."""
+
+    def __init__(self, path: Path, *, journal_limit: int = JOURNAL_LIMIT) -> None:
         self.path = path
+        self.journal = path.with_name(f"{path.name}.journal")
         self._temp = path.with_name(f".{path.name}.tmp")
+        self._journal_temp = path.with_name(f".{path.name}.journal.tmp")
+        self._limit = journal_limit
+        # The journal this store appends to (opened by save), and its size.
+        self._fd: int | None = None
+        self._size = 0
 
     def load(self) -> Checkpoint:
-        """The stored checkpoint; empty when there is no file yet."""
+        """The stored checkpoint (base plus journal); empty when there is no file yet."""
         try:
             raw = self.path.read_bytes()
         except FileNotFoundError:
             return Checkpoint()
-        return decode_checkpoint(raw, source=str(self.path))
+        base, checksum = _decode(raw, str(self.path))
+        try:
+            journal = self.journal.read_bytes()
+        except FileNotFoundError:
+            return base
+        return _replay(journal, base, checksum, str(self.journal))
 
     def load_or_quarantine(self) -> tuple[Checkpoint, CheckpointError | None]:
-        """Like :meth:`load`, but an unreadable file is moved aside instead of failing.
+        """Like :meth:`load`, but unreadable files are moved aside instead of failing.
 
         The caller reports the returned error and starts from an empty checkpoint (rebuilt
         from what is on disk), so a corrupted file never makes the plugin crash-loop. The
-        bad file stays next to the checkpoint as ``<name>.corrupt`` for inspection.
+        bad files stay next to the checkpoint as ``<name>.corrupt`` for inspection.
         """
         try:
             return self.load(), None
         except CheckpointError as exc:
-            aside = self.path.with_name(self.path.name + ".corrupt")
-            os.replace(self.path, aside)
+            for path in (self.path, self.journal):
+                with contextlib.suppress(FileNotFoundError):
+                    os.replace(path, path.with_name(path.name + ".corrupt"))
             return Checkpoint(), exc
 
     def save(self, checkpoint: Checkpoint) -> None:
-        """Replace the file atomically: write a temporary file, rename it over the old one.
+        """Write ``checkpoint`` as a new base and start an empty journal for it.
 
-        The rename is what a crash of the plugin (kill -9 at any step) needs: the file is
-        always the old or the new version, never half of one. It is not flushed to disk:
-        every entry is only valid within the boot that wrote it (``boot_id``), so a
-        checkpoint that would survive a power loss is dropped as stale on the next boot
-        anyway, and one that does not survive is reported as corrupted and set aside —
-        the same outcome without a disk flush per prepare.
+        Base first, then the journal: a crash in between leaves the old journal, which
+        names the old base and is ignored.
         """
-        replace_file(self.path, self._temp, encode_checkpoint(checkpoint), mode=0o600)
+        raw, checksum = _encode(checkpoint)
+        replace_file(self.path, self._temp, raw, mode=0o600)
+        self._close()
+        header = _journal_line(_LINE_ENCODER.encode({"base": checksum}))
+        replace_file(self.journal, self._journal_temp, header, mode=0o600)
+        self._fd = os.open(self.journal, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
+        self._size = len(header)
+
+    def append(self, changes: Sequence[Change], current: Checkpoint) -> None:
+        """Record ``changes`` (which made ``current``): one append to the journal.
+
+        With no journal open yet, one grown past the limit, or after a failed append, a new
+        base holding ``current`` is written instead.
+        """
+        if self._fd is None or self._size >= self._limit:
+            self.save(current)
+            return
+        data = b"".join(_change_line(c) for c in changes)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(self._fd, view) :]
+        except BaseException:
+            # What reached the file may end in half a line; never append after it.
+            self._close()
+            raise
+        self._size += len(data)
+
+    def close(self) -> None:
+        """Close the journal (the files stay)."""
+        self._close()
+
+    def _close(self) -> None:
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            os.close(fd)
 
     def remove_leftovers(self) -> None:
-        """Drop a temporary file an interrupted save left behind."""
-        with contextlib.suppress(FileNotFoundError):
-            self._temp.unlink()
+        """Drop temporary files an interrupted save left behind."""
+        for temp in (self._temp, self._journal_temp):
+            with contextlib.suppress(FileNotFoundError):
+                temp.unlink()
 
 
 def read_boot_id(path: Path = BOOT_ID_PATH) -> str:

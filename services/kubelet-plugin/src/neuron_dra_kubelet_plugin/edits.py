@@ -14,8 +14,8 @@ the instance catalog in :mod:`neuron_dra_common.topology`.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Sequence
-from pathlib import Path
 
 import msgspec
 from neuron_dra_common.cdi import DeviceNode
@@ -105,11 +105,11 @@ def lnc_in_force(
     return value
 
 
-def device_node(index: int, *, dev_root: Path = Path("/dev")) -> DeviceNode:
+def device_node(index: int, *, dev_root: str | os.PathLike[str] = "/dev") -> DeviceNode:
     """The CDI device node of ``/dev/neuron<index>``, taken from ``dev_root`` on the host."""
     path = f"/dev/neuron{index}"
-    host = dev_root / f"neuron{index}"
-    return DeviceNode(path=path, host_path=None if str(host) == path else str(host))
+    host = os.path.join(os.fspath(dev_root), f"neuron{index}")
+    return DeviceNode(path=path, host_path=None if host == path else host)
 
 
 class UltraServerPlacement(msgspec.Struct, frozen=True, kw_only=True):
@@ -186,7 +186,7 @@ def claim_edits(
     devices: Sequence[int],
     *,
     lnc: int | None,
-    dev_root: Path = Path("/dev"),
+    dev_root: str | os.PathLike[str] = "/dev",
     ultraserver: tuple[str, ...] = (),
 ) -> ClaimEdits:
     """Build the edits for ``devices`` of an ``spec`` node at ``lnc`` (from :func:`lnc_in_force`).

@@ -66,6 +66,10 @@ EVENTS_DROPPED: Final = Counter(
 _TRACER_NAME: Final = "neuron_dra_kubelet_plugin"
 #: At most this many claim events go out in one pipelined batch.
 _BATCH: Final = 256
+#: How long the first event of a batch waits for others (seconds). Under load (the kubelet
+#: preparing many pods) a batch then carries tens of events in one write, with one wake-up
+#: for its acks, instead of one event per round trip; quiet, an event waits this long.
+_LINGER: Final = 0.005
 
 
 class ObservedPreparer:
@@ -197,6 +201,8 @@ class ClaimEvents:
             # Whatever queued up while the last batch was in flight goes out as one
             # pipelined batch (its acks awaited together), in order.
             batch = [await self._queue.get()]
+            if batch[-1] is not None and self._queue.qsize() < _BATCH:
+                await asyncio.sleep(_LINGER)
             while len(batch) < _BATCH and not self._queue.empty() and batch[-1] is not None:
                 batch.append(self._queue.get_nowait())
             items = [item for item in batch if item is not None]

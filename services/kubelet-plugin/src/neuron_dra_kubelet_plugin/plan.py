@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from pathlib import Path
 
 import msgspec
 from neuron_dra_common import DRIVER_NAME, cdi
@@ -201,7 +200,7 @@ def plan_prepare(
                 )
             us_env = ultraserver_env(where, supported_modes=node.supported_ultraserver_modes)
         edits = claim_edits(
-            node.instance, all_indices, lnc=lnc, dev_root=Path(node.dev_root), ultraserver=us_env
+            node.instance, all_indices, lnc=lnc, dev_root=node.dev_root, ultraserver=us_env
         )
     except EditsError as exc:
         raise PrepareError(f"{ref}: {exc}") from exc

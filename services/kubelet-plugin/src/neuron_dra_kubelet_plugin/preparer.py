@@ -18,19 +18,16 @@ back and starts over.
 
 Claims are prepared concurrently (the kubelet prepares many pods at once): one claim at a
 time per UID, its devices reserved in the in-memory checkpoint before anything is written.
-File work runs on the event loop: a spec or checkpoint is a few kilobytes written and
-renamed without a flush (tens of microseconds), less than a hand-off to a thread costs.
-Checkpoint writes are group commits: a claim waits until a save that began after its change
-is done, and one save (atomic, as always) carries every change made in the same turn of the
-event loop.
+File work runs on the event loop: a spec is a few kilobytes written and renamed without a
+flush, and a checkpoint change is one line appended to its journal (microseconds), less than
+a hand-off to a thread costs.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
@@ -38,6 +35,7 @@ import msgspec
 from neuron_dra_common import cdi
 
 from neuron_dra_kubelet_plugin.checkpoint import (
+    Change,
     Checkpoint,
     CheckpointError,
     CheckpointStore,
@@ -116,6 +114,9 @@ class Effects:
     def save(self, checkpoint: Checkpoint) -> None:
         self.store.save(checkpoint)
 
+    def append(self, changes: list[Change], current: Checkpoint) -> None:
+        self.store.append(changes, current)
+
     def write_spec(self, uid: str, spec: cdi.Spec) -> None:
         cdi.write_claim_spec(self.cdi_root, uid, spec)
 
@@ -145,9 +146,36 @@ def _no_placement(ref: ClaimRef) -> UltraServerPlacement | None:
     return None
 
 
-def _retrieve(task: asyncio.Task[None]) -> None:
-    if not task.cancelled():
-        task.exception()
+class _Held:
+    """``async with`` one claim's lock; the lock is forgotten when nobody holds or waits."""
+
+    __slots__ = ("_entry", "_locks", "_uid")
+
+    def __init__(self, locks: dict[str, tuple[asyncio.Lock, list[int]]], uid: str) -> None:
+        self._locks = locks
+        self._uid = uid
+        entry = locks.get(uid)
+        if entry is None:
+            entry = locks[uid] = (asyncio.Lock(), [0])
+        entry[1][0] += 1
+        self._entry = entry
+
+    async def __aenter__(self) -> None:
+        try:
+            await self._entry[0].acquire()
+        except BaseException:
+            self._release_user()
+            raise
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._entry[0].release()
+        self._release_user()
+
+    def _release_user(self) -> None:
+        users = self._entry[1]
+        users[0] -= 1
+        if users[0] == 0:
+            del self._locks[self._uid]
 
 
 class _ClaimLocks:
@@ -156,17 +184,8 @@ class _ClaimLocks:
     def __init__(self) -> None:
         self._locks: dict[str, tuple[asyncio.Lock, list[int]]] = {}
 
-    @contextlib.asynccontextmanager
-    async def hold(self, uid: str) -> AsyncIterator[None]:
-        lock, users = self._locks.setdefault(uid, (asyncio.Lock(), [0]))
-        users[0] += 1
-        try:
-            async with lock:
-                yield
-        finally:
-            users[0] -= 1
-            if users[0] == 0:
-                del self._locks[uid]
+    def hold(self, uid: str) -> _Held:
+        return _Held(self._locks, uid)
 
 
 class NodePreparer:
@@ -195,11 +214,8 @@ class NodePreparer:
         self._checkpoint = Checkpoint()
         # One operation per claim at a time; the kubelet sends claims concurrently.
         self._claim_locks = _ClaimLocks()
-        # Group commit: ``_version`` counts in-memory changes, ``_durable`` the last one on
-        # disk; ``_saving`` is the save under way (at most one).
-        self._version = 0
-        self._durable = 0
-        self._saving: asyncio.Task[None] | None = None
+        # Changes made in memory and not yet on disk (a failed append leaves them here).
+        self._pending: list[Change] = []
 
     @property
     def checkpoint(self) -> Checkpoint:
@@ -251,36 +267,26 @@ class NodePreparer:
         self._effects.save(updated)
         self._checkpoint = updated
 
-    def _change(self, checkpoint: Checkpoint) -> None:
-        """Make ``checkpoint`` the current one in memory; :meth:`_commit` writes it."""
+    def _change(self, checkpoint: Checkpoint, change: Change) -> None:
+        """Make ``checkpoint`` (``change`` applied) current in memory; :meth:`_commit` writes it."""
         self._checkpoint = checkpoint
-        self._version += 1
+        self._pending.append(change)
 
-    async def _commit(self) -> None:
-        """Return once the checkpoint as it is now (or a later one) is on disk."""
-        wanted = self._version
-        while self._durable < wanted:
-            if self._saving is None:
-                self._saving = asyncio.create_task(self._save_current(), name="checkpoint-save")
-                # Its waiters see any failure; this only keeps asyncio from also logging it
-                # when every waiter was cancelled.
-                self._saving.add_done_callback(_retrieve)
-            # Shielded: a caller that gives up (the kubelet's deadline) must not cancel a
-            # save other claims wait for.
-            await asyncio.shield(self._saving)
-
-    async def _save_current(self) -> None:
-        version, checkpoint = self._version, self._checkpoint
+    def _commit(self) -> None:
+        """Put every change made so far on disk (raises if it cannot; they stay pending)."""
+        if not self._pending:
+            return
+        pending, self._pending = self._pending, []
         try:
-            self._effects.save(checkpoint)
-            self._durable = max(self._durable, version)
-        finally:
-            self._saving = None
+            self._effects.append(pending, self._checkpoint)
+        except BaseException:
+            self._pending = pending + self._pending
+            raise
 
-    async def _rollback_async(self, uid: str) -> None:
+    def _rollback_now(self, uid: str) -> None:
         self._effects.remove_spec(uid)
-        self._change(self._checkpoint.without(uid))
-        await self._commit()
+        self._change(self._checkpoint.without(uid), uid)
+        self._commit()
 
     def _completed(self, ref: ClaimRef) -> ClaimEntry | None:
         entry = self._checkpoint.claims.get(ref.uid)
@@ -306,7 +312,7 @@ class NodePreparer:
             if done is not None:
                 return done.devices
             if ref.uid in self._checkpoint.claims:
-                await self._rollback_async(ref.uid)
+                self._rollback_now(ref.uid)
             try:
                 plan = plan_prepare(
                     ref=ref,
@@ -323,13 +329,13 @@ class NodePreparer:
             # Planned and reserved with no await in between: a concurrent prepare of another
             # claim sees these devices as taken from here on.
             started = msgspec.structs.replace(plan.entry, state=ClaimState.PREPARE_STARTED)
-            self._change(self._checkpoint.with_entry(started))
-            await self._commit()
+            self._change(self._checkpoint.with_entry(started), started)
+            self._commit()
             self._crash("prepare:started-saved")
             self._effects.write_spec(ref.uid, plan.spec)
             self._crash("prepare:spec-written")
-            self._change(self._checkpoint.with_entry(plan.entry))
-            await self._commit()
+            self._change(self._checkpoint.with_entry(plan.entry), plan.entry)
+            self._commit()
             self._crash("prepare:completed-saved")
             if self._listener is not None:
                 self._listener.prepared(plan.entry)
@@ -343,10 +349,10 @@ class NodePreparer:
             self._crash("unprepare:spec-removed")
             entry = self._checkpoint.claims.get(ref.uid)
             if entry is not None:
-                self._change(self._checkpoint.without(ref.uid))
-            # Also when there was nothing to drop: an earlier save that failed may still owe
+                self._change(self._checkpoint.without(ref.uid), ref.uid)
+            # Also when there was nothing to drop: an earlier write that failed may still owe
             # the disk this claim's removal.
-            await self._commit()
+            self._commit()
             if entry is not None:
                 self._crash("unprepare:entry-dropped")
                 if self._listener is not None and entry.state is ClaimState.PREPARE_COMPLETED:

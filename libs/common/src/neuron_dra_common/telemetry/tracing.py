@@ -11,6 +11,10 @@ __all__ = ["configure_tracing", "get_tracer", "shutdown_tracing", "tracing_enabl
 
 INSTRUMENTATION = "neuron_dra_common"
 
+#: Whether an SDK provider is installed: set by :func:`configure_tracing`, or found by the
+#: first :func:`tracing_enabled` call (``None`` until then).
+_enabled: bool | None = None
+
 
 def configure_tracing(
     *, service: str, otlp_endpoint: str = "", exporter: SpanExporter | None = None
@@ -30,6 +34,8 @@ def configure_tracing(
         exporter = OTLPSpanExporter(endpoint=otlp_endpoint)
     provider.add_span_processor(BatchSpanProcessor(exporter))
     trace.set_tracer_provider(provider)
+    global _enabled
+    _enabled = isinstance(trace.get_tracer_provider(), TracerProvider)
     return provider
 
 
@@ -49,5 +55,10 @@ def tracing_enabled() -> bool:
     """Whether spans are recorded and exported (an SDK provider is installed).
 
     When not, hot paths skip making spans and only carry the caller's trace context on.
+    Asked on every gRPC call and claim operation, so the answer is kept: a process installs
+    its provider once, at start (:func:`configure_tracing`), before it serves anything.
     """
-    return isinstance(trace.get_tracer_provider(), TracerProvider)
+    global _enabled
+    if _enabled is None:
+        _enabled = isinstance(trace.get_tracer_provider(), TracerProvider)
+    return _enabled
