@@ -45,7 +45,7 @@ async def build(settings: SlicePublisherSettings) -> Service:
         return NodeInfo.from_object(obj) if obj is not None else None
 
     controller = Controller(
-        store=KubeSliceStore(kube),
+        store=KubeSliceStore(kube, encoding=settings.slice_encoding),
         nodes=lookup,
         mode=mode,
         dra_driver_version=package_version(),

@@ -31,4 +31,11 @@ class SlicePublisherSettings(LeaderElectedSettings, frozen=True, kw_only=True):
             "cluster keeps shared counters, else node-only)"
         ),
     ] = "auto"
+    slice_encoding: Annotated[
+        Literal["protobuf", "json"],
+        msgspec.Meta(
+            description="Request body encoding of slice writes (protobuf costs the apiserver "
+            "less to decode)"
+        ),
+    ] = "protobuf"
     workers: Annotated[int, msgspec.Meta(ge=1, le=256, description="Concurrent pool writes")] = 16

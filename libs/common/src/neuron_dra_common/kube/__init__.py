@@ -4,7 +4,10 @@ leader election."""
 from neuron_dra_common.kube.apply import apply, apply_status
 from neuron_dra_common.kube.client import (
     CONFIGMAPS,
+    JSON,
+    METADATA,
     NODES,
+    PROTOBUF,
     RESOURCE_CLAIMS,
     RESOURCE_SLICES,
     ApiException,
@@ -19,8 +22,11 @@ from neuron_dra_common.kube.workqueue import QueueShutDown, WorkQueue, run_worke
 
 __all__ = [
     "CONFIGMAPS",
+    "JSON",
     "LEASES",
+    "METADATA",
     "NODES",
+    "PROTOBUF",
     "RESOURCE_CLAIMS",
     "RESOURCE_SLICES",
     "ApiException",
