@@ -8,7 +8,8 @@ from importlib.metadata import version
 
 import pytest
 from nats.aio.client import Client
-from neuron_dra_common.bus.headers import ce_time, new_msg_id
+from nats.protocol import parser
+from neuron_dra_common.bus.headers import ce_time, new_msg_id, new_msg_ids
 from neuron_dra_common.bus.wire import (
     ack_metadata,
     clean_value,
@@ -31,6 +32,13 @@ def test_nats_py_internals_the_wire_uses_are_there() -> None:
     client = Client()
     for attr in ("_pending_data_size", "_max_pending_size", "_flush_queue", "_ps"):
         assert hasattr(client, attr), attr
+    # The wire's parser replaces the client's: same base class, state and callbacks.
+    assert type(client._ps) is parser.Parser
+    assert isinstance(client._ps.buf, bytearray)
+    assert client._ps.state == parser.AWAITING_CONTROL_LINE
+    assert inspect.iscoroutinefunction(parser.Parser.parse)
+    for name in ("_process_ping", "_process_pong", "_process_info", "_process_err"):
+        assert inspect.iscoroutinefunction(getattr(Client, name)), name
 
 
 def test_header_block_round_trips() -> None:
@@ -90,9 +98,18 @@ def test_other_subjects_are_not_ack_subjects(reply: str) -> None:
 
 def test_msg_ids_are_unique_and_uuid_sized() -> None:
     ids = {new_msg_id() for _ in range(10_000)}
-    assert len(ids) == 10_000
+    ids.update(new_msg_ids(10_000))  # in runs, across the 4096 boundaries of the table
+    ids.add(new_msg_id())
+    assert len(ids) == 20_001
     assert {len(i) for i in ids} == {32}
     assert all(int(i, 16) >= 0 for i in ids)
+
+
+def test_msg_ids_of_a_run_count_up() -> None:
+    run = new_msg_ids(5000)
+    numbers = [int(i[16:], 16) for i in run]
+    assert numbers == list(range(numbers[0], numbers[0] + 5000))
+    assert {i[:16] for i in run} == {new_msg_id()[:16]}
 
 
 def test_ce_time_is_rfc3339_in_utc_now() -> None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import itertools
 import logging
 import time
 from collections.abc import Sequence
@@ -29,18 +28,11 @@ from neuron_dra_common.bus.headers import (
     MSG_ID,
     SPECVERSION,
     ce_time,
-    new_msg_id,
+    new_msg_ids,
 )
-from neuron_dra_common.bus.wire import (
-    Wire,
-    clean_value,
-    encode_header_block,
-    header_lines,
-    hpub,
-    parse_header_block,
-)
+from neuron_dra_common.bus.wire import Wire, clean_value, header_lines, parse_header_block
 from neuron_dra_common.events.base import Event
-from neuron_dra_common.events.codec import encode
+from neuron_dra_common.events.codec import encode as _encode
 from neuron_dra_common.telemetry.propagation import inject_headers
 from neuron_dra_common.telemetry.tracing import get_tracer
 
@@ -74,23 +66,23 @@ class _PubAck(msgspec.Struct, frozen=True):
 
 
 _PUBACK: Final = msgspec.json.Decoder(_PubAck)
+_CRLF: Final = b"\r\n"
+#: Events encoded and written at a time within a window.
+_SLICE: Final = 256
 
 
-class _Prepared(msgspec.Struct, frozen=True, kw_only=True):
-    subject: str
-    payload: bytes
-    header_block: bytes
-    msg_id: str
-    type: str
+#: One event ready to go: subject (bytes), payload, header block, msg id, event type.
+_Prepared = tuple[bytes, bytes, bytes, str, str]
 
 
 class _Window:
-    """The PubAcks awaited for one run of pipelined publishes."""
+    """The PubAcks awaited for one run of pipelined publishes (reply tokens from ``base``)."""
 
-    __slots__ = ("acks", "done", "missing")
+    __slots__ = ("acks", "base", "done", "missing")
 
-    def __init__(self, size: int) -> None:
+    def __init__(self, size: int, base: int) -> None:
         self.acks: list[_PubAck | None] = [None] * size
+        self.base = base
         self.missing = size
         self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
@@ -129,41 +121,48 @@ class Publisher:
         self._retry_seconds = retry_seconds
         self._window = max(1, window)
         self._tracer = tracer or get_tracer()
-        # The header lines every event of a type shares, encoded once.
-        self._constant: dict[str, bytes] = {}
-        self._reply_prefix = ""
+        # Per event class: its type and the header lines every event of it shares.
+        self._kinds: dict[type[Event], tuple[str, str]] = {}
+        self._reply_prefix = b""
         self._sub: Subscription | None = None
-        self._tokens = itertools.count()
-        self._waiting: dict[int, tuple[_Window, int]] = {}
+        self._next_token = 0
+        self._waiting: dict[int, _Window] = {}
 
-    def _constant_lines(self, event_type: str) -> bytes:
-        lines = self._constant.get(event_type)
-        if lines is None:
-            lines = self._constant[event_type] = header_lines(
+    def _kind(self, cls: type[Event]) -> tuple[str, str]:
+        kind = self._kinds.get(cls)
+        if kind is None:
+            event_type = cls.event_type()
+            lines = header_lines(
                 {
                     CE_SOURCE: self._source,
                     CE_TYPE: CE_TYPE_PREFIX + event_type,
                     CE_SPECVERSION: SPECVERSION,
                 }
             )
-        return lines
+            kind = self._kinds[cls] = (event_type, lines.decode())
+        return kind
 
-    def _prepare(self, event: Event, msg_id: str | None, trace_lines: bytes) -> _Prepared:
-        mid = msg_id or new_msg_id()
-        event_type = event.event_type()
-        per_event = (
-            f"{MSG_ID}: {clean_value(mid)}\r\n{CE_ID}: {clean_value(mid)}\r\n"
-            f"{CE_TIME}: {ce_time()}\r\n{CE_SUBJECT}: {clean_value(event.ce_subject)}\r\n"
-        )
-        return _Prepared(
-            subject=event.subject,
-            payload=encode(event),
-            header_block=encode_header_block(
-                self._constant_lines(event_type), per_event.encode(), trace_lines
-            ),
-            msg_id=mid,
-            type=event_type,
-        )
+    def _prepare(
+        self, events: Sequence[Event], msg_ids: Sequence[str], trace_lines: str, now: str
+    ) -> list[_Prepared]:
+        """Subject, payload and header block of each event."""
+        kinds = self._kinds
+        prepared: list[_Prepared] = []
+        for event, mid in zip(events, msg_ids, strict=True):
+            cls = type(event)
+            event_type, constant = kinds.get(cls) or self._kind(cls)
+            about = event.ce_subject
+            if "\r" in mid or "\n" in mid or "\r" in about or "\n" in about:
+                about = clean_value(about)
+                line_id = clean_value(mid)
+            else:
+                line_id = mid
+            block = (
+                f"NATS/1.0\r\n{constant}{MSG_ID}: {line_id}\r\n{CE_ID}: {line_id}\r\n"
+                f"{CE_TIME}: {now}\r\n{CE_SUBJECT}: {about}\r\n{trace_lines}\r\n"
+            ).encode()
+            prepared.append((event.subject.encode(), _encode(event), block, mid, event_type))
+        return prepared
 
     async def publish(self, event: Event, *, msg_id: str | None = None) -> PublishResult:
         """Publish one event and wait for JetStream to store it.
@@ -174,8 +173,8 @@ class Publisher:
         with self._tracer.start_as_current_span(
             f"publish {event.event_type()}", kind=trace.SpanKind.PRODUCER
         ):
-            prepared = self._prepare(event, msg_id, _trace_lines())
-            return (await self._pipeline([prepared]))[0]
+            ids = (msg_id,) if msg_id else None
+            return (await self._pipeline((event,), ids, _trace_lines()))[0]
 
     async def publish_many(
         self, events: Sequence[Event], *, msg_ids: Sequence[str] | None = None
@@ -183,9 +182,9 @@ class Publisher:
         """Publish many events pipelined (acks awaited together), in order; same guarantees.
 
         Each event is published on its own with its own msg id; they share the trace context
-        of one ``publish batch`` span. The server stores them in the given order; any that
-        failed in flight are retried one by one with their ids, so none is lost and none
-        stored twice.
+        of one ``publish batch`` span and one ``ce-time``. The server stores them in the
+        given order; any that failed in flight are retried one by one with their ids, so
+        none is lost and none stored twice.
         """
         if msg_ids is not None and len(msg_ids) != len(events):
             raise ValueError(f"publish_many: {len(msg_ids)} msg_ids for {len(events)} events")
@@ -193,23 +192,30 @@ class Publisher:
             "publish batch", kind=trace.SpanKind.PRODUCER, attributes={"events": len(events)}
         ):
             trace_lines = _trace_lines()
-            prepared = [
-                self._prepare(event, msg_ids[i] if msg_ids else None, trace_lines)
-                for i, event in enumerate(events)
-            ]
-        return await self._pipeline(prepared)
+        return await self._pipeline(events, msg_ids, trace_lines)
 
-    async def _pipeline(self, prepared: list[_Prepared]) -> list[PublishResult]:
-        # Windows are written back to back; the acks of one are awaited while the next is
-        # on the wire, so the server never waits for the publisher.
+    async def _pipeline(
+        self, events: Sequence[Event], msg_ids: Sequence[str] | None, trace_lines: str
+    ) -> list[PublishResult]:
+        # Events are encoded and written a slice at a time, each slice going out while the
+        # next is encoded, so the server starts storing before the last is ready. Up to
+        # ``window`` publishes stay unacknowledged; past that the oldest slice is settled.
+        ids = msg_ids if msg_ids is not None else new_msg_ids(len(events))
+        now = ce_time()
+        step = min(self._window, _SLICE)
         results: list[PublishResult] = []
         in_flight: collections.deque[tuple[list[_Prepared], _Window | None]] = collections.deque()
-        size = self._window
-        for lo in range(0, len(prepared), size):
-            items = prepared[lo : lo + size]
+        outstanding = 0
+        for lo in range(0, len(events), step):
+            items = self._prepare(events[lo : lo + step], ids[lo : lo + step], trace_lines, now)
             in_flight.append((items, await self._write(items)))
-            if len(in_flight) > 1:
-                results += await self._settle(*in_flight.popleft())
+            outstanding += len(items)
+            while outstanding > self._window:
+                done, window = in_flight.popleft()
+                outstanding -= len(done)
+                results += await self._settle(done, window)
+            if lo + step < len(events):
+                await asyncio.sleep(0)  # the flusher writes this slice now
         while in_flight:
             results += await self._settle(*in_flight.popleft())
         return results
@@ -217,17 +223,30 @@ class Publisher:
     async def _write(self, items: list[_Prepared]) -> _Window | None:
         """Write ``items`` with one reply subject each; ``None`` if nothing could be written."""
         if self._sub is None:
-            self._reply_prefix = self._nc.new_inbox() + "."
-            self._sub = await self._wire.subscribe(self._reply_prefix + "*", self._on_ack)
-        window = _Window(len(items))
-        prefix = self._reply_prefix
-        commands = []
-        for index, item in enumerate(items):
-            token = next(self._tokens)
-            self._waiting[token] = (window, index)
-            commands.append(hpub(item.subject, f"{prefix}{token}", item.header_block, item.payload))
+            inbox = self._nc.new_inbox()
+            self._sub = await self._wire.subscribe(f"{inbox}.*", self._on_ack)
+            self._reply_prefix = f"{inbox}.".encode()
+        base = self._next_token
+        self._next_token = base + len(items)
+        window = _Window(len(items), base)
+        waiting = self._waiting
+        reply_prefix = self._reply_prefix
+        parts: list[bytes] = []
+        append = parts.append
+        token = base
+        for subject, payload, block, _, _ in items:
+            waiting[token] = window
+            size = len(block)
+            append(
+                b"HPUB %b %b%d %d %d\r\n"
+                % (subject, reply_prefix, token, size, size + len(payload))
+            )
+            append(block)
+            append(payload)
+            append(_CRLF)
+            token += 1
         try:
-            await self._wire.send(b"".join(commands))
+            await self._wire.send(b"".join(parts))
         except TRANSIENT:
             self._forget(window)
             return None
@@ -241,13 +260,12 @@ class Publisher:
             token = int(subject[len(self._reply_prefix) :])
         except ValueError:
             return
-        entry = self._waiting.pop(token, None)
-        if entry is None:
+        window = self._waiting.pop(token, None)
+        if window is None:
             return  # a late ack of a publish already retried
-        window, index = entry
         if data:  # an empty reply is a status: no stream responded
             try:
-                window.acks[index] = _PUBACK.decode(data)
+                window.acks[token - window.base] = _PUBACK.decode(data)
             except msgspec.DecodeError:
                 log.warning("unreadable PubAck", extra={"data": data[:200]})
         window.missing -= 1
@@ -255,8 +273,9 @@ class Publisher:
             window.done.set_result(None)
 
     def _forget(self, window: _Window) -> None:
-        for token in [t for t, (w, _) in self._waiting.items() if w is window]:
-            del self._waiting[token]
+        pop = self._waiting.pop
+        for token in range(window.base, window.base + len(window.acks)):
+            pop(token, None)
 
     async def _settle(self, items: list[_Prepared], window: _Window | None) -> list[PublishResult]:
         if window is not None and window.missing:
@@ -265,15 +284,16 @@ class Publisher:
             await asyncio.wait([window.done], timeout=self._ack_timeout)
             if window.missing:
                 self._forget(window)
+        acks = window.acks if window is not None else [None] * len(items)
         results: list[PublishResult] = []
-        stored: collections.Counter[str] = collections.Counter()
-        for index, item in enumerate(items):
-            ack = window.acks[index] if window is not None else None
+        stored: dict[str, int] = {}
+        for item, ack in zip(items, acks, strict=True):
             if ack is not None and ack.error is None and ack.stream:
-                stored[item.type] += 1
+                event_type = item[4]
+                stored[event_type] = stored.get(event_type, 0) + 1
                 results.append(
                     PublishResult(
-                        msg_id=item.msg_id,
+                        msg_id=item[3],
                         stream=ack.stream,
                         sequence=ack.seq,
                         duplicate=ack.duplicate,
@@ -287,17 +307,19 @@ class Publisher:
 
     async def _send(self, item: _Prepared) -> PublishResult:
         """Publish one event as a request until stored; errors that cannot pass are raised."""
-        headers = parse_header_block(item.header_block)
+        raw_subject, payload, block, msg_id, event_type = item
+        subject = raw_subject.decode()
+        headers = parse_header_block(block)
         deadline = time.monotonic() + self._retry_seconds
         attempt = 0
         while True:
             try:
                 ack = await self._js.publish(
-                    item.subject, item.payload, timeout=self._ack_timeout, headers=headers
+                    subject, payload, timeout=self._ack_timeout, headers=headers
                 )
-                metrics.PUBLISHED.labels(item.type).inc()
+                metrics.PUBLISHED.labels(event_type).inc()
                 return PublishResult(
-                    msg_id=item.msg_id,
+                    msg_id=msg_id,
                     stream=ack.stream,
                     sequence=ack.seq,
                     duplicate=bool(ack.duplicate),
@@ -305,7 +327,7 @@ class Publisher:
             except TRANSIENT as exc:
                 if time.monotonic() >= deadline:
                     raise PublishError(
-                        f"publish {item.subject} (msg id {item.msg_id}): no ack from JetStream "
+                        f"publish {subject} (msg id {msg_id}): no ack from JetStream "
                         f"within {self._retry_seconds}s: {exc!r}"
                     ) from exc
                 metrics.PUBLISH_RETRIES.inc()
@@ -313,7 +335,7 @@ class Publisher:
                 attempt += 1
                 log.debug(
                     "publish retry",
-                    extra={"subject": item.subject, "msg_id": item.msg_id, "error": repr(exc)},
+                    extra={"subject": subject, "msg_id": msg_id, "error": repr(exc)},
                 )
                 await asyncio.sleep(pause)
 
@@ -324,8 +346,8 @@ class Publisher:
             await self._wire.unsubscribe(sub)
 
 
-def _trace_lines() -> bytes:
+def _trace_lines() -> str:
     """``traceparent``/``tracestate`` lines of the current span, or nothing without one."""
     carrier: dict[str, str] = {}
     inject_headers(carrier)
-    return header_lines(carrier) if carrier else b""
+    return header_lines(carrier).decode() if carrier else ""

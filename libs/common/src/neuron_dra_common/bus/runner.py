@@ -24,7 +24,7 @@ import contextlib
 import functools
 import logging
 import time
-from collections import OrderedDict
+from bisect import bisect_left
 from collections.abc import Awaitable, Callable
 from typing import Final
 
@@ -155,7 +155,8 @@ class RunnerOptions(msgspec.Struct, frozen=True, kw_only=True):
 
     ``backoff[i]`` is the pause before delivery ``i + 2``; the last value repeats.
     ``progress_interval`` defaults to a third of the consumer's ack wait.
-    ``dedupe_window`` is how many handled msg ids the runner remembers.
+    ``dedupe_window`` is how many handled msg ids the runner remembers at least (the last
+    ``dedupe_window`` always; up to twice as many).
     """
 
     batch: int = 500
@@ -189,9 +190,15 @@ class ConsumerRunner:
         self._wire = Wire.of(nc)
         self._handler = handler
         self._options = options or RunnerOptions()
-        self._stopping = asyncio.Event()
+        self._stop_requested = False
         self._ready = False
-        self._done: OrderedDict[str, None] = OrderedDict()
+        # Handled msg ids in two generations: the current one fills up to dedupe_window,
+        # then becomes the previous one (the one before is forgotten).
+        self._seen: set[str] = set()
+        self._seen_before: set[str] = set()
+        # The ack subject prefix of this consumer's deliveries (no JetStream domain), whose
+        # numbers are read without a full parse.
+        self._ack_prefix = f"$JS.ACK.{spec.stream}.{spec.durable}.".encode()
         self._tracer = tracer or get_tracer()
         self._current: bytes | None = None
         self._current_since = 0.0
@@ -215,7 +222,7 @@ class ConsumerRunner:
         self._m_duplicate = metrics.MESSAGES.labels(name, "duplicate")
         self._m_dead = metrics.MESSAGES.labels(name, "dead_lettered")
         self._m_requeued = metrics.MESSAGES.labels(name, "requeued")
-        self._m_seconds = metrics.HANDLE_SECONDS.labels(name)
+        self._times = metrics.HandleTimes(name)
 
     @property
     def ready(self) -> bool:
@@ -224,7 +231,7 @@ class ConsumerRunner:
 
     def stop(self) -> None:
         """Finish the message in hand, hand back the rest of the batch, then return from run."""
-        self._stopping.set()
+        self._stop_requested = True
         self._wakeup()
 
     def _wakeup(self) -> None:
@@ -270,14 +277,16 @@ class ConsumerRunner:
             self._progress_loop(), name=f"bus-progress-{self.spec.durable}"
         )
         owed = 0
+        refill = opts.batch // 2
         reconnects = nc.stats["reconnects"]
         last_seen = time.monotonic()
+        process, popleft = self._process, queue.popleft
         self._ready = True
         try:
-            while not self._stopping.is_set():
+            while not self._stop_requested:
                 if nc.stats["reconnects"] != reconnects:
                     reconnects, owed = nc.stats["reconnects"], 0
-                if owed <= opts.batch // 2 and nc.is_connected:
+                if owed <= refill and nc.is_connected:
                     try:
                         await self._wire.send(request)
                         owed += opts.batch
@@ -292,14 +301,19 @@ class ConsumerRunner:
                             owed = 0  # requests expired without a word (server restarted)
                         continue
                 last_seen = time.monotonic()
-                subject, reply, data, raw_headers = queue.popleft()
-                if not data and raw_headers and raw_headers[8:9] == b" ":
-                    # "NATS/1.0 408 ...": a status of the pull request, not a message.
-                    headers = parse_header_block(raw_headers)
-                    owed = _owed_after_status(owed, headers.get(STATUS, ""), headers)
-                    continue
-                owed -= 1
-                await self._process(subject.decode(), reply, data, raw_headers or b"")
+                # What has arrived, until it runs out, a stop, or the next pull request is due.
+                while queue and not self._stop_requested:
+                    subject, reply, data, raw_headers = popleft()
+                    if not data and raw_headers and raw_headers[8:9] == b" ":
+                        # "NATS/1.0 408 ...": a status of the pull request, not a message.
+                        headers = parse_header_block(raw_headers)
+                        owed = _owed_after_status(owed, headers.get(STATUS, ""), headers)
+                        continue
+                    owed -= 1
+                    await process(subject, reply, data, raw_headers or b"")
+                    if owed <= refill:
+                        break
+                last_seen = time.monotonic()
         finally:
             self._ready = False
             if self._watchdog is not None:
@@ -318,6 +332,7 @@ class ConsumerRunner:
                 self._interrupted = None
             queue.clear()
             self._count_acked()
+            self._times.flush()
             await self._flush_acks()
             await self._requeue(left)
 
@@ -338,34 +353,56 @@ class ConsumerRunner:
                 with contextlib.suppress(nats.errors.Error):
                     await self._wire.send(pub(reply.decode(), b"+WPI"))
 
-    def _delivery(self, subject: str, reply: bytes, raw_headers: bytes) -> Delivery:
-        meta = ack_metadata(reply.decode())
-        if meta is None:
-            raise ValueError(f"consumer {self.spec.durable}: {reply!r} is not a JetStream reply")
+    def _delivery(self, subject: bytes, reply: bytes, raw_headers: bytes) -> Delivery | None:
+        """The delivery a message's ack subject describes; ``None`` if it is not one."""
+        stream, consumer = self.spec.stream, self.spec.durable
+        numbers = None
+        if reply.startswith(self._ack_prefix):
+            # <delivered>.<stream seq>.<consumer seq>.<timestamp>.<pending>
+            numbers = reply[len(self._ack_prefix) :].split(b".")
+            if len(numbers) != 5 or not numbers[0].isdigit():
+                numbers = None
+        if numbers is not None:
+            try:
+                deliveries, stream_sequence = int(numbers[0]), int(numbers[1])
+                consumer_sequence = int(numbers[2])
+            except ValueError:
+                return None
+        else:
+            meta = ack_metadata(reply.decode("utf-8", "replace"))
+            if meta is None:
+                return None
+            stream, consumer = meta.stream, meta.consumer
+            deliveries, stream_sequence = meta.deliveries, meta.stream_sequence
+            consumer_sequence = meta.consumer_sequence
         return Delivery(
-            subject=subject,
-            stream=meta.stream,
-            consumer=meta.consumer,
-            stream_sequence=meta.stream_sequence,
-            consumer_sequence=meta.consumer_sequence,
-            deliveries=meta.deliveries,
-            msg_id=_header_value(raw_headers, _MSG_ID_MARKER) or f"seq:{meta.stream_sequence}",
+            subject=subject.decode(),
+            stream=stream,
+            consumer=consumer,
+            stream_sequence=stream_sequence,
+            consumer_sequence=consumer_sequence,
+            deliveries=deliveries,
+            msg_id=_header_value(raw_headers, _MSG_ID_MARKER) or f"seq:{stream_sequence}",
             raw_headers=raw_headers,
         )
 
     def _remember(self, msg_id: str) -> None:
-        self._done[msg_id] = None
-        if len(self._done) > self._options.dedupe_window:
-            self._done.popitem(last=False)
+        seen = self._seen
+        seen.add(msg_id)
+        if len(seen) >= self._options.dedupe_window:
+            self._seen_before, self._seen = seen, set()
 
-    async def _process(self, subject: str, reply: bytes, data: bytes, raw_headers: bytes) -> None:
-        try:
-            delivery = self._delivery(subject, reply, raw_headers)
-        except ValueError as exc:
-            log.error("not a JetStream delivery, dropped", extra={"error": str(exc)})
+    async def _process(self, subject: bytes, reply: bytes, data: bytes, raw_headers: bytes) -> None:
+        delivery = self._delivery(subject, reply, raw_headers)
+        if delivery is None:
+            log.error(
+                "not a JetStream delivery, dropped",
+                extra={"consumer": self.spec.durable, "reply": reply[:200]},
+            )
             return
         opts = self._options
-        if delivery.msg_id in self._done:
+        msg_id = delivery.msg_id
+        if msg_id in self._seen or msg_id in self._seen_before:
             self._ack(reply)
             self._m_duplicate.inc()
             return
@@ -389,103 +426,103 @@ class ConsumerRunner:
             if raw_headers.find(_TRACEPARENT_MARKER) >= 0
             else None
         )
+        if started - self._recording_checked > 1.0:
+            # Looked up once a second: finding the process-wide provider reads the environment.
+            self._recording_checked = started
+            self._recording = _may_record(self._tracer)
         span: trace.Span = trace.INVALID_SPAN
-        if self._may_record(started):
+        recording = False
+        token = None
+        if self._recording:
             span = self._tracer.start_span(
                 f"process {event.event_type()}",
                 context=parent,
                 kind=trace.SpanKind.CONSUMER,
                 attributes={
                     "messaging.system": "nats",
-                    "messaging.destination.name": subject,
+                    "messaging.destination.name": delivery.subject,
                     "messaging.consumer.group.name": delivery.consumer,
-                    "messaging.message.id": delivery.msg_id,
+                    "messaging.message.id": msg_id,
                 },
             )
-        recording = span.is_recording()
-        token = (
-            otel_context.attach(trace.set_span_in_context(span, parent))
-            if recording or parent is not None
-            else None
-        )
+            recording = span.is_recording()
+        if recording or parent is not None:
+            token = otel_context.attach(trace.set_span_in_context(span, parent))
+        # The handler runs under the watchdog (see _check_timeout): one timer serves many
+        # calls, as a timer per call would cost more than a fast handler.
+        self._calls += 1
+        call = self._handling = self._calls
+        self._handling_since = started
+        if self._watchdog is None:
+            self._watchdog = asyncio.get_running_loop().call_later(
+                opts.handler_timeout, self._check_timeout
+            )
         try:
             try:
-                await self._call_handler(event, delivery)
-            except PermanentError as exc:
-                span.record_exception(exc)
-                await self._dead_letter(reply, data, delivery, kind="permanent", reason=str(exc))
-                return
+                await self._handler(event, delivery)
             except asyncio.CancelledError:
-                # Shutdown while handling: handed back (nak'd) by run once it stopped pulling.
-                self._interrupted = reply
-                raise
-            except Exception as exc:
-                span.record_exception(exc)
-                span.set_status(trace.StatusCode.ERROR, repr(exc))
-                await self._failed(reply, data, delivery, exc)
-                return
+                if self._timed_out != call:
+                    raise
+                self._timed_out = 0
+                task = asyncio.current_task()
+                if task is not None and task.uncancel() > 0:
+                    raise  # cancelled from outside as well: shutting down
+                raise TimeoutError(f"handler ran over {opts.handler_timeout}s") from None
+            finally:
+                self._handling = 0
+                if self._timed_out == call:
+                    # The handler swallowed its cancellation and returned: nothing to undo
+                    # but the request itself.
+                    self._timed_out = 0
+                    task = asyncio.current_task()
+                    if task is not None:
+                        task.uncancel()
+        except PermanentError as exc:
+            span.record_exception(exc)
+            await self._dead_letter(reply, data, delivery, kind="permanent", reason=str(exc))
+            return
+        except asyncio.CancelledError:
+            # Shutdown while handling: handed back (nak'd) by run once it stopped pulling.
+            self._interrupted = reply
+            raise
+        except Exception as exc:
+            span.record_exception(exc)
+            span.set_status(trace.StatusCode.ERROR, repr(exc))
+            await self._failed(reply, data, delivery, exc)
+            return
         finally:
             if token is not None:
                 otel_context.detach(token)
             if recording:
                 span.end()
             self._current = None
-            self._m_seconds.observe(time.monotonic() - started)
-        self._remember(delivery.msg_id)
-        self._ack(reply)
+            seconds = time.monotonic() - started
+            times = self._times
+            times.counts[bisect_left(times.bounds, seconds)] += 1
+            times.total += seconds
+        seen = self._seen
+        seen.add(msg_id)
+        if len(seen) >= opts.dedupe_window:
+            self._seen_before, self._seen = seen, set()
+        self._acks.append(b"PUB %b 4\r\n+ACK\r\n" % reply)
+        if not self._acks_scheduled:
+            self._acks_scheduled = True
+            asyncio.get_running_loop().call_soon(self._write_acks)
         self._acked += 1
 
-    def _may_record(self, now: float) -> bool:
-        # Looked up once a second: finding the process-wide provider reads the environment.
-        if now - self._recording_checked > 1.0:
-            self._recording_checked = now
-            self._recording = _may_record(self._tracer)
-        return self._recording
-
-    async def _call_handler(self, event: AnyEvent, delivery: Delivery) -> None:
-        """Run the handler; ``TimeoutError`` once it ran ``handler_timeout`` seconds.
-
-        One watchdog timer serves many handler calls (a timer per call would cost more than
-        a fast handler): it is armed for the first call and, when it fires, either cancels
-        the call still running past its deadline or re-arms for the call in hand.
-        """
-        loop = asyncio.get_running_loop()
-        self._calls += 1
-        call = self._handling = self._calls
-        self._handling_since = loop.time()
-        if self._watchdog is None:
-            self._watchdog = loop.call_at(
-                self._handling_since + self._options.handler_timeout, self._check_timeout
-            )
-        try:
-            await self._handler(event, delivery)
-        except asyncio.CancelledError:
-            if self._timed_out != call:
-                raise
-            self._timed_out = 0
-            task = asyncio.current_task()
-            if task is not None and task.uncancel() > 0:
-                raise  # cancelled from outside as well: shutting down
-            raise TimeoutError(f"handler ran over {self._options.handler_timeout}s") from None
-        finally:
-            self._handling = 0
-            if self._timed_out == call:
-                # The handler swallowed its cancellation and returned: nothing to undo but
-                # the request itself.
-                self._timed_out = 0
-                task = asyncio.current_task()
-                if task is not None:
-                    task.uncancel()
-
     def _check_timeout(self) -> None:
+        """The watchdog: cancel a handler call that ran past its deadline, or re-arm.
+
+        Armed for the first call after an idle spell; when it fires it either cancels the
+        call still running past ``handler_timeout`` or re-arms for the call in hand.
+        """
         self._watchdog = None
         call = self._handling
         if not call:
             return  # idle: the next call arms it again
-        deadline = self._handling_since + self._options.handler_timeout
-        loop = asyncio.get_running_loop()
-        if loop.time() < deadline:
-            self._watchdog = loop.call_at(deadline, self._check_timeout)
+        left = self._handling_since + self._options.handler_timeout - time.monotonic()
+        if left > 0:
+            self._watchdog = asyncio.get_running_loop().call_later(left, self._check_timeout)
             return
         # A callback runs only while the runner's task waits, and it waits inside the
         # handler while one is in hand: the cancellation lands there.
@@ -503,6 +540,7 @@ class ConsumerRunner:
     def _write_acks(self) -> None:
         self._acks_scheduled = False
         self._count_acked()
+        self._times.flush()
         if self._acks:
             task = asyncio.create_task(self._flush_acks(), name=f"bus-acks-{self.spec.durable}")
             self._ack_writes.add(task)

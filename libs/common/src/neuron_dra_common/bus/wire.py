@@ -1,22 +1,29 @@
 """The bus's own traffic on the wire: raw subscriptions and protocol writes on a nats-py client.
 
-For each incoming message nats-py parses every header into a dict, builds a ``Msg`` and hands
-it to a task through a queue; for each publish it checks and encodes the headers one by one
-and asks its flusher for a write. At tens of thousands of events a second that is most of the
-time the bus spends. The bus's hot traffic (consumer deliveries, PubAcks, acks, event
-publishes) therefore goes through :class:`Wire`: a message of a raw subscription is handed,
-as it came (subject, reply, payload, header block), to a handler called in line; whole
-protocol commands are queued at once. Everything else (connect, reconnect and re-subscribe,
-ping, TLS, the JetStream API, other subscriptions) stays with nats-py and behaves as before.
+For each incoming message nats-py matches the control line against several regular
+expressions, copies the payload out of a bytearray, awaits a coroutine per message, parses
+every header into a dict, builds a ``Msg`` and hands it to a task through a queue; for each
+publish it checks and encodes the headers one by one and asks its flusher for a write. At
+tens of thousands of events a second that is most of the time the bus spends. The bus's hot
+traffic (consumer deliveries, PubAcks, acks, event publishes) therefore goes through
+:class:`Wire`: the client's protocol parser is replaced by one that reads ``MSG`` and
+``HMSG`` by position and hands a message of a raw subscription, as it came (subject, reply,
+payload, header block), to a handler called in line; whole protocol commands are queued at
+once. Every other protocol line goes to nats-py's own parser, and everything else (connect,
+reconnect and re-subscribe, ping, TLS, the JetStream API, other subscriptions) stays with
+nats-py and behaves as before.
 
-This relies on internals of the pinned nats-py (2.16.0): every message is dispatched through
-``Client._process_msg(sid, subject, reply, data, headers)``, and writes are queued with
-``Client._send_command`` for the flusher that ``Client._flush_pending`` wakes.
-``tests/unit/bus/test_wire.py`` fails if any of them changes.
+This relies on internals of the pinned nats-py (2.16.0): the client reads through
+``Client._ps.parse(data)`` (a ``nats.protocol.parser.Parser``, reset on reconnect), every
+message is dispatched through ``Client._process_msg(sid, subject, reply, data, headers)``,
+and writes are queued with ``Client._send_command`` for the flusher that
+``Client._flush_pending`` wakes. ``tests/unit/bus/test_wire.py`` fails if any of them
+changes.
 """
 
 from __future__ import annotations
 
+import logging
 import weakref
 from collections.abc import Awaitable, Callable
 from typing import Final
@@ -25,6 +32,8 @@ import msgspec
 import nats.errors
 from nats.aio.client import Client
 from nats.aio.subscription import Subscription
+from nats.errors import ProtocolError
+from nats.protocol.parser import AWAITING_CONTROL_LINE, MAX_CONTROL_LINE_SIZE, Parser
 
 __all__ = [
     "AckMetadata",
@@ -40,6 +49,8 @@ __all__ = [
 #: ``handler(subject, reply, payload, header_block)``; the header block is ``None`` when the
 #: message has no headers. Called in line with the parser: it must not block.
 RawHandler = Callable[[bytes, bytes, bytes, bytes | None], None]
+
+log = logging.getLogger(__name__)
 
 HEADER_LINE: Final = b"NATS/1.0\r\n"
 _CRLF: Final = "\r\n"
@@ -75,8 +86,11 @@ class Wire:
             stats["in_bytes"] += len(data)
             handler(subject, reply, data, headers)
 
-        # An instance attribute: only this client's dispatch changes.
+        # Instance attributes: only this client's dispatch and parser change. The dispatch
+        # hook still routes raw messages that come through nats-py's own parser (the one
+        # finishing a read that was under way when the wire was installed).
         nc._process_msg = dispatch  # type: ignore[method-assign]
+        nc._ps = _Parser(nc, handlers, previous=nc._ps)
 
     @classmethod
     def of(cls, nc: Client) -> Wire:
@@ -119,6 +133,115 @@ class Wire:
         queue = nc._flush_queue
         if queue is not None and queue.empty():
             await nc._flush_pending()
+
+
+_MSG: Final = b"MSG "
+_HMSG: Final = b"HMSG "
+_CRLF_B: Final = b"\r\n"
+
+
+class _Parser(Parser):
+    """nats-py's protocol parser with ``MSG`` and ``HMSG`` read by position.
+
+    A message of a raw subscription goes to its handler in line, with no ``Msg``, no header
+    dict and no coroutine; any other message goes to ``Client._process_msg`` as before, and
+    any other protocol line (``PING``, ``PONG``, ``+OK``, ``-ERR``, ``INFO``) to nats-py's
+    parser, so its handling does not change. What is left of a read (a message cut in two)
+    waits in ``buf``, which ``reset()`` (on reconnect) empties as before.
+    """
+
+    def __init__(
+        self, nc: Client, handlers: dict[int, RawHandler], *, previous: Parser | None
+    ) -> None:
+        self._handlers = handlers
+        super().__init__(nc)  # resets, which forgets any previous parser: set it after
+        # The parser this one replaces, until it has finished what it was reading.
+        self._previous = previous
+
+    def reset(self) -> None:
+        self._previous = None
+        super().reset()
+
+    async def parse(self, data: bytes = b"") -> None:
+        previous = self._previous
+        if previous is not None:
+            if previous.buf or previous.state != AWAITING_CONTROL_LINE:
+                await previous.parse(data)
+                return
+            self._previous = None
+        if self.buf:
+            data = bytes(self.buf) + data
+            self.buf.clear()
+        nc = self.nc
+        handlers = self._handlers
+        size = len(data)
+        pos = 0
+        count = 0
+        received = 0
+        try:
+            while pos < size:
+                eol = data.find(_CRLF_B, pos)
+                if eol < 0:
+                    if size - pos > MAX_CONTROL_LINE_SIZE:
+                        raise ProtocolError("nats: control line too long")
+                    break
+                if data.startswith(_HMSG, pos):
+                    args = data[pos + 5 : eol].split()
+                    if len(args) == 5:
+                        subject, sid, reply, hlen, total = args
+                    elif len(args) == 4:
+                        subject, sid, hlen, total = args
+                        reply = b""
+                    else:
+                        raise ProtocolError("nats: malformed HMSG")
+                    start = eol + 2
+                    split = start + int(hlen)
+                    stop = start + int(total)
+                    if stop + 2 > size:
+                        break  # the payload is still on its way
+                    headers: bytes | None = data[start:split]
+                    payload = data[split:stop]
+                elif data.startswith(_MSG, pos):
+                    args = data[pos + 4 : eol].split()
+                    if len(args) == 4:
+                        subject, sid, reply, total = args
+                    elif len(args) == 3:
+                        subject, sid, total = args
+                        reply = b""
+                    else:
+                        raise ProtocolError("nats: malformed MSG")
+                    start = eol + 2
+                    stop = start + int(total)
+                    if stop + 2 > size:
+                        break
+                    headers = None
+                    payload = data[start:stop]
+                else:
+                    # Any other line: nats-py's parser, given exactly that line.
+                    await Parser.parse(self, data[pos : eol + 2])
+                    pos = eol + 2
+                    continue
+                pos = stop + 2
+                handler = handlers.get(int(sid))
+                if handler is None:
+                    await nc._process_msg(int(sid), subject, reply, payload, headers)
+                    continue
+                count += 1
+                received += len(payload)
+                try:
+                    handler(subject, reply, payload, headers)
+                except Exception:
+                    # A handler's bug must not stop the connection's reader.
+                    log.exception("raw message handler failed", extra={"subject": subject})
+        except ValueError as exc:
+            raise ProtocolError(f"nats: malformed message: {exc}") from exc
+        finally:
+            if count:
+                stats = nc.stats
+                stats["in_msgs"] += count
+                stats["in_bytes"] += received
+        if pos < size:
+            self.buf.extend(data[pos:])
 
 
 def pub(subject: str, payload: bytes) -> bytes:

@@ -23,9 +23,19 @@ def subject_token(name: str) -> str:
     >>> subject_token("ip-10-0-0-1.ec2.internal")
     'ip-10-0-0-1_ec2_internal'
     """
-    if not name:
-        raise ValueError("subject token: name is empty")
-    return _UNSAFE.sub("_", name)
+    token = _TOKENS.get(name)
+    if token is None:
+        if not name:
+            raise ValueError("subject token: name is empty")
+        token = _UNSAFE.sub("_", name)
+        if len(_TOKENS) < _TOKENS_KEPT:
+            _TOKENS[name] = token
+    return token
+
+
+#: Tokens of names seen before (node and device names repeat on every event), up to a bound.
+_TOKENS: dict[str, str] = {}
+_TOKENS_KEPT = 65_536
 
 
 class Event(msgspec.Struct, frozen=True, kw_only=True, tag_field="type"):
