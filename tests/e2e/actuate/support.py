@@ -13,7 +13,6 @@ import json
 import os
 import signal
 import subprocess
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +32,7 @@ from neuron_dra_cli.stack.plugin import (
 from neuron_dra_common import cdi
 from neuron_dra_kubelet_plugin.checkpoint import CheckpointStore
 
+from tests.fixtures.processes import start_recorded, wait_gone
 from tests.fixtures.stack import KubeStack
 
 MANIFESTS = Path(__file__).parent / "manifests"
@@ -117,30 +117,8 @@ class Actuate:
     def start_plugin(self, node: str, *, env: dict[str, str] | None = None) -> int:
         """Start node's plugin (the old one must be gone), recorded for ``dev down``."""
         c = self.component(node, env=env)
-        log = self.layout.log(c.name)
-        with open(log, "ab") as out:
-            proc = subprocess.Popen(
-                c.argv,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                env={**os.environ, **c.env},
-                start_new_session=True,
-            )
+        proc = start_recorded(self.layout, c, log=self.layout.log(c.name))
         self.procs[node] = proc
-        current = state.load(self.layout.root)
-        assert current is not None
-        ticks = process._start_ticks(proc.pid)
-        entry = state.ComponentState(
-            name=c.name,
-            kind=KIND,
-            pid=proc.pid,
-            start_ticks=ticks or -1,
-            log=str(log),
-            ports=c.ports,
-        )
-        others = tuple(x for x in current.components if x.name != c.name)
-        state.save(self.layout.root, msgspec.structs.replace(current, components=(*others, entry)))
         return proc.pid
 
     def wait_exited(self, node: str, *, timeout: float = 60) -> int:
@@ -228,25 +206,6 @@ class Actuate:
             ),
             timeout=timeout,
         )
-
-
-def wait_gone(pid: int, timeout: float = 10) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return
-        # A killed child of this process stays a zombie until reaped.
-        try:
-            if os.waitpid(pid, os.WNOHANG)[0] == pid:
-                return
-        except ChildProcessError:
-            pass
-        if Path(f"/proc/{pid}/stat").exists() and " Z " in Path(f"/proc/{pid}/stat").read_text():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"process {pid} still alive {timeout} s after SIGKILL")
 
 
 def bring_up(stack: KubeStack) -> Iterator[Actuate]:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import time
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +21,7 @@ from neuron_dra_cli.stack.components import python_service
 from neuron_dra_cli.stack.layout import Layout
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.fixtures.processes import start_recorded, wait_gone
 from tests.fixtures.stack import KubeStack
 
 STACK_NAME = "ultraserver-operator"
@@ -31,22 +31,6 @@ LEASE = "neuron-dra-ultraserver-operator"
 #: Operators left running for the rest of the session (``dev down`` stops them); held here so
 #: their handles are not collected while the process still runs.
 _LEFT_RUNNING: list[subprocess.Popen[bytes]] = []
-
-
-def wait_gone(pid: int, timeout: float = 15) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return
-        try:  # a child of this process stays a zombie until reaped
-            if os.waitpid(pid, os.WNOHANG)[0] == pid:
-                return
-        except ChildProcessError:
-            pass
-        time.sleep(0.05)
-    raise AssertionError(f"process {pid} still running after {timeout}s")
 
 
 @dataclass
@@ -100,37 +84,13 @@ class Operators:
                 **(env or {}),
             },
         )
-        log = self.log(name)
-        with open(log, "ab") as out:
-            proc = subprocess.Popen(
-                c.argv,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                env={**os.environ, **c.env},
-                start_new_session=True,
-            )
+        proc = start_recorded(self.layout, c, log=self.log(name))
         self.procs[name] = proc
         self.ports[name] = c.ports["http"]
         if env:
             self.special.add(name)
         else:
             self.special.discard(name)
-        current = state.load(self.layout.root)
-        assert current is not None
-        entry = state.ComponentState(
-            name=name,
-            kind=KIND,
-            pid=proc.pid,
-            start_ticks=process._start_ticks(proc.pid) or -1,
-            log=str(log),
-            ports=c.ports,
-        )
-        others = tuple(x for x in current.components if x.name != name)
-        state.save(
-            self.layout.root,
-            state.StackState(**{**_fields(current), "components": (*others, entry)}),
-        )
 
     def wait_exited(self, name: str, *, timeout: float = 60) -> int:
         """Wait for ``name`` (started here) to exit; its exit status."""
@@ -187,10 +147,6 @@ class Operators:
             self.wait_ready(STACK_NAME)
         if STACK_NAME in self.procs:
             _LEFT_RUNNING.append(self.procs.pop(STACK_NAME))
-
-
-def _fields(current: state.StackState) -> dict[str, object]:
-    return {f: getattr(current, f) for f in current.__struct_fields__}
 
 
 def _get(url: str) -> int:
