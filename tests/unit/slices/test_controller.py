@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
+from typing import Any
 
 import msgspec
 import pytest
@@ -19,9 +20,10 @@ from neuron_dra_common.hardware.model import (
     NodeHardware,
 )
 from neuron_dra_common.kube import run_workers
+from neuron_dra_slice_publisher import controller as controller_module
 from neuron_dra_slice_publisher.controller import Controller, NodeInfo
 from neuron_dra_slice_publisher.leader import LeaseState, decide
-from neuron_dra_slice_publisher.slices import NodeDeviceMode
+from neuron_dra_slice_publisher.slices import NodeDeviceMode, PoolContent
 from neuron_dra_slice_publisher.store import MemorySliceStore
 
 
@@ -125,6 +127,41 @@ async def test_moving_counters_write_nothing_and_are_not_kept(world: World) -> N
     held = world.controller.inventories["n1"]
     assert held.generation == 2
     assert all(not d.cores and d.ecc == EccCounters() for d in held.hardware.devices)
+
+
+async def test_an_echo_is_told_from_a_change_without_building_the_pool(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    built: list[str] = []
+    real = controller_module.build_pool
+
+    def counting_build(**kwargs: Any) -> PoolContent:
+        built.append(kwargs["node"])
+        return real(**kwargs)
+
+    monkeypatch.setattr(controller_module, "build_pool", counting_build)
+    world.add_node("n1")
+    world.controller.accept(inventory("n1"))
+    await world.settle()
+    for _ in range(3):  # Node and slice informer echoes
+        world.controller.node_changed("MODIFIED", {"metadata": {"name": "n1"}})
+        await world.settle()
+    assert built == ["n1"]
+    assert world.store.writes == {"n1-neuron.aws.com-0": 1}
+    world.nodes["n1"] = NodeInfo(
+        name="n1", uid="uid", labels={"topology.k8s.aws/network-node-layer-1": "nn-2"}
+    )
+    world.controller.node_changed("MODIFIED", {"metadata": {"name": "n1"}})
+    await world.settle()
+    assert built == ["n1", "n1"]
+    assert world.store.writes == {"n1-neuron.aws.com-0": 2}
+    # A slice changed behind the publisher's back is rebuilt and written again.
+    del world.store.objects["n1-neuron.aws.com-0"]
+    world.controller.stored["n1"].clear()
+    world.controller.node_changed("MODIFIED", {"metadata": {"name": "n1"}})
+    await world.settle()
+    assert built == ["n1", "n1", "n1"]
+    assert world.store.writes == {"n1-neuron.aws.com-0": 3}
 
 
 async def test_an_older_inventory_is_ignored(world: World) -> None:

@@ -31,6 +31,7 @@ from neuron_dra_slice_publisher.pool import (
     NodeRef,
     StoredSlice,
     plan_pool,
+    pool_is_current,
     stored_slice,
 )
 from neuron_dra_slice_publisher.slices import (
@@ -38,6 +39,7 @@ from neuron_dra_slice_publisher.slices import (
     NodeDeviceMode,
     PoolContent,
     build_pool,
+    content_hash,
 )
 from neuron_dra_slice_publisher.store import Conflict, SliceStore
 
@@ -76,6 +78,9 @@ class NodeInfo(msgspec.Struct, frozen=True, kw_only=True):
 
 NodeLookup = Callable[[str], NodeInfo | None]
 
+#: What a pool is built from: the inventory, the Node's labels and its workload id.
+_Inputs = tuple[NodeInventory, tuple[tuple[str, str], ...], str]
+
 
 class Controller:
     """Inventories in, pools out; :meth:`handle` is the bus handler, :meth:`reconcile` the
@@ -98,21 +103,17 @@ class Controller:
         self.stored: dict[str, dict[str, StoredSlice]] = {}
         self.generations: dict[str, int] = {}
         self.on_written: Callable[[str, int], None] | None = None
-        self._built: dict[
-            str, tuple[tuple[NodeInventory, tuple[tuple[str, str], ...]], PoolContent]
-        ] = {}
+        # Per node, the inputs its pool was last built from and the digests of its slices:
+        # enough to tell an informer echo from a change without keeping the pool's devices
+        # (thousands of dicts per hundred nodes, which every full garbage collection scans).
+        self._built: dict[str, tuple[_Inputs, tuple[str, ...]]] = {}
 
     # -- inputs --------------------------------------------------------------------------------
 
     def _content(
         self, inventory: NodeInventory, labels: Mapping[str, str], workload_id: str = ""
     ) -> PoolContent:
-        # Informer echoes re-run reconcile often; the pool only changes with its inputs.
-        key = (inventory, (*sorted(labels.items()), ("workloadId", workload_id)))
-        cached = self._built.get(inventory.node)
-        if cached is not None and cached[0] == key:
-            return cached[1]
-        content = build_pool(
+        return build_pool(
             node=inventory.node,
             hardware=inventory.hardware,
             labels=labels,
@@ -120,8 +121,6 @@ class Controller:
             dra_driver_version=inventory.dra_driver_version or self.dra_driver_version,
             workload_id=workload_id,
         )
-        self._built[inventory.node] = (key, content)
-        return content
 
     @staticmethod
     def _check(inventory: NodeInventory) -> None:
@@ -203,7 +202,9 @@ class Controller:
         info = self.nodes(node)
         stored = list(self.stored.get(node, {}).values())
         inventory = self.inventories.get(node)
+        digests: tuple[str, ...] | None = None
         if info is None:
+            self._built.pop(node, None)
             if not stored:
                 return
             # The Node is gone: its pool goes too (garbage collection would, later).
@@ -213,6 +214,16 @@ class Controller:
             return
         else:
             owner = NodeRef(name=node, uid=info.uid)
+            # Informer echoes re-run reconcile often; the pool only changes with its inputs.
+            inputs: _Inputs = (inventory, tuple(sorted(info.labels.items())), info.workload_id)
+            built = self._built.get(node)
+            if (
+                built is not None
+                and built[0] == inputs
+                and pool_is_current(built[1], owner=owner, stored=stored)
+            ):
+                POOL_WRITES.labels("unchanged").inc()
+                return
             try:
                 content = self._content(inventory, info.labels, info.workload_id)
             except InventoryError as exc:
@@ -220,7 +231,9 @@ class Controller:
                 return
             for reason in content.skipped:
                 log.warning("value left out of pool", extra={"node": node, "reason": reason})
-        plan = plan_pool(content, owner=owner, stored=stored)
+            digests = tuple(content_hash(part) for part in content.slices)
+            self._built[node] = (inputs, digests)
+        plan = plan_pool(content, owner=owner, stored=stored, digests=digests)
         if plan.unchanged:
             POOL_WRITES.labels("unchanged").inc()
             return

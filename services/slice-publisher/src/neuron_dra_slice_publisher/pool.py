@@ -29,6 +29,7 @@ __all__ = [
     "Write",
     "label_value",
     "plan_pool",
+    "pool_is_current",
     "render_slice",
     "slice_name",
     "slice_summary",
@@ -194,30 +195,48 @@ def _pool_annotation(value: str) -> tuple[int, int]:
     return 0, 0  # not ours, or edited: the next reconcile writes the pool again
 
 
+def pool_is_current(
+    digests: Sequence[str], *, owner: NodeRef, stored: Sequence[StoredSlice]
+) -> bool:
+    """``stored`` already is the pool whose slices have ``digests`` (in order): the same
+    names, one generation, each slice's content digest, slice count and owner."""
+    count = len(digests)
+    by_name = {s.name: s for s in stored}
+    if len(by_name) != count or len({s.generation for s in stored}) != 1:
+        return False
+    for index, digest in enumerate(digests):
+        held = by_name.get(slice_name(owner.name, index))
+        if (
+            held is None
+            or held.content_hash != digest
+            or held.slice_count != count
+            or held.owner_uid != owner.uid
+        ):
+            return False
+    return True
+
+
 def plan_pool(
-    content: PoolContent | None, *, owner: NodeRef, stored: Sequence[StoredSlice]
+    content: PoolContent | None,
+    *,
+    owner: NodeRef,
+    stored: Sequence[StoredSlice],
+    digests: Sequence[str] | None = None,
 ) -> Plan:
-    """The writes and deletes that turn ``stored`` into ``content`` (``None``: no pool)."""
+    """The writes and deletes that turn ``stored`` into ``content`` (``None``: no pool).
+
+    ``digests`` are ``content_hash`` of each of ``content.slices`` when the caller has them.
+    """
     by_name = {s.name: s for s in stored}
     top = max((s.generation for s in stored), default=0)
     if content is None or not content.slices:
         return Plan(node=owner.name, generation=top, deletes=tuple(sorted(by_name)))
     count = len(content.slices)
-    wanted = [
-        (slice_name(owner.name, i), content_hash(part)) for i, part in enumerate(content.slices)
-    ]
-    current = (
-        set(by_name) == {name for name, _ in wanted}
-        and len({s.generation for s in stored}) == 1
-        and all(
-            by_name[name].content_hash == digest
-            and by_name[name].slice_count == count
-            and by_name[name].owner_uid == owner.uid
-            for name, digest in wanted
-        )
-    )
-    if current:
+    if digests is None:
+        digests = [content_hash(part) for part in content.slices]
+    if pool_is_current(digests, owner=owner, stored=stored):
         return Plan(node=owner.name, generation=top)
+    wanted = [(slice_name(owner.name, i), digest) for i, digest in enumerate(digests)]
     generation = top + 1
     writes = tuple(
         Write(
