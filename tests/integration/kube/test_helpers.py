@@ -86,6 +86,8 @@ async def test_a_metadata_informer_follows_changes_without_the_objects_bodies(
     assert seen == [("ADDED", kind, f"a-{run}"), ("MODIFIED", kind, f"a-{run}")]
     cached = informer.cache[f"{NS}/a-{run}"]
     assert "data" not in cached
+    assert "managedFields" not in cached["metadata"]
+    assert cached["metadata"]["uid"]
     assert cached["metadata"]["annotations"] == {"test/step": "2"}
     assert cached["metadata"]["labels"] == {"test-run": run}
     await kube.delete(CONFIGMAPS, f"a-{run}", namespace=NS)

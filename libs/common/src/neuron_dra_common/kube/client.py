@@ -75,12 +75,39 @@ class _PartialObject(msgspec.Struct, omit_defaults=True):
     metadata: _Metadata | msgspec.UnsetType = msgspec.UNSET
 
 
+class _PartialObjectList(msgspec.Struct, omit_defaults=True):
+    apiVersion: str | msgspec.UnsetType = msgspec.UNSET
+    kind: str | msgspec.UnsetType = msgspec.UNSET
+    metadata: dict[str, Any] | msgspec.UnsetType = msgspec.UNSET
+    items: list[_PartialObject] | msgspec.UnsetType = msgspec.UNSET
+
+
+class _WatchEvent(msgspec.Struct):
+    type: str
+    object: msgspec.Raw
+
+
 _decode_partial: Final = msgspec.json.Decoder(_PartialObject).decode
+_decode_partial_list: Final = msgspec.json.Decoder(_PartialObjectList).decode
+_decode_event: Final = msgspec.json.Decoder(_WatchEvent).decode
 
 
 def _decode_metadata(data: bytes) -> Obj:
     decoded: Obj = msgspec.to_builtins(_decode_partial(data))
     return decoded
+
+
+def _decode_metadata_list(data: bytes) -> Obj:
+    decoded: Obj = msgspec.to_builtins(_decode_partial_list(data))
+    return decoded
+
+
+def _decode_metadata_event(line: bytes) -> Obj:
+    """A watch event of ``PartialObjectMetadata``; an ``ERROR`` event's Status as it is."""
+    event = _decode_event(line)
+    if event.type == "ERROR":
+        return _decode(line)
+    return {"type": event.type, "object": _decode_metadata(event.object)}
 
 
 class Resource(msgspec.Struct, frozen=True, kw_only=True):
@@ -288,7 +315,8 @@ class KubeClient:
         """All objects (paginated) and the list's resourceVersion to watch from.
 
         ``metadata_only``: each object as a ``PartialObjectMetadata`` (apiVersion, kind,
-        metadata), which costs the server and the client a fraction of a large object.
+        metadata without ``managedFields``), which costs the server and the client a fraction
+        of a large object.
         """
         items: list[Obj] = []
         cont = ""
@@ -298,12 +326,12 @@ class KubeClient:
                 query.append(("continue", cont))
             if label_selector:
                 query.append(("labelSelector", label_selector))
-            page = await self.request(
-                "GET",
-                resource.path(namespace=namespace),
-                query=query,
-                accept=METADATA_LIST if metadata_only else JSON,
-            )
+            path = resource.path(namespace=namespace)
+            if metadata_only:
+                data = await self._exchange("GET", path, query, None, JSON, 30.0, METADATA_LIST)
+                page = _decode_metadata_list(data) if data else {}
+            else:
+                page = await self.request("GET", path, query=query)
             items.extend(page.get("items") or [])
             meta = page.get("metadata") or {}
             cont = meta.get("continue") or ""
@@ -323,7 +351,9 @@ class KubeClient:
         """Watch events (``{"type", "object"}``) from ``resource_version``, bookmarks on.
 
         Ends when the server closes the watch; an ``ERROR`` event is yielded as is (its
-        object is a Status, code 410 when the version is too old).
+        object is a Status, code 410 when the version is too old). ``metadata_only`` objects
+        are ``PartialObjectMetadata`` without ``managedFields`` (the field managers describe
+        every field of the object, and a watcher of metadata has no use for them).
         """
         query = [
             ("watch", "1"),
@@ -342,10 +372,11 @@ class KubeClient:
             request_timeout=aiohttp.ClientTimeout(total=None, sock_read=timeout_seconds + 30),
             accept=METADATA if metadata_only else JSON,
         )
+        decode = _decode_metadata_event if metadata_only else _decode
         try:
             async for line in resp.content:
                 if line.strip():
-                    yield _decode(line)
+                    yield decode(line)
         finally:
             resp.release()
 

@@ -62,7 +62,8 @@ class Informer:
         """``transform`` trims each object before it is cached and handed to listeners (keep
         what the controller reads; a cache of large objects costs memory and GC time).
         ``metadata_only`` lists and watches ``PartialObjectMetadata``: the server never
-        serializes, nor the client decodes, what the controller would drop anyway."""
+        serializes, nor the client decodes, what the controller would drop anyway (and the
+        client does not build the objects' ``managedFields``)."""
         self.resource = resource
         self.cache: dict[str, Obj] = {}
         self.resource_version = ""
