@@ -8,12 +8,12 @@ import pytest
 from nats.aio.client import Client
 from nats.errors import ProtocolError
 from nats.protocol.parser import AWAITING_CONTROL_LINE, Parser
-from neuron_dra_common.bus.wire import Wire
+from neuron_dra_common.bus.wire import RawMsg, Wire
 
 RAW_SID = 7
 OTHER_SID = 9
 
-Raw = tuple[bytes, bytes, bytes, bytes | None]
+Raw = RawMsg
 
 
 class Recorder:
@@ -25,7 +25,8 @@ class Recorder:
         self.raw: list[Raw] = []
         self.other: list[tuple[Any, ...]] = []
         self.calls: list[str] = []
-        self.wire._handlers[RAW_SID] = lambda *msg: self.raw.append(msg)
+        self.reads = 0
+        self.wire.route(RAW_SID, self.raw.append, self.woken)
 
         async def process_msg(*args: Any) -> None:
             self.other.append(args)
@@ -48,6 +49,9 @@ class Recorder:
         self.nc._process_pong = pong  # type: ignore[method-assign]
         self.nc._process_info = info  # type: ignore[method-assign]
         self.nc._process_err = err  # type: ignore[method-assign]
+
+    def woken(self) -> None:
+        self.reads += 1
 
     async def feed(self, data: bytes, *, step: int | None = None) -> None:
         step = step or len(data) or 1
@@ -86,6 +90,16 @@ def expected_raw() -> list[Raw]:
     ]
 
 
+def raw_ends(step: int) -> list[int]:
+    """Where in ``STREAM`` each raw message ends (the read that completes it)."""
+    ends, pos = [], 0
+    for subject, _, payload, headers in expected_raw():
+        pos = STREAM.index(subject, pos)
+        pos = STREAM.index(b"\r\n", pos) + 2 + len(headers or b"") + len(payload) + 1
+        ends.append(pos)
+    return ends
+
+
 @pytest.mark.parametrize("step", [None, 1, 2, 3, 7, 16, 64, 100])
 async def test_every_message_and_line_whatever_the_reads(step: int | None) -> None:
     rec = Recorder()
@@ -95,6 +109,8 @@ async def test_every_message_and_line_whatever_the_reads(step: int | None) -> No
     assert rec.calls == ["ping", "pong", "info S1"]
     assert not rec.nc._ps.buf
     assert rec.nc.stats["in_msgs"] == 4
+    # Woken once per read that brought raw messages, not once per message.
+    assert rec.reads == (1 if step is None else len({lo // step for lo in raw_ends(step)}))
 
 
 async def test_reset_drops_a_message_cut_in_two() -> None:
@@ -118,10 +134,10 @@ async def test_errors_go_to_the_client_and_garbage_is_a_protocol_error() -> None
 async def test_a_failing_handler_does_not_stop_the_reader() -> None:
     rec = Recorder()
 
-    def broken(*msg: bytes | None) -> None:
+    def broken(msg: RawMsg) -> None:
         raise RuntimeError("bug")
 
-    rec.wire._handlers[RAW_SID] = broken
+    rec.wire.route(RAW_SID, broken)
     await rec.feed(b"MSG a 7 1\r\nx\r\nMSG b 9 1\r\ny\r\n")
     assert rec.other == [(OTHER_SID, b"b", b"", b"y", None)]
 
@@ -133,7 +149,7 @@ async def test_the_replaced_parser_finishes_the_message_it_was_reading() -> None
     assert old.state != AWAITING_CONTROL_LINE
     seen: list[Raw] = []
     wire = Wire.of(nc)
-    wire._handlers[RAW_SID] = lambda *msg: seen.append(msg)
+    wire.route(RAW_SID, seen.append)
     assert isinstance(nc._ps, Parser)
     assert nc._ps is not old
     await nc._ps.parse(b"lo\r\nMSG _INBOX.abc.2 7 2\r\n")

@@ -30,7 +30,7 @@ from neuron_dra_common.bus.headers import (
     ce_time,
     new_msg_ids,
 )
-from neuron_dra_common.bus.wire import Wire, clean_value, header_lines, parse_header_block
+from neuron_dra_common.bus.wire import RawMsg, Wire, clean_value, header_lines, parse_header_block
 from neuron_dra_common.events.base import Event
 from neuron_dra_common.events.codec import encode as _encode
 from neuron_dra_common.telemetry.propagation import inject_headers
@@ -255,7 +255,8 @@ class Publisher:
             raise
         return window
 
-    def _on_ack(self, subject: bytes, reply: bytes, data: bytes, headers: bytes | None) -> None:
+    def _on_ack(self, msg: RawMsg) -> None:
+        subject, _, data, _ = msg
         try:
             token = int(subject[len(self._reply_prefix) :])
         except ValueError:

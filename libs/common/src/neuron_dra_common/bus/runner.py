@@ -43,6 +43,7 @@ from neuron_dra_common.bus.headers import MSG_ID, CloudEventAttributes, cloud_ev
 from neuron_dra_common.bus.reconcile import reconcile_consumer
 from neuron_dra_common.bus.wire import (
     STATUS,
+    RawMsg,
     Wire,
     ack_metadata,
     parse_header_block,
@@ -61,7 +62,7 @@ _PAUSE_AFTER_ERROR: Final = 0.5
 _TRACEPARENT: Final = "traceparent"
 
 #: One delivery as it came off the wire: subject, reply (the ack subject), payload, headers.
-_Raw = tuple[bytes, bytes, bytes, bytes | None]
+_Raw = RawMsg
 
 
 def _may_record(tracer: trace.Tracer) -> bool:
@@ -260,12 +261,9 @@ class ConsumerRunner:
         nc, opts = self._nc, self._options
         queue: collections.deque[_Raw] = collections.deque()
 
-        def deliver(subject: bytes, reply: bytes, data: bytes, headers: bytes | None) -> None:
-            queue.append((subject, reply, data, headers))
-            self._wakeup()
-
         inbox = nc.new_inbox()
-        sub = await self._wire.subscribe(inbox, deliver)
+        # Deliveries queue up as the parser reads them; the runner is woken once per read.
+        sub = await self._wire.subscribe(inbox, queue.append, after_read=self._wakeup)
         next_subject = f"$JS.API.CONSUMER.MSG.NEXT.{self.spec.stream}.{self.spec.durable}"
         expires = max(1.0, opts.fetch_timeout * 5)
         request = pub_reply(

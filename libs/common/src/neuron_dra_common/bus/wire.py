@@ -38,6 +38,7 @@ from nats.protocol.parser import AWAITING_CONTROL_LINE, MAX_CONTROL_LINE_SIZE, P
 __all__ = [
     "AckMetadata",
     "RawHandler",
+    "RawMsg",
     "Wire",
     "ack_metadata",
     "encode_header_block",
@@ -46,9 +47,15 @@ __all__ = [
     "pub",
 ]
 
-#: ``handler(subject, reply, payload, header_block)``; the header block is ``None`` when the
-#: message has no headers. Called in line with the parser: it must not block.
-RawHandler = Callable[[bytes, bytes, bytes, bytes | None], None]
+#: One message as it came: subject, reply, payload, header block (``None`` without headers).
+RawMsg = tuple[bytes, bytes, bytes, bytes | None]
+#: Called with each message of a raw subscription, in line with the parser: it must not
+#: block (``deque.append`` will do).
+RawHandler = Callable[[RawMsg], None]
+#: Called once after a read that brought a raw subscription messages.
+AfterRead = Callable[[], None]
+#: A raw subscription's handler and what to call after a read that reached it.
+_Route = tuple[RawHandler, AfterRead | None]
 
 log = logging.getLogger(__name__)
 
@@ -70,27 +77,32 @@ class Wire:
 
     def __init__(self, nc: Client) -> None:
         self.nc = nc
-        self._handlers: dict[int, RawHandler] = {}
+        # Raw subscriptions by subscription id, and by the id as the server writes it.
+        self._routes: dict[int, _Route] = {}
+        self._routes_by_sid: dict[bytes, _Route] = {}
         original: Callable[..., Awaitable[None]] = nc._process_msg
-        handlers = self._handlers
+        routes = self._routes
         stats = nc.stats
 
         async def dispatch(
             sid: int, subject: bytes, reply: bytes, data: bytes, headers: bytes | None
         ) -> None:
-            handler = handlers.get(sid)
-            if handler is None:
+            route = routes.get(sid)
+            if route is None:
                 await original(sid, subject, reply, data, headers)
                 return
             stats["in_msgs"] += 1
             stats["in_bytes"] += len(data)
-            handler(subject, reply, data, headers)
+            handler, after = route
+            handler((subject, reply, data, headers))
+            if after is not None:
+                after()
 
         # Instance attributes: only this client's dispatch and parser change. The dispatch
         # hook still routes raw messages that come through nats-py's own parser (the one
         # finishing a read that was under way when the wire was installed).
         nc._process_msg = dispatch  # type: ignore[method-assign]
-        nc._ps = _Parser(nc, handlers, previous=nc._ps)
+        nc._ps = _Parser(nc, self._routes_by_sid, previous=nc._ps)
 
     @classmethod
     def of(cls, nc: Client) -> Wire:
@@ -100,17 +112,26 @@ class Wire:
             wire = cls._by_client[nc] = cls(nc)
         return wire
 
-    async def subscribe(self, subject: str, handler: RawHandler) -> Subscription:
+    async def subscribe(
+        self, subject: str, handler: RawHandler, *, after_read: AfterRead | None = None
+    ) -> Subscription:
         """Subscribe ``handler`` to ``subject``; nats-py re-subscribes it after a reconnect.
 
-        Unsubscribe with :meth:`unsubscribe` so the handler is forgotten too.
+        ``after_read`` is called once after each read that brought the subscription
+        messages (to wake whoever works them off). Unsubscribe with :meth:`unsubscribe` so
+        the handler is forgotten too.
         """
         sub = await self.nc.subscribe(subject, pending_msgs_limit=-1, pending_bytes_limit=-1)
-        self._handlers[sub._id] = handler
+        self.route(sub._id, handler, after_read)
         return sub
 
+    def route(self, sid: int, handler: RawHandler, after_read: AfterRead | None = None) -> None:
+        """Hand the messages of subscription ``sid`` to ``handler`` (see :meth:`subscribe`)."""
+        self._routes[sid] = self._routes_by_sid[str(sid).encode()] = (handler, after_read)
+
     async def unsubscribe(self, sub: Subscription) -> None:
-        self._handlers.pop(sub._id, None)
+        self._routes.pop(sub._id, None)
+        self._routes_by_sid.pop(str(sub._id).encode(), None)
         await sub.unsubscribe()
 
     async def send(self, commands: bytes) -> None:
@@ -137,6 +158,8 @@ class Wire:
 
 _MSG: Final = b"MSG "
 _HMSG: Final = b"HMSG "
+_H: Final = ord("H")
+_M: Final = ord("M")
 _CRLF_B: Final = b"\r\n"
 
 
@@ -150,10 +173,8 @@ class _Parser(Parser):
     waits in ``buf``, which ``reset()`` (on reconnect) empties as before.
     """
 
-    def __init__(
-        self, nc: Client, handlers: dict[int, RawHandler], *, previous: Parser | None
-    ) -> None:
-        self._handlers = handlers
+    def __init__(self, nc: Client, routes: dict[bytes, _Route], *, previous: Parser | None) -> None:
+        self._routes = routes
         super().__init__(nc)  # resets, which forgets any previous parser: set it after
         # The parser this one replaces, until it has finished what it was reading.
         self._previous = previous
@@ -173,7 +194,8 @@ class _Parser(Parser):
             data = bytes(self.buf) + data
             self.buf.clear()
         nc = self.nc
-        handlers = self._handlers
+        routes = self._routes
+        woken: list[AfterRead] = []
         size = len(data)
         pos = 0
         count = 0
@@ -185,7 +207,8 @@ class _Parser(Parser):
                     if size - pos > MAX_CONTROL_LINE_SIZE:
                         raise ProtocolError("nats: control line too long")
                     break
-                if data.startswith(_HMSG, pos):
+                first = data[pos]
+                if first == _H and data.startswith(_HMSG, pos):
                     args = data[pos + 5 : eol].split()
                     if len(args) == 5:
                         subject, sid, reply, hlen, total = args
@@ -201,7 +224,7 @@ class _Parser(Parser):
                         break  # the payload is still on its way
                     headers: bytes | None = data[start:split]
                     payload = data[split:stop]
-                elif data.startswith(_MSG, pos):
+                elif first == _M and data.startswith(_MSG, pos):
                     args = data[pos + 4 : eol].split()
                     if len(args) == 4:
                         subject, sid, reply, total = args
@@ -222,17 +245,20 @@ class _Parser(Parser):
                     pos = eol + 2
                     continue
                 pos = stop + 2
-                handler = handlers.get(int(sid))
-                if handler is None:
+                route = routes.get(sid)
+                if route is None:
                     await nc._process_msg(int(sid), subject, reply, payload, headers)
                     continue
                 count += 1
                 received += len(payload)
+                handler, after = route
                 try:
-                    handler(subject, reply, payload, headers)
+                    handler((subject, reply, payload, headers))
                 except Exception:
                     # A handler's bug must not stop the connection's reader.
                     log.exception("raw message handler failed", extra={"subject": subject})
+                if after is not None and after not in woken:
+                    woken.append(after)
         except ValueError as exc:
             raise ProtocolError(f"nats: malformed message: {exc}") from exc
         finally:
@@ -240,6 +266,11 @@ class _Parser(Parser):
                 stats = nc.stats
                 stats["in_msgs"] += count
                 stats["in_bytes"] += received
+            for after in woken:
+                try:
+                    after()
+                except Exception:
+                    log.exception("after-read callback failed")
         if pos < size:
             self.buf.extend(data[pos:])
 
