@@ -6,11 +6,13 @@ import inspect
 from datetime import datetime, timedelta
 from importlib.metadata import version
 
+import nats.errors
 import pytest
 from nats.aio.client import Client
 from nats.protocol import parser
 from neuron_dra_common.bus.headers import ce_time, new_msg_id, new_msg_ids
 from neuron_dra_common.bus.wire import (
+    Wire,
     ack_metadata,
     clean_value,
     encode_header_block,
@@ -30,7 +32,14 @@ def test_nats_py_internals_the_wire_uses_are_there() -> None:
     assert list(inspect.signature(Client._send_command).parameters)[:2] == ["self", "cmd"]
     assert inspect.iscoroutinefunction(Client._flush_pending)
     client = Client()
-    for attr in ("_pending_data_size", "_max_pending_size", "_flush_queue", "_ps"):
+    for attr in (
+        "_pending",
+        "_pending_data_size",
+        "_max_pending_size",
+        "_flush_queue",
+        "_flusher_task",
+        "_ps",
+    ):
         assert hasattr(client, attr), attr
     # The wire's parser replaces the client's: same base class, state and callbacks.
     assert type(client._ps) is parser.Parser
@@ -39,6 +48,17 @@ def test_nats_py_internals_the_wire_uses_are_there() -> None:
     assert inspect.iscoroutinefunction(parser.Parser.parse)
     for name in ("_process_ping", "_process_pong", "_process_info", "_process_err"):
         assert inspect.iscoroutinefunction(getattr(Client, name)), name
+
+
+async def test_writes_queued_while_disconnected_wait_for_the_reconnect() -> None:
+    client = Client()
+    client._max_pending_size = 100
+    wire = Wire.of(client)
+    wire.send_nowait(pub("r.1", b"+ACK"))
+    assert client._pending == [b"PUB r.1 4\r\n+ACK\r\n"]
+    assert client._pending_data_size == len(client._pending[0])
+    with pytest.raises(nats.errors.OutboundBufferLimitError):
+        wire.send_nowait(b"x" * 100)
 
 
 def test_header_block_round_trips() -> None:

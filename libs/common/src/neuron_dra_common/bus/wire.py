@@ -16,13 +16,14 @@ nats-py and behaves as before.
 This relies on internals of the pinned nats-py (2.16.0): the client reads through
 ``Client._ps.parse(data)`` (a ``nats.protocol.parser.Parser``, reset on reconnect), every
 message is dispatched through ``Client._process_msg(sid, subject, reply, data, headers)``,
-and writes are queued with ``Client._send_command`` for the flusher that
-``Client._flush_pending`` wakes. ``tests/unit/bus/test_wire.py`` fails if any of them
+and writes are queued with ``Client._send_command`` (or appended to ``Client._pending``)
+for the flusher task that ``Client._flush_pending`` wakes through ``Client._flush_queue``. ``tests/unit/bus/test_wire.py`` fails if any of them
 changes.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import weakref
 from collections.abc import Awaitable, Callable
@@ -80,6 +81,7 @@ class Wire:
         # Raw subscriptions by subscription id, and by the id as the server writes it.
         self._routes: dict[int, _Route] = {}
         self._routes_by_sid: dict[bytes, _Route] = {}
+        self._sends: set[asyncio.Task[None]] = set()
         original: Callable[..., Awaitable[None]] = nc._process_msg
         routes = self._routes
         stats = nc.stats
@@ -140,6 +142,44 @@ class Wire:
         While reconnecting they wait in the client's reconnect buffer like any publish; the
         write happens when the flusher next runs (when the caller yields to the loop).
         """
+        self._check(commands)
+        nc = self.nc
+        await nc._send_command(commands)
+        queue = nc._flush_queue
+        if queue is not None and queue.empty():
+            await nc._flush_pending()
+
+    def send_nowait(self, commands: bytes) -> None:
+        """:meth:`send` from a callback: the commands join the client's pending writes at once.
+
+        The flusher is woken as ``Client._flush_pending`` does; only when a write would have
+        to wait (too much pending, or no flusher running) is :meth:`send` left to a task.
+        """
+        self._check(commands)
+        nc = self.nc
+        if nc.is_connected:
+            flusher = nc._flusher_task
+            if (
+                flusher is None
+                or flusher.done()
+                or 0 < nc._max_pending_size < nc._pending_data_size + len(commands)
+            ):
+                task = asyncio.get_running_loop().create_task(self.send(commands))
+                self._sends.add(task)
+                task.add_done_callback(self._sent)
+                return
+        nc._pending.append(commands)
+        nc._pending_data_size += len(commands)
+        queue = nc._flush_queue
+        if nc.is_connected and queue is not None and queue.empty():
+            queue.put_nowait(asyncio.get_running_loop().create_future())
+
+    def _sent(self, task: asyncio.Task[None]) -> None:
+        self._sends.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.warning("queued write failed", extra={"error": repr(task.exception())})
+
+    def _check(self, commands: bytes) -> None:
         nc = self.nc
         if nc.is_closed:
             raise nats.errors.ConnectionClosedError
@@ -150,10 +190,6 @@ class Wire:
             or len(commands) + nc._pending_data_size > nc._max_pending_size
         ):
             raise nats.errors.OutboundBufferLimitError
-        await nc._send_command(commands)
-        queue = nc._flush_queue
-        if queue is not None and queue.empty():
-            await nc._flush_pending()
 
 
 _MSG: Final = b"MSG "
