@@ -93,6 +93,23 @@ async def test_a_metadata_informer_follows_changes_without_the_objects_bodies(
     await kube.delete(CONFIGMAPS, f"a-{run}", namespace=NS)
 
 
+async def test_a_metadata_informer_of_nothing_syncs(kube: KubeClient) -> None:
+    # The server answers an empty PartialObjectMetadataList with "items": null.
+    run = uuid.uuid4().hex[:10]
+    informer = Informer(
+        kube, CONFIGMAPS, namespace=NS, label_selector=f"test-run={run}", metadata_only=True
+    )
+    task = asyncio.create_task(informer.run(), name="test-informer")
+    try:
+        await asyncio.wait_for(informer.wait_synced(), 30)
+        assert informer.cache == {}
+        assert informer.resource_version
+    finally:
+        informer.stop()
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
 async def test_level_triggered_reconcile_sees_latest_state(kube: KubeClient) -> None:
     run = uuid.uuid4().hex[:10]
     informer = Informer(kube, CONFIGMAPS, namespace=NS, label_selector=f"test-run={run}")

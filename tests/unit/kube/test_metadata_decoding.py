@@ -47,6 +47,14 @@ def test_a_list_keeps_its_metadata_and_items() -> None:
     assert decoded == {**page, "items": [WITHOUT, WITHOUT]}
 
 
+def test_an_empty_list_has_null_items() -> None:
+    page = b'{"kind":"PartialObjectMetadataList","apiVersion":"meta.k8s.io/v1",'
+    page += b'"metadata":{"resourceVersion":"12370"},"items":null}\n'
+    decoded = _decode_metadata_list(page)
+    assert decoded["items"] is None
+    assert decoded["metadata"] == {"resourceVersion": "12370"}
+
+
 def test_watch_events_bookmarks_and_errors() -> None:
     line = msgspec.json.encode({"type": "MODIFIED", "object": PARTIAL}) + b"\n"
     assert _decode_metadata_event(line) == {"type": "MODIFIED", "object": WITHOUT}

@@ -79,7 +79,8 @@ class _PartialObjectList(msgspec.Struct, omit_defaults=True):
     apiVersion: str | msgspec.UnsetType = msgspec.UNSET
     kind: str | msgspec.UnsetType = msgspec.UNSET
     metadata: dict[str, Any] | msgspec.UnsetType = msgspec.UNSET
-    items: list[_PartialObject] | msgspec.UnsetType = msgspec.UNSET
+    # An empty PartialObjectMetadataList comes with "items": null.
+    items: list[_PartialObject] | msgspec.UnsetType | None = msgspec.UNSET
 
 
 class _WatchEvent(msgspec.Struct):
