@@ -12,6 +12,7 @@ from neuron_dra_common.bus.declarations import HEALTH
 from neuron_dra_common.bus.publisher import Publisher
 from neuron_dra_common.events import AnyEvent, DeviceHealthChanged
 from opentelemetry.sdk.trace import TracerProvider
+from prometheus_client import REGISTRY
 
 from tests.contracts.support import dead_letters, heartbeat, running, wait_until
 
@@ -166,3 +167,20 @@ async def test_stopping_during_a_handler_hands_the_message_back(nats_bus: Bus) -
     async with running(nats_bus.runner(SPEC, record, options=FAST)):
         # Nak'd at once, so it is back well before the 2s ack wait.
         await wait_until(lambda: again == [2], within=1.5, what="redelivery after the nak")
+
+
+async def test_handler_times_reach_the_histogram_while_running(nats_bus: Bus) -> None:
+    # Durations are counted in place and added once per loop turn, failures included.
+    spec = ConsumerSpec(stream=HEALTH.name, durable="test-hot-path-times", ack_wait_seconds=2.0)
+
+    def observed(consumer: str) -> float:
+        value = REGISTRY.get_sample_value("neuron_bus_handle_seconds_count", {"consumer": consumer})
+        return value or 0.0
+
+    async def always_fails(event: AnyEvent, delivery: Delivery) -> None:
+        raise RuntimeError("not yet")
+
+    options = msgspec.structs.replace(FAST, max_attempts=100, backoff=(5.0,))
+    await nats_bus.publisher(source="/test").publish_many([health(i) for i in range(3)])
+    async with running(nats_bus.runner(spec, always_fails, options=options)):
+        await wait_until(lambda: observed(spec.durable) >= 3, what="three handler times")

@@ -497,15 +497,16 @@ class ConsumerRunner:
             times = self._times
             times.counts[bisect_left(times.bounds, seconds)] += 1
             times.total += seconds
+            if not self._acks_scheduled:
+                # Acks and handler times of this turn go out when the loop next turns.
+                self._acks_scheduled = True
+                asyncio.get_running_loop().call_soon(self._write_acks)
         # _remember and _ack, written out: this is the path every message takes.
         seen = self._seen
         seen.add(msg_id)
         if len(seen) >= opts.dedupe_window:
             self._seen_before, self._seen = seen, set()
         self._acks.append(b"PUB %b 4\r\n+ACK\r\n" % reply)
-        if not self._acks_scheduled:
-            self._acks_scheduled = True
-            asyncio.get_running_loop().call_soon(self._write_acks)
         self._acked += 1
 
     def _check_timeout(self) -> None:
