@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import os
+import urllib.request
 from collections.abc import AsyncGenerator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
-from urllib.parse import urlencode
+from urllib.parse import unquote, urlencode, urlsplit
 
 import aiohttp
 import msgspec
@@ -169,8 +170,41 @@ class KubeClient:
     def __init__(self, api: k8s.ApiClient) -> None:
         self.api = api
         self._tracer = get_tracer()
+        rest = api.rest_client
+        # The generated client's session trusts the environment, which makes aiohttp look up
+        # proxy variables and ~/.netrc in a worker thread on every request (two thread hops,
+        # about 0.35 ms each call). This client sends its own Authorization and reads the
+        # environment's proxy once, here; a kubeconfig proxy-url still wins.
+        self._extra: dict[str, Any] = {}
+        proxy, proxy_headers = (
+            (rest.proxy, dict(rest.proxy_headers or {}))
+            if rest.proxy
+            else proxy_from_env(api.configuration.host or "")
+        )
+        if proxy:
+            self._extra["proxy"] = proxy
+            if proxy_headers:
+                self._extra["proxy_headers"] = proxy_headers
+        if rest.server_hostname:
+            self._extra["server_hostname"] = rest.server_hostname
+        self._session: aiohttp.ClientSession | None = None
+
+    def _http(self) -> aiohttp.ClientSession:
+        # Made on first use, inside the event loop; it shares the generated client's
+        # connections (and their TLS settings).
+        if self._session is None:
+            self._session = aiohttp.ClientSession(
+                connector=self.api.rest_client.pool_manager.connector,
+                connector_owner=False,
+                trust_env=False,
+                # Watch events of large objects are long lines (as the generated client).
+                read_bufsize=2**21,
+            )
+        return self._session
 
     async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
         await self.api.close()
 
     async def request(
@@ -271,25 +305,17 @@ class KubeClient:
         url = f"{self.api.configuration.host}{path}"
         if params:
             url += "?" + urlencode(params)
-        rest = self.api.rest_client
-        extra: dict[str, Any] = {}
-        if rest.proxy:
-            extra["proxy"] = rest.proxy
-            if rest.proxy_headers:
-                extra["proxy_headers"] = rest.proxy_headers
-        if rest.server_hostname:
-            extra["server_hostname"] = rest.server_hostname
         if isinstance(request_timeout, aiohttp.ClientTimeout):
             timeout = request_timeout
         else:
             timeout = aiohttp.ClientTimeout(total=request_timeout)
-        resp: aiohttp.ClientResponse = await rest.pool_manager.request(
+        resp: aiohttp.ClientResponse = await self._http().request(
             method,
             url,
             data=body if body is None or isinstance(body, bytes) else _encode(body),
             headers=headers,
             timeout=timeout,
-            **extra,
+            **self._extra,
         )
         if resp.status >= 400:
             # The generated client only raises when it reads the body itself.
@@ -400,6 +426,27 @@ async def connect(
             "(KUBERNETES_SERVICE_HOST unset)"
         )
     return KubeClient(k8s.ApiClient(configuration))
+
+
+def proxy_from_env(url: str) -> tuple[str | None, dict[str, str]]:
+    """The proxy the environment names for ``url`` (``HTTPS_PROXY``, ``NO_PROXY``, ...) and
+    the headers it needs (credentials in its URL become ``Proxy-Authorization``).
+
+    >>> proxy_from_env("https://10.0.0.1:6443")  # with no proxy variables set
+    (None, {})
+    """
+    parts = urlsplit(url)
+    if parts.hostname and urllib.request.proxy_bypass(parts.hostname):
+        return None, {}
+    proxy = urllib.request.getproxies().get(parts.scheme)
+    if not proxy:
+        return None, {}
+    named = urlsplit(proxy)
+    if not named.username or named.hostname is None:
+        return proxy, {}
+    auth = aiohttp.encode_basic_auth(unquote(named.username), unquote(named.password or ""))
+    netloc = named.hostname + (f":{named.port}" if named.port else "")
+    return named._replace(netloc=netloc).geturl(), {"Proxy-Authorization": auth}
 
 
 def _api_error(status: int, method: str, path: str, body: bytes) -> ApiException:
