@@ -95,8 +95,10 @@ class Publisher:
     refused is sent again with the same id until ``retry_seconds`` pass, so it is stored
     exactly once even when the first attempt was stored but its ack was lost.
 
-    :meth:`publish_many` pipelines: up to ``window`` publishes are written before their
-    acks are awaited, and the acks come back on one subscription of the publisher.
+    :meth:`publish_many` pipelines: events are encoded and written a slice at a time (the
+    server stores one slice while the next is encoded), up to ``window`` publishes are
+    written before their acks are awaited, and the acks come back on one subscription of
+    the publisher.
 
     >>> pub = Publisher(js, source="/neuron-dra/discovery/ip-1")
     >>> await pub.publish(NodeHeartbeat(node="ip-1", boot_id="b", sequence=1, sent_at=now))
