@@ -61,6 +61,19 @@ async def latest_inventory(bus: Bus) -> tuple[int, NodeInventory]:
     raise AssertionError("no inventory published within 10 s")
 
 
+def published(log: Path) -> int:
+    """How many times the agents writing ``log`` have sent an inventory."""
+    return log.read_text().count('"message":"inventory published"')
+
+
+async def wait_published(log: Path, *, times: int) -> None:
+    for _ in range(1200):
+        if published(log) >= times:
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"fewer than {times} inventories sent within 60 s")
+
+
 def stop(proc: subprocess.Popen[bytes], log: Path) -> None:
     proc.send_signal(signal.SIGTERM)
     code = proc.wait(timeout=20)
@@ -107,7 +120,8 @@ async def test_a_restart_with_the_same_hardware_stores_nothing_new(
         stop(proc, log)
     proc = start(nats_server, hw_root, log)
     try:
-        await asyncio.sleep(1.5)
+        # The second agent has sent its inventory; the stream kept only the first.
+        await wait_published(log, times=2)
         seq_after, _ = await latest_inventory(nats_bus)
     finally:
         stop(proc, log)

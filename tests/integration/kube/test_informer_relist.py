@@ -75,6 +75,11 @@ class CutOffClient(KubeClient):
         self.back = asyncio.Event()
         self.errors: list[Obj] = []
 
+    async def close(self) -> None:
+        """Closes this wrapper's own session only: the connections are ``client``'s."""
+        if self._session is not None:
+            await self._session.close()
+
     async def watch(
         self, resource: Resource, *, resource_version: str, **kw: Any
     ) -> AsyncIterator[Obj]:
@@ -180,6 +185,7 @@ async def test_relist_after_gone_updates_the_cache_in_place(kube: KubeClient) ->
         informer.stop()
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
+        await client.close()
         with contextlib.suppress(ApiException):
             await kube.delete(CRDS, f"widgets.{GROUP}")
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import urllib.request
 from collections.abc import AsyncGenerator, Mapping, Sequence
@@ -206,6 +207,11 @@ class KubeClient:
         if self._session is not None:
             await self._session.close()
         await self.api.close()
+        # A connection whose opening was cancelled (a watch stopped during its TLS handshake)
+        # is closed by a callback the loop has yet to run; let it run before the caller may
+        # close the loop, so no socket outlives the client.
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
 
     async def request(
         self,
