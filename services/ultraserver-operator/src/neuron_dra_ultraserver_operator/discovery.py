@@ -23,7 +23,7 @@ from neuron_dra_common.ultraserver import (
     ultraserver_name,
 )
 
-__all__ = ["DRIVER", "Member", "UltraServerView", "discover", "slice_identities"]
+__all__ = ["DRIVER", "Identity", "Member", "UltraServerView", "discover", "slice_identities"]
 
 DRIVER = "neuron.aws.com"
 _INSTANCE_LABEL = "node.kubernetes.io/instance-type"
@@ -65,9 +65,13 @@ def _attr(device: Mapping[str, Any], name: str) -> Any:
     return None
 
 
-def slice_identities(slices: Iterable[Obj]) -> dict[str, tuple[str, int | None, tuple[int, ...]]]:
+#: (ultraserverId, ultraserverNodeId, modes) of a node's neuron_node device
+Identity = tuple[str, int | None, tuple[int, ...]]
+
+
+def slice_identities(slices: Iterable[Obj]) -> dict[str, Identity]:
     """Node -> (ultraserverId, ultraserverNodeId, modes) of its neuron_node device."""
-    out: dict[str, tuple[str, int | None, tuple[int, ...]]] = {}
+    out: dict[str, Identity] = {}
     for s in slices:
         spec = s.get("spec") or {}
         if spec.get("driver") != DRIVER or not spec.get("nodeName"):
@@ -104,9 +108,18 @@ def _ready(node: Obj) -> tuple[bool, str]:
     return False, "NotReady: no Ready condition yet"
 
 
-def discover(nodes: Iterable[Obj], slices: Iterable[Obj]) -> dict[str, UltraServerView]:
-    """Every UltraServer with at least one member, by NeuronUltraServer name."""
-    identities = slice_identities(slices)
+def discover(
+    nodes: Iterable[Obj],
+    slices: Iterable[Obj] = (),
+    *,
+    identities: Mapping[str, Identity] | None = None,
+) -> dict[str, UltraServerView]:
+    """Every UltraServer with at least one member, by NeuronUltraServer name.
+
+    The devices' identities come from ``slices``, or ready-made from ``identities``.
+    """
+    if identities is None:
+        identities = slice_identities(slices)
     groups: dict[str, dict[str, Any]] = {}
     for node in nodes:
         meta = node.get("metadata") or {}

@@ -30,7 +30,12 @@ from neuron_dra_common.settings import LeaderElectedSettings
 from neuron_dra_common.ultraserver import NAMESPACE
 
 from neuron_dra_ultraserver_operator import faults
-from neuron_dra_ultraserver_operator.discovery import UltraServerView, discover, slice_identities
+from neuron_dra_ultraserver_operator.discovery import (
+    Identity,
+    UltraServerView,
+    discover,
+    slice_identities,
+)
 from neuron_dra_ultraserver_operator.model import NUS, NUSW
 from neuron_dra_ultraserver_operator.ultraservers import UltraServerReconciler, ensure_namespace
 from neuron_dra_ultraserver_operator.workloads import WorkloadReconciler
@@ -41,6 +46,8 @@ NAME = "ultraserver-operator"
 #: Workloads reconciled at once (each key by one worker at a time; the allocator decides
 #: races for the same nodes).
 WORKLOAD_WORKERS = 4
+#: How long a burst of Node and slice changes may grow before the views are recomputed.
+FLEET_SETTLE_SECONDS = 0.05
 Obj = dict[str, Any]
 
 
@@ -67,23 +74,38 @@ class Fleet:
     Only what :func:`discover` looks at counts as a change: a Node's labels and Ready
     condition, a slice's node and the identity of its ``neuron_node`` device. The writes an
     allocation makes (node records, ``workloadId`` on the devices) leave the views alone.
+    Each slice's identity is read once, when it changes, not at every recompute: with a
+    thousand slices of 17 devices each, rescanning them was most of a recompute's cost.
     """
 
     def __init__(self, nodes: Mapping[str, Obj], slices: Mapping[str, Obj]) -> None:
         self._nodes, self._slices = nodes, slices
         self._views: dict[str, UltraServerView] | None = None
         self._prints: dict[str, Any] = {}
+        #: slice key -> the identities its neuron_node device gives (empty for most slices)
+        self._identities: dict[str, dict[str, Identity]] = {}
 
     def __call__(self) -> dict[str, UltraServerView]:
         if self._views is None:
-            self._views = discover(self._nodes.values(), self._slices.values())
+            identities: dict[str, Identity] = {}
+            for key, obj in self._slices.items():
+                found = self._identities.get(key)
+                if found is None:  # a slice listed before its event reached this Fleet
+                    found = self._identities[key] = slice_identities([obj])
+                identities.update(found)
+            self._views = discover(self._nodes.values(), identities=identities)
         return self._views
 
-    @staticmethod
-    def _fingerprint(obj: Obj) -> Any:
+    @property
+    def stale(self) -> bool:
+        """A change was seen and the views are not recomputed yet."""
+        return self._views is None
+
+    def _fingerprint(self, key: str, obj: Obj) -> Any:
         spec = obj.get("spec") or {}
         if "driver" in spec:  # a ResourceSlice
-            return (spec.get("nodeName"), slice_identities([obj]))
+            identities = self._identities[key] = slice_identities([obj])
+            return (spec.get("nodeName"), identities)
         conditions = (obj.get("status") or {}).get("conditions") or ()
         ready = [c.get("status") for c in conditions if c.get("type") == "Ready"]
         return ((obj.get("metadata") or {}).get("labels"), ready)
@@ -91,10 +113,11 @@ class Fleet:
     def changed(self, key: str, obj: Obj | None) -> bool:
         """Forget the views if ``obj`` (``None``: deleted) changed what discovery reads."""
         if obj is None:
+            self._identities.pop(key, None)
             if self._prints.pop(key, None) is None:
                 return False
         else:
-            fingerprint = self._fingerprint(obj)
+            fingerprint = self._fingerprint(key, obj)
             if self._prints.get(key) == fingerprint:
                 return False
             self._prints[key] = fingerprint
@@ -166,25 +189,48 @@ async def build(settings: OperatorSettings) -> Service:
             if any(n.get("nodeName") == node for a in allocs for n in a.get("nodes") or ()):
                 wq.add(object_key(wl))
 
-    def on_fleet(kind: str, obj: Obj) -> bool:
-        """A Node or slice event: True when it changed the discovered UltraServers."""
-        key = object_key(obj)
-        if not fleet.changed(key, None if kind == "DELETED" else obj):
-            return False
-        for name in fleet():
+    # A burst of Node and slice events (a node group scaling, the publisher writing every
+    # pool) is taken in one pass a moment later: one recompute of the views, each
+    # UltraServer and each affected workload queued once, instead of a pass per event.
+    touched: set[str] = set()
+    nodes_touched = False
+    flush: asyncio.TimerHandle | None = None
+
+    def fleet_changed() -> None:
+        nonlocal flush, nodes_touched
+        flush = None
+        names, touched_nodes, wake = fleet(), sorted(touched), nodes_touched
+        touched.clear()
+        nodes_touched = False
+        for name in names:
             uq.add(name)
+        for node in touched_nodes:
+            holding(node)
+        if wake:
+            waiting()
+
+    def on_fleet(kind: str, obj: Obj) -> bool:
+        """A Node or slice event: True when it changed what discovery reads."""
+        nonlocal flush
+        if not fleet.changed(object_key(obj), None if kind == "DELETED" else obj):
+            return False
         node = (obj.get("spec") or {}).get("nodeName") or (obj.get("metadata") or {}).get("name")
-        holding(str(node))
+        touched.add(str(node))
+        if flush is None:
+            flush = asyncio.get_running_loop().call_later(FLEET_SETTLE_SECONDS, fleet_changed)
         return True
 
     def on_node(kind: str, obj: Obj) -> None:
+        nonlocal nodes_touched
         if on_fleet(kind, obj):
-            waiting()
+            nodes_touched = True
             return
         # Only the node record (or nothing discovery reads) changed: the workloads that
         # hold the node look again, and so does its NeuronUltraServer's status.
         name = str((obj.get("metadata") or {}).get("name"))
         holding(name)
+        if fleet.stale:
+            return  # the pending pass queues every UltraServer
         for view in fleet().values():
             if any(m.node_name == name for m in view.members):
                 uq.add(view.name)
