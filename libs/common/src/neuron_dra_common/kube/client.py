@@ -206,12 +206,18 @@ class KubeClient:
     async def close(self) -> None:
         if self._session is not None:
             await self._session.close()
+        # Connections are dropped, not shut down politely: a TLS close waits for the peer's
+        # reply, and a caller that closes its loop right after would leave the socket open.
+        # The connector's close returns once every connection it holds has gone.
+        connector = self.api.rest_client.pool_manager.connector
+        if connector is not None:
+            await connector.close(abort_ssl=True)
         await self.api.close()
         # A connection whose opening was cancelled (a watch stopped during its TLS handshake)
-        # is closed by a callback the loop has yet to run; let it run before the caller may
-        # close the loop, so no socket outlives the client.
-        await asyncio.sleep(0)
-        await asyncio.sleep(0)
+        # is not the connector's yet; asyncio closes it in a callback. Let those run before
+        # the caller may close the loop, so no socket outlives the client.
+        for _ in range(3):
+            await asyncio.sleep(0)
 
     async def request(
         self,
