@@ -15,6 +15,7 @@ from neuron_dra_common.bus.declarations import HEARTBEAT, INVENTORY
 from neuron_dra_common.events import NodeHeartbeat, NodeInventory, decode
 from neuron_dra_common.hardware.simulate import write_node
 
+from tests.contracts.support import wait_until
 from tests.fixtures.nats import NatsServer
 
 NODE = "trn2-48xl-7"
@@ -66,14 +67,6 @@ def published(log: Path) -> int:
     return log.read_text().count('"message":"inventory published"')
 
 
-async def wait_published(log: Path, *, times: int) -> None:
-    for _ in range(1200):
-        if published(log) >= times:
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"fewer than {times} inventories sent within 60 s")
-
-
 def stop(proc: subprocess.Popen[bytes], log: Path) -> None:
     proc.send_signal(signal.SIGTERM)
     code = proc.wait(timeout=20)
@@ -121,7 +114,7 @@ async def test_a_restart_with_the_same_hardware_stores_nothing_new(
     proc = start(nats_server, hw_root, log)
     try:
         # The second agent has sent its inventory; the stream kept only the first.
-        await wait_published(log, times=2)
+        await wait_until(lambda: published(log) >= 2, within=60, what="the second inventory")
         seq_after, _ = await latest_inventory(nats_bus)
     finally:
         stop(proc, log)
