@@ -81,18 +81,16 @@ class Fleet:
     def __init__(self, nodes: Mapping[str, Obj], slices: Mapping[str, Obj]) -> None:
         self._nodes, self._slices = nodes, slices
         self._views: dict[str, UltraServerView] | None = None
+        #: key -> what discovery reads of the object; for a slice, (node, its identities)
         self._prints: dict[str, Any] = {}
-        #: slice key -> the identities its neuron_node device gives (empty for most slices)
-        self._identities: dict[str, dict[str, Identity]] = {}
 
     def __call__(self) -> dict[str, UltraServerView]:
         if self._views is None:
             identities: dict[str, Identity] = {}
             for key, obj in self._slices.items():
-                found = self._identities.get(key)
-                if found is None:  # a slice listed before its event reached this Fleet
-                    found = self._identities[key] = slice_identities([obj])
-                identities.update(found)
+                held = self._prints.get(key)
+                # A slice listed before its event reached this Fleet is read here.
+                identities.update(held[1] if held is not None else slice_identities([obj]))
             self._views = discover(self._nodes.values(), identities=identities)
         return self._views
 
@@ -101,11 +99,11 @@ class Fleet:
         """A change was seen and the views are not recomputed yet."""
         return self._views is None
 
-    def _fingerprint(self, key: str, obj: Obj) -> Any:
+    @staticmethod
+    def _fingerprint(obj: Obj) -> Any:
         spec = obj.get("spec") or {}
         if "driver" in spec:  # a ResourceSlice
-            identities = self._identities[key] = slice_identities([obj])
-            return (spec.get("nodeName"), identities)
+            return (spec.get("nodeName"), slice_identities([obj]))
         conditions = (obj.get("status") or {}).get("conditions") or ()
         ready = [c.get("status") for c in conditions if c.get("type") == "Ready"]
         return ((obj.get("metadata") or {}).get("labels"), ready)
@@ -113,11 +111,10 @@ class Fleet:
     def changed(self, key: str, obj: Obj | None) -> bool:
         """Forget the views if ``obj`` (``None``: deleted) changed what discovery reads."""
         if obj is None:
-            self._identities.pop(key, None)
             if self._prints.pop(key, None) is None:
                 return False
         else:
-            fingerprint = self._fingerprint(key, obj)
+            fingerprint = self._fingerprint(obj)
             if self._prints.get(key) == fingerprint:
                 return False
             self._prints[key] = fingerprint
