@@ -14,6 +14,7 @@ ruff check .
 ruff format --check .
 mypy libs/common/src libs/cli/src services/*/src
 mypy bench
+mypy tests
 lint-imports
 codespell
 

@@ -180,7 +180,9 @@ class Actuate:
         )
 
     def claim_of(self, pod: str, namespace: str = "default") -> dict[str, Any]:
-        claims = self.stack.get_json("resourceclaims", "-n", namespace)["items"]
+        claims: list[dict[str, Any]] = self.stack.get_json("resourceclaims", "-n", namespace)[
+            "items"
+        ]
         mine = [
             c
             for c in claims

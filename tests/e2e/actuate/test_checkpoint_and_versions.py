@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -24,7 +25,7 @@ NODE = "inf2-48xl-0"
 GOLDEN_V1 = Path(__file__).parents[2] / "unit" / "kubelet_plugin" / "golden" / "checkpoint_v1.json"
 
 
-def log_records(actuate: Actuate, since: int) -> list[dict[str, object]]:
+def log_records(actuate: Actuate, since: int) -> list[dict[str, Any]]:
     lines = actuate.log(NODE).read_bytes()[since:].decode(errors="replace").splitlines()
     return [json.loads(line) for line in lines if line.startswith("{")]
 
@@ -47,7 +48,7 @@ def test_a_checkpoint_of_the_previous_format_loads(actuate: Actuate) -> None:
     # Written under another boot id: its claims are from before a reboot, so not in effect.
     assert sorted(recovered[0]["stale"]) == sorted(
         json.loads(GOLDEN_V1.read_text())["data"]["claims"]
-    )  # type: ignore[arg-type]
+    )
     assert not [r for r in records if r.get("level") == "error"]
 
 
@@ -109,10 +110,13 @@ def test_v1beta1_answers_like_v1(actuate: Actuate) -> None:
         one, beta = asyncio.run(both())
         a, b = one.claims[meta["uid"]], beta.claims[meta["uid"]]
         assert a.error == b.error == ""
-        view = lambda ds: sorted(  # noqa: E731
-            (d.pool_name, d.device_name, tuple(d.request_names), tuple(d.cdi_device_ids))
-            for d in ds
-        )
+
+        def view(ds: Any) -> list[tuple[Any, ...]]:
+            return sorted(
+                (d.pool_name, d.device_name, tuple(d.request_names), tuple(d.cdi_device_ids))
+                for d in ds
+            )
+
         assert view(a.devices) == view(b.devices)
         assert len(a.devices) == 3
     finally:

@@ -3,6 +3,8 @@ exactly its devices and the Neuron runtime variables for the LNC in force."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from neuron_dra_common.events import ClaimPrepared, ClaimUnprepared
 
@@ -23,9 +25,7 @@ def ranges(ids: list[int]) -> str:
     return ",".join(out)
 
 
-def spec_view(
-    actuate: Actuate, pod: str
-) -> tuple[str, dict[str, object], list[int], dict[str, str]]:
+def spec_view(actuate: Actuate, pod: str) -> tuple[str, dict[str, Any], list[int], dict[str, str]]:
     """(node, claim, allocated device indices, CDI env) of ``pod``'s one claim."""
     node = actuate.pod(pod)["spec"]["nodeName"]
     claim = actuate.claim_of(pod)

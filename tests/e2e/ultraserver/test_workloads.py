@@ -91,11 +91,11 @@ def test_seed_002_workload_deployment_and_cascade(us_stack: KubeStack) -> None:
     )
     stack.kubectl("delete", "deployment", "my-training-workload-deployment", "--timeout=60s")
     for name in status["allocatedUltraServers"]:
-        stack.wait_for(
-            f"{name} Available",
-            lambda n=name: stack.get_json("nus", "-n", NS, n)["status"]["state"] == "Available",
-            timeout=60,
-        )
+
+        def available(n: str = name) -> bool:
+            return bool(stack.get_json("nus", "-n", NS, n)["status"]["state"] == "Available")
+
+        stack.wait_for(f"{name} Available", available, timeout=60)
     for node in nodes:
         annotations = stack.get_json("node", node)["metadata"].get("annotations") or {}
         assert "neuron.aws.com/ultraserver-allocation" not in annotations

@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import grpc
 from neuron_dra_common.grpcserver import TraceContextInterceptor, UnixGrpcServer, unix_target
@@ -33,11 +34,16 @@ class Recorder(v1_grpc.DRAPluginServicer):
         self.seen.append(trace.get_current_span().get_span_context())
         return v1.NodePrepareResourcesResponse()
 
+    async def NodeUnprepareResources(
+        self, request: v1.NodeUnprepareResourcesRequest, context: object
+    ) -> v1.NodeUnprepareResourcesResponse:
+        return v1.NodeUnprepareResourcesResponse()
+
 
 @asynccontextmanager
-async def serving(
-    recorder: Recorder, interceptor: TraceContextInterceptor
-) -> AsyncIterator[v1_grpc.DRAPluginStub]:
+async def serving(recorder: Recorder, interceptor: TraceContextInterceptor) -> AsyncIterator[Any]:
+    """A stub on an asyncio channel (whose calls are awaited; the generated stub's types
+    describe the blocking one, hence ``Any``)."""
     with tempfile.TemporaryDirectory(prefix="tc-", dir="/tmp") as tmp:
         path = Path(tmp) / "dra.sock"
         registrar = partial(v1_grpc.add_DRAPluginServicer_to_server, recorder)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -81,13 +81,27 @@ class CutOffClient(KubeClient):
             await self._session.close()
 
     async def watch(
-        self, resource: Resource, *, resource_version: str, **kw: Any
-    ) -> AsyncIterator[Obj]:
+        self,
+        resource: Resource,
+        *,
+        resource_version: str,
+        namespace: str | None = None,
+        label_selector: str = "",
+        timeout_seconds: int = 300,
+        metadata_only: bool = False,
+    ) -> AsyncGenerator[Obj, None]:
         if self.cut:
             self.cut = False
             self.away.set()
             await self.back.wait()
-        async for event in super().watch(resource, resource_version=resource_version, **kw):
+        async for event in super().watch(
+            resource,
+            resource_version=resource_version,
+            namespace=namespace,
+            label_selector=label_selector,
+            timeout_seconds=timeout_seconds,
+            metadata_only=metadata_only,
+        ):
             if event.get("type") == "ERROR":
                 self.errors.append(event.get("object") or {})
             yield event

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -55,8 +56,8 @@ def test_second_call_is_a_cache_hit_that_does_not_run_go(
     def no_go(*_args: object, **_kwargs: object) -> None:
         raise AssertionError("go was invoked on a cache hit")
 
-    monkeypatch.setattr(kubebuild.subprocess, "run", no_go)
-    monkeypatch.setattr(kubebuild.shutil, "which", no_go)
+    monkeypatch.setattr(subprocess, "run", no_go)
+    monkeypatch.setattr(shutil, "which", no_go)
     messages: list[str] = []
     t0 = time.monotonic()
     second = kubebuild.ensure_binaries(kubebuild.DEFAULT_VERSION, progress=messages.append)

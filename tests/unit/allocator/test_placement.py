@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -175,7 +176,7 @@ def _check_invariants(f: Fleet) -> None:
 
 @settings(max_examples=300, deadline=None)
 @given(ops)
-def test_no_node_is_ever_in_two_allocations(history: list[tuple[object, ...]]) -> None:
+def test_no_node_is_ever_in_two_allocations(history: list[tuple[Any, ...]]) -> None:
     f = fleet(4)
     placed: list[str] = []
     for n, op in enumerate(history):
@@ -183,33 +184,33 @@ def test_no_node_is_ever_in_two_allocations(history: list[tuple[object, ...]]) -
             _, size, count, strategy = op
             uid = f"w{n}"
             healthy_free_before = f.free_nodes()
-            d = f.place(req(uid, int(size), int(count)), strategy=Strategy(strategy))  # type: ignore[call-overload]
+            d = f.place(req(uid, size, count), strategy=strategy)
             if d.granted:
                 assert d.allocation is not None
                 placed.append(uid)
-                assert f.free_nodes() == healthy_free_before - int(size) * int(count)  # type: ignore[call-overload]
+                assert f.free_nodes() == healthy_free_before - size * count
             else:
                 assert f.free_nodes() == healthy_free_before
                 assert f.allocation(uid) is None
                 assert d.reason
         elif op[0] == "release" and placed:
-            uid = placed.pop(int(op[1]) % len(placed))  # type: ignore[call-overload]
+            uid = placed.pop(int(op[1]) % len(placed))
             assert f.release(uid) is not None
         elif op[0] == "health":
             _, index, healthy = op
-            f.set_health(f"us{int(index) // 4}-n{int(index) % 4}", healthy=bool(healthy))  # type: ignore[call-overload]
+            f.set_health(f"us{int(index) // 4}-n{int(index) % 4}", healthy=bool(healthy))
         _check_invariants(f)
 
 
 @settings(max_examples=200, deadline=None)
 @given(ops, st.sampled_from((1, 2, 4)), st.integers(1, 3))
 def test_release_returns_exactly_what_was_taken(
-    history: list[tuple[object, ...]], size: int, count: int
+    history: list[tuple[Any, ...]], size: int, count: int
 ) -> None:
     f = fleet(4)
     for n, op in enumerate(history):
         if op[0] == "place":
-            f.place(req(f"bg{n}", int(op[1]), int(op[2])))  # type: ignore[call-overload]
+            f.place(req(f"bg{n}", int(op[1]), int(op[2])))
     free_before = f.free_nodes()
     holders_before = {node: f.holder(node) for u in range(4) for node in _names(u)}
     d = f.place(req("probe", size, count))

@@ -44,11 +44,11 @@ class Recorder:
             self.calls.append(f"err {message}")
 
         # Looked up on the client at each message, as nats-py's own parser does.
-        self.nc._process_msg = process_msg  # type: ignore[method-assign]
+        self.nc._process_msg = process_msg  # type: ignore[method-assign,assignment]
         self.nc._process_ping = ping  # type: ignore[method-assign]
         self.nc._process_pong = pong  # type: ignore[method-assign]
         self.nc._process_info = info  # type: ignore[method-assign]
-        self.nc._process_err = err  # type: ignore[method-assign]
+        self.nc._process_err = err  # type: ignore[method-assign,assignment]
 
     def woken(self) -> None:
         self.reads += 1

@@ -233,7 +233,7 @@ def test_plugin_files_live_on_host_paths_that_last_exactly_one_boot(
     [container] = pod["containers"]
     env = {e["name"]: e.get("value") for e in container["env"]}
     host = {v["name"]: v["hostPath"]["path"] for v in pod["volumes"] if "hostPath" in v}
-    mounts = {m["mountPath"]: host[m["name"]] for m in container["volumeMounts"]}
+    mounts: dict[str, str] = {m["mountPath"]: host[m["name"]] for m in container["volumeMounts"]}
 
     def host_path(path: str) -> str:
         mount = max((m for m in mounts if path.startswith(m.rstrip("/") + "/")), key=len)

@@ -25,7 +25,7 @@ def preparer(root: Path, claims: MemoryClaims) -> NodePreparer:
 
 
 def count(operation: str, outcome: str) -> float:
-    return OPERATIONS.labels(operation, outcome)._value.get()
+    return float(OPERATIONS.labels(operation, outcome)._value.get())
 
 
 async def test_a_recording_tracer_gets_a_span_per_claim_operation(tmp_path: Path) -> None:
@@ -45,7 +45,7 @@ async def test_a_recording_tracer_gets_a_span_per_claim_operation(tmp_path: Path
     ok, failed, _ = spans
     assert ok.attributes is not None
     assert ok.attributes["k8s.resourceclaim.uid"] == "u1"
-    assert list(ok.attributes["neuron.devices"]) == ["neurondevice0", "neurondevice1"]
+    assert ok.attributes["neuron.devices"] == ("neurondevice0", "neurondevice1")
     assert failed.status.status_code is trace.StatusCode.ERROR
     assert "neurondevice99" in (failed.status.description or "")
 

@@ -61,7 +61,7 @@ def _refused(
     checkpoint: Checkpoint | None = None,
     **kwargs: object,
 ) -> str:
-    claim = make_claim(claim_uid, devices, **kwargs)  # type: ignore[arg-type]
+    claim = make_claim(claim_uid, devices, **kwargs)
     with pytest.raises(PrepareError) as info:
         plan_prepare(
             ref=ref or ref_of(claim),

@@ -21,6 +21,7 @@ from neuron_dra_common.hardware.model import (
 )
 from neuron_dra_common.kube import run_workers
 from neuron_dra_slice_publisher import controller as controller_module
+from neuron_dra_slice_publisher import slices as slices_module
 from neuron_dra_slice_publisher.controller import Controller, NodeInfo
 from neuron_dra_slice_publisher.leader import LeaseState, decide
 from neuron_dra_slice_publisher.slices import NodeDeviceMode, PoolContent
@@ -55,7 +56,7 @@ class World:
     def add_node(self, name: str, uid: str = "uid") -> None:
         self.nodes[name] = NodeInfo(name=name, uid=uid, labels={})
 
-    def pool(self, node: str) -> list[dict[str, object]]:
+    def pool(self, node: str) -> list[dict[str, Any]]:
         return [o for o in self.store.objects.values() if o["spec"]["nodeName"] == node]
 
     async def settle(self) -> None:
@@ -87,7 +88,7 @@ async def test_an_inventory_becomes_a_pool_written_once(world: World) -> None:
     world.controller.accept(inventory("n1"))
     await world.settle()
     [obj] = world.pool("n1")
-    assert obj["spec"]["pool"] == {"name": "n1", "generation": 1, "resourceSliceCount": 1}  # type: ignore[index]
+    assert obj["spec"]["pool"] == {"name": "n1", "generation": 1, "resourceSliceCount": 1}
     assert world.store.writes == {"n1-neuron.aws.com-0": 1}
 
 
@@ -98,7 +99,7 @@ async def test_a_change_bumps_the_generation(world: World) -> None:
     world.controller.accept(inventory("n1", generation=2, driver="2.26.0.0"))
     await world.settle()
     [obj] = world.pool("n1")
-    assert obj["spec"]["pool"]["generation"] == 2  # type: ignore[index]
+    assert obj["spec"]["pool"]["generation"] == 2
 
 
 async def test_moving_counters_write_nothing_and_are_not_kept(world: World) -> None:
@@ -133,7 +134,7 @@ async def test_an_echo_is_told_from_a_change_without_building_the_pool(
     world: World, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     built: list[str] = []
-    real = controller_module.build_pool
+    real = slices_module.build_pool
 
     def counting_build(**kwargs: Any) -> PoolContent:
         built.append(kwargs["node"])
@@ -170,7 +171,7 @@ async def test_an_older_inventory_is_ignored(world: World) -> None:
     assert not world.controller.accept(inventory("n1", generation=4))
     await world.settle()
     [obj] = world.pool("n1")
-    assert obj["spec"]["devices"][0]["attributes"]["neuronDriverVersion"] == {"string": "2.26.0.0"}  # type: ignore[index]
+    assert obj["spec"]["devices"][0]["attributes"]["neuronDriverVersion"] == {"string": "2.26.0.0"}
 
 
 async def test_waits_for_the_node_then_writes(world: World) -> None:
@@ -207,11 +208,11 @@ async def test_a_slice_deleted_by_someone_else_is_put_back(world: World) -> None
     world.controller.accept(inventory("n1"))
     await world.settle()
     [obj] = world.pool("n1")
-    del world.store.objects[obj["metadata"]["name"]]  # type: ignore[index]
-    world.controller.slice_changed("DELETED", obj)  # type: ignore[arg-type]
+    del world.store.objects[obj["metadata"]["name"]]
+    world.controller.slice_changed("DELETED", obj)
     await world.settle()
     [again] = world.pool("n1")
-    assert again["spec"]["pool"]["generation"] == 1  # type: ignore[index]
+    assert again["spec"]["pool"]["generation"] == 1
 
 
 async def test_a_conflict_reads_the_pool_again_and_converges(world: World) -> None:
@@ -220,13 +221,13 @@ async def test_a_conflict_reads_the_pool_again_and_converges(world: World) -> No
     await world.settle()
     # Someone bumped the slice behind our back: our resourceVersion is stale.
     [obj] = world.pool("n1")
-    name = obj["metadata"]["name"]  # type: ignore[index]
+    name = obj["metadata"]["name"]
     world.store._stamp(world.store.objects[name])
     world.controller.accept(inventory("n1", generation=2, driver="2.26.0.0"))
     await asyncio.sleep(0.1)
     await world.settle()
     [obj] = world.pool("n1")
-    assert obj["spec"]["devices"][0]["attributes"]["neuronDriverVersion"] == {"string": "2.26.0.0"}  # type: ignore[index]
+    assert obj["spec"]["devices"][0]["attributes"]["neuronDriverVersion"] == {"string": "2.26.0.0"}
 
 
 def test_an_unusable_inventory_is_permanent() -> None:

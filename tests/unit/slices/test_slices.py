@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import msgspec
 import pytest
 from neuron_dra_common.hardware.model import NeuronDevice, NodeHardware
@@ -24,19 +26,19 @@ def pool(
     *,
     mode: NodeDeviceMode = COUNTERS,
     labels: dict[str, str] | None = None,
-    **kw: object,
+    **kw: Any,
 ) -> PoolContent:
-    hw = hardware(instance_type, **kw)  # type: ignore[arg-type]
+    hw = hardware(instance_type, **kw)
     return build_pool(
         node="node-a", hardware=hw, labels=labels or {}, mode=mode, dra_driver_version="0.1.0"
     )
 
 
-def devices(content: PoolContent) -> dict[str, dict[str, object]]:
+def devices(content: PoolContent) -> dict[str, dict[str, Any]]:
     return {d["name"]: d for s in content.slices for d in s.devices}
 
 
-def attrs(device: dict[str, object]) -> dict[str, object]:
+def attrs(device: dict[str, Any]) -> dict[str, object]:
     raw = device["attributes"]
     assert isinstance(raw, dict)
     return {k: next(iter(v.values())) for k, v in raw.items()}
@@ -81,10 +83,10 @@ def test_ultraserver_node_gets_a_node_device_exclusive_through_counters() -> Non
     by_name = devices(content)
     assert list(by_name)[-1] == NODE_DEVICE, "the node device comes after every chip"
     node = by_name[NODE_DEVICE]
-    [consumption] = node["consumesCounters"]  # type: ignore[misc]
+    [consumption] = node["consumesCounters"]
     assert set(consumption["counters"]) == set(counter_set["counters"])
     for i in range(16):
-        [mine] = by_name[f"neurondevice{i}"]["consumesCounters"]  # type: ignore[misc]
+        [mine] = by_name[f"neurondevice{i}"]["consumesCounters"]
         assert mine["counters"] == {f"neurondevice{i}": {"value": "1"}}
     a = attrs(node)
     assert a["resourceType"] == "neuron_node"
@@ -92,7 +94,7 @@ def test_ultraserver_node_gets_a_node_device_exclusive_through_counters() -> Non
     assert a["ultraserverNodeId"] == 2
     assert a["capacityBlockId"] == "cr-0123456789abcdef0"
     assert a["networkNodeLayer3"] == "nn-3333"
-    assert node["capacity"]["memory"]["value"] == str(16 * 103079215104)  # type: ignore[index]
+    assert node["capacity"]["memory"]["value"] == str(16 * 103079215104)
     chip = attrs(by_name["neurondevice0"])
     assert chip["ultraserverId"] == a["ultraserverId"]
     assert len(str(a["ultraserverId"])) == 16
@@ -140,25 +142,26 @@ def test_inf2_publishes_aligned_groups_and_no_devicegroups() -> None:
     eleven = attrs(devices(content)["neurondevice11"])
     assert (eleven["topology2_id"], eleven["topology4_id"], eleven["topology8_id"]) == (5, 2, 1)
     assert not any(k.startswith("resource.aws.com/") for k in eleven)
-    assert devices(content)["neurondevice0"]["capacity"]["neuronCores"] == {"value": "2"}  # type: ignore[index]
+    assert devices(content)["neurondevice0"]["capacity"]["neuronCores"] == {"value": "2"}
 
 
 def test_every_device_stays_within_the_api_limits() -> None:
-    for itype, kw in (
+    cases: tuple[tuple[str, dict[str, Any]], ...] = (
         ("trn2u.48xlarge", {"ultraserver_node": 3}),
         ("trn2.48xlarge", {}),
         ("trn1.32xlarge", {}),
         ("inf1.24xlarge", {}),
         ("trn3.48xlarge", {"ultraserver_node": 0}),
-    ):
+    )
+    for itype, kw in cases:
         content = pool(itype, labels=US_LABELS, **kw)
         for s in content.slices:
             assert not (s.devices and s.shared_counters)
             limit = 64 if any("consumesCounters" in d for d in s.devices) else 128
             assert len(s.devices) <= limit
         for device in devices(content).values():
-            assert len(device["attributes"]) + len(device["capacity"]) <= 32, itype  # type: ignore[arg-type]
-            for name in device["attributes"]:  # type: ignore[union-attr]
+            assert len(device["attributes"]) + len(device["capacity"]) <= 32, itype
+            for name in device["attributes"]:
                 assert len(name.split("/")[-1]) <= 32
 
 

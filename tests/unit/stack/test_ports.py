@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import socket
 from pathlib import Path
 
@@ -27,9 +28,7 @@ def test_a_port_something_listens_on_is_skipped(monkeypatch: pytest.MonkeyPatch)
         # Offer the busy port first; the chooser must move on to the next candidate.
         offers = iter([taken, 23_456, 23_457, 23_458])
         monkeypatch.setattr(process, "_EPHEMERAL_RANGE", Path("/nonexistent"))
-        monkeypatch.setattr(
-            process.random.SystemRandom, "randrange", lambda self, lo, hi: next(offers)
-        )
+        monkeypatch.setattr(random.SystemRandom, "randrange", lambda self, lo, hi: next(offers))
         monkeypatch.setattr(process, "_handed_out", set())
         port = process.free_port()
     assert port != taken
