@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from neuron_dra_ultraserver_operator.discovery import discover
+from neuron_dra_ultraserver_operator.discovery import discover, node_devices_only, slice_identities
 from neuron_dra_ultraserver_operator.main import Fleet
 
 Obj = dict[str, Any]
@@ -88,3 +88,24 @@ def test_a_slice_listed_before_its_event_is_read_too() -> None:
     fleet = Fleet(nodes, slices)
     assert fleet() == discover(nodes.values(), slices.values())
     assert len(fleet()) == 1
+
+
+def test_the_cached_slice_keeps_what_discovery_reads_and_drops_the_chips() -> None:
+    full = neuron_slice("n0", "us-a", 2)
+    full["metadata"].update(uid="u-1", resourceVersion="7", managedFields=[{"manager": "x"}])
+    kept = node_devices_only(full)
+    assert slice_identities([kept]) == slice_identities([full]) == {"n0": ("us-a", 2, (1, 2, 4))}
+    assert [d["name"] for d in kept["spec"]["devices"]] == ["neuron_node"]
+    assert kept["metadata"] == {
+        "name": full["metadata"]["name"],
+        "uid": "u-1",
+        "resourceVersion": "7",
+    }
+    # A slice of chips only (a trn2 node) is kept with no devices, still a slice to the Fleet.
+    chips = neuron_slice("n1", "us-a", 0)
+    chips["spec"]["devices"] = chips["spec"]["devices"][:-1]
+    nodes: dict[str, Obj] = {"n1": node("n1")}
+    fleet = Fleet(nodes, {})
+    assert fleet.changed("s1", node_devices_only(chips))
+    assert not fleet.changed("s1", node_devices_only(chips))
+    assert slice_identities([node_devices_only(chips)]) == {}

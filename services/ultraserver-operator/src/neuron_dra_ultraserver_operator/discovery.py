@@ -23,7 +23,15 @@ from neuron_dra_common.ultraserver import (
     ultraserver_name,
 )
 
-__all__ = ["DRIVER", "Identity", "Member", "UltraServerView", "discover", "slice_identities"]
+__all__ = [
+    "DRIVER",
+    "Identity",
+    "Member",
+    "UltraServerView",
+    "discover",
+    "node_devices_only",
+    "slice_identities",
+]
 
 DRIVER = "neuron.aws.com"
 _INSTANCE_LABEL = "node.kubernetes.io/instance-type"
@@ -91,6 +99,26 @@ def slice_identities(slices: Iterable[Obj]) -> dict[str, Identity]:
                 modes,
             )
     return out
+
+
+def node_devices_only(obj: Obj) -> Obj:
+    """What the operator keeps of a ResourceSlice (its informer's transform): the metadata
+    the informer needs, the driver, the node and the ``neuron_node`` devices; the chips
+    (16 of a node's 17 devices, most of a slice's size) are never read here."""
+    meta = obj.get("metadata") or {}
+    spec = obj.get("spec") or {}
+    kept = {k: meta[k] for k in ("name", "uid", "resourceVersion") if k in meta}
+    devices = [d for d in spec.get("devices") or () if _attr(d, "resourceType") == "neuron_node"]
+    return {
+        "apiVersion": obj.get("apiVersion"),
+        "kind": obj.get("kind"),
+        "metadata": kept,
+        "spec": {
+            "driver": spec.get("driver"),
+            "nodeName": spec.get("nodeName"),
+            "devices": devices,
+        },
+    }
 
 
 def _label_modes(value: str) -> tuple[int, ...]:

@@ -34,6 +34,7 @@ from neuron_dra_ultraserver_operator.discovery import (
     Identity,
     UltraServerView,
     discover,
+    node_devices_only,
     slice_identities,
 )
 from neuron_dra_ultraserver_operator.model import NUS, NUSW
@@ -130,7 +131,7 @@ async def build(settings: OperatorSettings) -> Service:
     workloads_inf = Informer(client, NUSW)
     ultraservers_inf = Informer(client, NUS, namespace=NAMESPACE)
     nodes_inf = Informer(client, NODES)
-    slices_inf = Informer(client, RESOURCE_SLICES)
+    slices_inf = Informer(client, RESOURCE_SLICES, transform=node_devices_only)
     workloads_cache, nodes_cache = workloads_inf.cache, nodes_inf.cache
     fleet = Fleet(nodes_cache, slices_inf.cache)
     wq: WorkQueue[str] = WorkQueue(name="workloads", qps=50.0, burst=200)
