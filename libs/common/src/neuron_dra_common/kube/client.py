@@ -286,9 +286,13 @@ class KubeClient:
                 request_timeout=request_timeout,
                 accept=accept,
             )
+            read = False
             try:
                 data: bytes = await resp.read()
+                read = True
             finally:
+                if not read:
+                    _drop(resp)
                 resp.release()
         return data
 
@@ -412,12 +416,26 @@ class KubeClient:
             accept=METADATA if metadata_only else JSON,
         )
         decode = _decode_metadata_event if metadata_only else _decode
+        ended = False
         try:
             async for line in resp.content:
                 if line.strip():
                     yield decode(line)
+            ended = True
         finally:
+            if not ended:
+                _drop(resp)
             resp.release()
+
+
+def _drop(resp: aiohttp.ClientResponse) -> None:
+    """Drop the connection of a response abandoned before its end (a watch stopped, a call
+    cancelled): it cannot be reused, and closing it politely would start a TLS shutdown that
+    waits for the server's reply and can outlive the event loop, leaving the socket open."""
+    connection = resp.connection
+    transport = connection.transport if connection is not None else None
+    if transport is not None:
+        transport.abort()
 
 
 async def connect(
