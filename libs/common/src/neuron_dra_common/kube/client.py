@@ -286,13 +286,12 @@ class KubeClient:
                 request_timeout=request_timeout,
                 accept=accept,
             )
-            read = False
             try:
                 data: bytes = await resp.read()
-                read = True
+            except BaseException:
+                _drop(resp)
+                raise
             finally:
-                if not read:
-                    _drop(resp)
                 resp.release()
         return data
 
@@ -416,15 +415,14 @@ class KubeClient:
             accept=METADATA if metadata_only else JSON,
         )
         decode = _decode_metadata_event if metadata_only else _decode
-        ended = False
         try:
             async for line in resp.content:
                 if line.strip():
                     yield decode(line)
-            ended = True
+        except BaseException:  # stopped (aclose, cancel) or failed before the stream's end
+            _drop(resp)
+            raise
         finally:
-            if not ended:
-                _drop(resp)
             resp.release()
 
 
