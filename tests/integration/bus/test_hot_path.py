@@ -1,4 +1,4 @@
-"""The bus's own wire path: headers on the wire, pipelined publishes, batched acks, timeouts."""
+"""The bus's busy path: headers on the wire, windowed publishes, acks among failures, timeouts."""
 
 from __future__ import annotations
 
@@ -72,7 +72,7 @@ async def test_no_traceparent_without_a_trace(nats_bus: Bus) -> None:
 
 
 async def test_publish_many_beyond_one_window_stores_each_once_in_order(nats_bus: Bus) -> None:
-    pub = Publisher(nats_bus.js, source="/test", window=100, nc=nats_bus.nc)
+    pub = Publisher(nats_bus.js, source="/test", window=100)
     events = [health(i) for i in range(1050)]
     ids = [f"hb-{i}" for i in range(1050)]
     first = await pub.publish_many(events, msg_ids=ids)
@@ -89,7 +89,7 @@ async def test_publish_many_beyond_one_window_stores_each_once_in_order(nats_bus
 
 
 async def test_a_failed_handler_is_never_acked_with_the_others(nats_bus: Bus) -> None:
-    # Acks of one loop turn are written together: the failures among them must not be.
+    # Among many acks in flight, those of failed handlers must never be sent.
     total = 300
     attempts: Counter[str] = Counter()
     succeeded: Counter[str] = Counter()
@@ -170,7 +170,7 @@ async def test_stopping_during_a_handler_hands_the_message_back(nats_bus: Bus) -
 
 
 async def test_handler_times_reach_the_histogram_while_running(nats_bus: Bus) -> None:
-    # Durations are counted in place and added once per loop turn, failures included.
+    # Every handler call is timed, failures included.
     spec = ConsumerSpec(stream=HEALTH.name, durable="test-hot-path-times", ack_wait_seconds=2.0)
 
     def observed(consumer: str) -> float:

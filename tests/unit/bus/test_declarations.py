@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 from neuron_dra_common.bus import CONSUMERS, STREAMS, consumer, dead_letter_subject
 from neuron_dra_common.bus.headers import cloud_event_attributes, event_headers
-from neuron_dra_common.bus.runner import _owed_after_status
 
 from tests.unit.events.samples import samples
 
@@ -56,18 +55,3 @@ def test_cloudevents_headers_round_trip() -> None:
     assert attrs.subject == "nodes/ip-10-0-0-1.ec2.internal/devices/neurondevice3"
     assert headers["Nats-Msg-Id"] == "m-1"
     assert cloud_event_attributes({"ce-id": "x"}) is None
-
-
-@pytest.mark.parametrize(
-    ("status", "headers", "owed"),
-    [
-        ("100", {}, 300),
-        ("408", {"Nats-Pending-Messages": "120"}, 180),
-        ("409", {"Nats-Pending-Messages": "500"}, 0),
-        ("409", {}, 0),
-    ],
-)
-def test_status_messages_adjust_what_is_still_owed(
-    status: str, headers: dict[str, str], owed: int
-) -> None:
-    assert _owed_after_status(300, status, headers) == owed

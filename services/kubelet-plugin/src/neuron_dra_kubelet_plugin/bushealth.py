@@ -1,10 +1,9 @@
 """Device health from the bus: this node's ``DeviceHealthChanged`` events feed the stream.
 
 Until a health event says otherwise, every device discovery sees is healthy. At every start
-the plugin reads the latest event per device again (an ephemeral, ordered consumer that
-starts at the last message of each subject), so a restart never forgets that a device is
-unhealthy; a durable consumer would resume after what it acknowledged and forget exactly
-that.
+the plugin replays the latest event per device (the bus's :class:`Follower`, starting at the
+last message of each subject), so a restart never forgets that a device is unhealthy; a
+durable consumer would resume after what it acknowledged and forget exactly that.
 """
 
 from __future__ import annotations
@@ -15,11 +14,10 @@ import time
 from collections.abc import Iterable
 from typing import Final
 
-from nats.js import JetStreamContext, api
+from neuron_dra_common.bus import Bus, Follower
 from neuron_dra_common.bus.declarations import HEALTH
-from neuron_dra_common.events import DeviceHealthChanged
+from neuron_dra_common.events import AnyEvent, DeviceHealthChanged
 from neuron_dra_common.events.base import SUBJECT_ROOT, subject_token
-from neuron_dra_common.events.codec import DecodeError, decode
 
 from neuron_dra_kubelet_plugin.health import DeviceHealthReport, Health, StaticHealth
 
@@ -43,7 +41,7 @@ class BusHealth(StaticHealth):
     """The node's devices, healthy until the bus reports otherwise.
 
     >>> health = BusHealth(node="ip-1", pool="ip-1", devices=["neurondevice0"])
-    >>> task = asyncio.create_task(health.follow(bus.js), name="health")
+    >>> task = asyncio.create_task(health.follow(bus), name="health")
     """
 
     def __init__(self, *, node: str, pool: str, devices: Iterable[str]) -> None:
@@ -52,6 +50,7 @@ class BusHealth(StaticHealth):
         self._node = node
         self._pool = pool
         self._stop = asyncio.Event()
+        self._follower: Follower | None = None
         self.applied = 0
 
     def apply(self, event: DeviceHealthChanged) -> bool:
@@ -76,30 +75,21 @@ class BusHealth(StaticHealth):
 
     def stop(self) -> None:
         self._stop.set()
+        if self._follower is not None:
+            self._follower.stop()
 
-    async def follow(self, js: JetStreamContext) -> None:
+    def _on_event(self, event: AnyEvent) -> None:
+        if isinstance(event, DeviceHealthChanged):
+            self.apply(event)
+
+    async def follow(self, bus: Bus) -> None:
         """Apply this node's health events, latest per device first, until :meth:`stop`."""
-        sub = await js.subscribe(
-            health_subject(self._node),
+        self._follower = Follower(
+            bus,
             stream=HEALTH.name,
-            ordered_consumer=True,
-            deliver_policy=api.DeliverPolicy.LAST_PER_SUBJECT,
+            subject=health_subject(self._node),
+            handler=self._on_event,
+            last_per_subject=True,
         )
-        try:
-            while not self._stop.is_set():
-                try:
-                    msg = await sub.next_msg(timeout=1.0)
-                except TimeoutError:
-                    continue
-                try:
-                    event = decode(msg.data)
-                except DecodeError as exc:
-                    log.warning(
-                        "undecodable health event",
-                        extra={"subject": msg.subject, "error": str(exc)},
-                    )
-                    continue
-                if isinstance(event, DeviceHealthChanged):
-                    self.apply(event)
-        finally:
-            await sub.unsubscribe()
+        if not self._stop.is_set():
+            await self._follower.run()

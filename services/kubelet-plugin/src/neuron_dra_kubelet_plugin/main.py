@@ -86,7 +86,7 @@ async def _keep_bus(
     try:
         while not stopped.is_set():
             try:
-                await health.follow(bus.js)
+                await health.follow(bus)
             except Exception as exc:  # health is advisory: keep the last view and retry
                 log.warning("device health feed failed", extra={"error": repr(exc)})
                 with contextlib.suppress(TimeoutError):

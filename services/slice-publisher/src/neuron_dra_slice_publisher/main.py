@@ -77,7 +77,7 @@ async def build(settings: SlicePublisherSettings) -> Service:
             await nodes.wait_synced()
             await slices.wait_synced()
             await controller.load_stored()
-            for inventory in await read_inventories(bus.js):
+            for inventory in await read_inventories(bus):
                 with contextlib.suppress(PermanentError):
                     controller.accept(inventory)
             await asyncio.gather(

@@ -5,10 +5,9 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-import nats.errors
-from nats.js import JetStreamContext
+from neuron_dra_common.bus import Bus, replay
 from neuron_dra_common.bus.declarations import INVENTORY
-from neuron_dra_common.events import DecodeError, NodeInventory, decode
+from neuron_dra_common.events import NodeInventory
 from neuron_dra_common.kube import RESOURCE_SLICES, ApiException, KubeClient
 
 from neuron_dra_slice_publisher.slices import DRIVER, NodeDeviceMode
@@ -51,24 +50,11 @@ async def detect_mode(client: KubeClient, setting: str) -> NodeDeviceMode:
     return mode
 
 
-async def read_inventories(js: JetStreamContext) -> list[NodeInventory]:
-    """Every inventory the stream holds (the latest per node), to catch up after a restart."""
-    info = await js.stream_info(INVENTORY.name)
-    found: list[NodeInventory] = []
-    if not info.state.messages:
-        return found
-    for seq in range(info.state.first_seq, info.state.last_seq + 1):
-        try:
-            raw = await js.get_msg(INVENTORY.name, seq)
-        except nats.js.errors.NotFoundError:
-            continue  # replaced by a newer inventory of the same node
-        except nats.errors.Error as exc:
-            log.warning("inventory catch-up read failed", extra={"seq": seq, "error": repr(exc)})
-            continue
-        try:
-            event = decode(raw.data or b"")
-        except DecodeError:
-            continue  # the durable consumer dead-letters it with its reason
-        if isinstance(event, NodeInventory):
-            found.append(event)
-    return found
+async def read_inventories(bus: Bus) -> list[NodeInventory]:
+    """Every inventory the stream holds (the latest per node), to catch up after a restart.
+
+    One that does not decode is skipped here: the durable consumer dead-letters it with its
+    reason.
+    """
+    stored = await replay(bus, stream=INVENTORY.name, subject=INVENTORY.subjects[0])
+    return [event for event in stored if isinstance(event, NodeInventory)]

@@ -12,7 +12,7 @@ from neuron_dra_common.bus.declarations import (
     dead_letter_subject,
 )
 from neuron_dra_common.bus.errors import PermanentError, PublishError
-from neuron_dra_common.bus.follow import Follower, ProjectionHandler
+from neuron_dra_common.bus.follow import Follower, ProjectionHandler, replay
 from neuron_dra_common.bus.headers import CloudEventAttributes, cloud_event_attributes
 from neuron_dra_common.bus.publisher import Publisher, PublishResult
 from neuron_dra_common.bus.reconcile import reconcile, reconcile_consumer, reconcile_stream
@@ -48,5 +48,6 @@ __all__ = [
     "reconcile",
     "reconcile_consumer",
     "reconcile_stream",
+    "replay",
     "request",
 ]

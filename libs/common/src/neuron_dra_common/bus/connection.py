@@ -86,9 +86,7 @@ class Bus:
 
     def publisher(self, *, source: str, ack_timeout: float = 5.0) -> Publisher:
         """A publisher whose events carry ``source`` as their CloudEvents source."""
-        return Publisher(
-            self.js, source=source, ack_timeout=ack_timeout, tracer=self._tracer, nc=self.nc
-        )
+        return Publisher(self.js, source=source, ack_timeout=ack_timeout, tracer=self._tracer)
 
     def runner(
         self, spec: ConsumerSpec, handler: Handler, *, options: RunnerOptions | None = None

@@ -12,7 +12,6 @@ __all__ = [
     "MESSAGES",
     "PUBLISHED",
     "PUBLISH_RETRIES",
-    "HandleTimes",
 ]
 
 MESSAGES: Final = Counter(
@@ -41,37 +40,3 @@ PUBLISH_RETRIES: Final = Counter(
     "neuron_bus_publish_retries",
     "Publish attempts repeated after a timeout or a lost connection",
 )
-
-
-class HandleTimes:
-    """One consumer's handler durations, counted in place and added to ``HANDLE_SECONDS`` in bulk.
-
-    ``Histogram.observe`` takes a lock and walks the buckets for each value, about a
-    microsecond; at tens of thousands of messages a second the runner instead counts
-    ``counts[bisect_left(bounds, seconds)] += 1`` and ``total += seconds`` itself and calls
-    :meth:`flush` once per turn of the event loop. This adds to the histogram child's own
-    bucket and sum values (``_upper_bounds``, ``_buckets``, ``_sum`` of the pinned
-    prometheus-client 0.26); ``tests/unit/bus/test_metrics.py`` fails if they change.
-    """
-
-    __slots__ = ("_child", "bounds", "counts", "total")
-
-    def __init__(self, consumer: str) -> None:
-        self._child = HANDLE_SECONDS.labels(consumer)
-        #: Upper bounds of the buckets, ``+Inf`` last, so every value has a bucket.
-        self.bounds: tuple[float, ...] = tuple(self._child._upper_bounds)
-        self.counts = [0] * len(self.bounds)
-        self.total = 0.0
-
-    def flush(self) -> None:
-        """Add what was counted since the last flush to the histogram."""
-        counts = self.counts
-        if not any(counts):
-            return
-        buckets = self._child._buckets
-        for index, count in enumerate(counts):
-            if count:
-                buckets[index].inc(count)
-                counts[index] = 0
-        self._child._sum.inc(self.total)
-        self.total = 0.0

@@ -10,27 +10,28 @@ What a handler can count on:
 - it runs inside a span that continues the publisher's trace, and a slow handler keeps the
   message from being redelivered by in-progress acks.
 
-Acks are explicit, one per message, sent only after its handler returned; the acks of the
-messages handled in one turn of the event loop are written together (a handler that awaits
-anything lets them go out at once). A message whose handler failed is never acked: it is
-nak'd with its backoff, or dead-lettered and only then acked.
+Acks are explicit, one per message, sent only after its handler returned. A message whose
+handler failed is never acked: it is nak'd with its backoff, or dead-lettered and only then
+acked. Messages fetched but not handled when the runner stops are nak'd, so another instance
+takes them at once rather than after the ack wait.
+
+Everything here goes through nats-py's JetStream pull subscription (``fetch``) and the
+message's own ``ack``/``nak``/``in_progress``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
-import functools
 import logging
 import time
-from bisect import bisect_left
 from collections.abc import Awaitable, Callable
 from typing import Final
 
 import msgspec
 import nats.errors
 from nats.aio.client import Client
+from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from opentelemetry import context as otel_context
 from opentelemetry import trace
@@ -41,15 +42,6 @@ from neuron_dra_common.bus.declarations import ConsumerSpec
 from neuron_dra_common.bus.errors import PermanentError
 from neuron_dra_common.bus.headers import MSG_ID, CloudEventAttributes, cloud_event_attributes
 from neuron_dra_common.bus.reconcile import reconcile_consumer
-from neuron_dra_common.bus.wire import (
-    STATUS,
-    RawMsg,
-    Wire,
-    ack_metadata,
-    parse_header_block,
-    pub,
-    pub_reply,
-)
 from neuron_dra_common.events.codec import AnyEvent, DecodeError, decode
 from neuron_dra_common.telemetry.propagation import extract_headers
 from neuron_dra_common.telemetry.tracing import get_tracer
@@ -60,9 +52,6 @@ log = logging.getLogger(__name__)
 
 _PAUSE_AFTER_ERROR: Final = 0.5
 _TRACEPARENT: Final = "traceparent"
-
-#: One delivery as it came off the wire: subject, reply (the ack subject), payload, headers.
-_Raw = RawMsg
 
 
 def _may_record(tracer: trace.Tracer) -> bool:
@@ -76,23 +65,11 @@ def _may_record(tracer: trace.Tracer) -> bool:
     return True
 
 
-def _ack_command(reply: bytes) -> bytes:
-    return b"PUB %b 4\r\n+ACK\r\n" % reply
-
-
-def _nak_command(reply: bytes, delay: float = 0.0) -> bytes:
-    payload = b"-NAK"
-    if delay > 0:
-        payload += b' {"delay": %d}' % int(delay * 1e9)
-    return pub(reply.decode(), payload)
-
-
-class Delivery(msgspec.Struct, frozen=True, kw_only=True, dict=True):
+class Delivery(msgspec.Struct, frozen=True, kw_only=True):
     """Where a message came from and how often it was delivered, for idempotent handlers.
 
     ``stream_sequence`` is unique and increasing per stream; ``msg_id`` is the publisher's
-    de-duplication id (stable across a publisher's retries). ``headers`` and
-    ``cloud_event`` are read from the message's raw header block when first asked for.
+    de-duplication id (stable across a publisher's retries).
     """
 
     subject: str
@@ -102,58 +79,26 @@ class Delivery(msgspec.Struct, frozen=True, kw_only=True, dict=True):
     consumer_sequence: int
     deliveries: int
     msg_id: str
-    raw_headers: bytes = b""
+    headers: dict[str, str] = msgspec.field(default_factory=dict)
 
     @property
     def redelivered(self) -> bool:
         return self.deliveries > 1
 
-    @functools.cached_property
-    def headers(self) -> dict[str, str]:
-        """The message's headers as sent."""
-        return parse_header_block(self.raw_headers) if self.raw_headers else {}
-
-    @functools.cached_property
+    @property
     def cloud_event(self) -> CloudEventAttributes | None:
         """The CloudEvents attributes of the message, ``None`` if a required one is missing."""
         return cloud_event_attributes(self.headers)
 
 
-def _header_value(block: bytes, marker: bytes) -> str | None:
-    """The value of one header found by ``marker`` (``b"\\r\\nName:"``), without a full parse."""
-    start = block.find(marker)
-    if start < 0:
-        return None
-    start += len(marker)
-    end = block.find(b"\r\n", start)
-    return block[start:end].decode("utf-8", "replace").strip()
-
-
-_MSG_ID_MARKER: Final = b"\r\n" + MSG_ID.encode() + b":"
-_TRACEPARENT_MARKER: Final = b"\r\n" + _TRACEPARENT.encode() + b":"
-
-
 Handler = Callable[[AnyEvent, Delivery], Awaitable[None]]
-
-
-def _owed_after_status(owed: int, status: str, headers: dict[str, str]) -> int:
-    """How many messages are still owed after a status message from the server.
-
-    408 (request expired) and 409 (e.g. leadership change) say how many of a request were
-    not delivered; without that count the request is gone, so nothing is relied on as owed.
-    100 (heartbeat) changes nothing.
-    """
-    if status.startswith("100"):
-        return owed
-    pending = headers.get("Nats-Pending-Messages")
-    if pending is not None and pending.isdigit():
-        return max(0, owed - int(pending))
-    return 0
 
 
 class RunnerOptions(msgspec.Struct, frozen=True, kw_only=True):
     """How a runner fetches, retries and times out.
 
+    ``batch`` is how many messages one fetch asks for at most; ``fetch_timeout`` how long a
+    fetch waits when there are none (and so how long :meth:`ConsumerRunner.stop` may take).
     ``backoff[i]`` is the pause before delivery ``i + 2``; the last value repeats.
     ``progress_interval`` defaults to a third of the consumer's ack wait.
     ``dedupe_window`` is how many handled msg ids the runner remembers at least (the last
@@ -188,7 +133,6 @@ class ConsumerRunner:
         self.spec = spec
         self._nc = nc
         self._js: JetStreamContext = nc.jetstream()
-        self._wire = Wire.of(nc)
         self._handler = handler
         self._options = options or RunnerOptions()
         self._stop_requested = False
@@ -197,16 +141,10 @@ class ConsumerRunner:
         # then becomes the previous one (the one before is forgotten).
         self._seen: set[str] = set()
         self._seen_before: set[str] = set()
-        # The ack subject prefix of this consumer's deliveries (no JetStream domain), whose
-        # numbers are read without a full parse.
-        self._ack_prefix = f"$JS.ACK.{spec.stream}.{spec.durable}.".encode()
         self._tracer = tracer or get_tracer()
-        self._current: bytes | None = None
+        self._current: Msg | None = None
         self._current_since = 0.0
         self._wake: asyncio.Future[None] | None = None
-        self._acks: list[bytes] = []
-        self._acks_scheduled = False
-        self._acked = 0
         self._task: asyncio.Task[None] | None = None
         self._calls = 0
         self._handling = 0
@@ -215,14 +153,14 @@ class ConsumerRunner:
         self._watchdog: asyncio.TimerHandle | None = None
         self._recording = True
         self._recording_checked = -1e9
-        self._interrupted: bytes | None = None
+        self._interrupted: Msg | None = None
         name = spec.durable
         self._m_acked = metrics.MESSAGES.labels(name, "acked")
         self._m_retried = metrics.MESSAGES.labels(name, "retried")
         self._m_duplicate = metrics.MESSAGES.labels(name, "duplicate")
         self._m_dead = metrics.MESSAGES.labels(name, "dead_lettered")
         self._m_requeued = metrics.MESSAGES.labels(name, "requeued")
-        self._times = metrics.HandleTimes(name)
+        self._m_seconds = metrics.HANDLE_SECONDS.labels(name)
 
     @property
     def ready(self) -> bool:
@@ -232,85 +170,44 @@ class ConsumerRunner:
     def stop(self) -> None:
         """Finish the message in hand, hand back the rest of the batch, then return from run."""
         self._stop_requested = True
-        self._wakeup()
-
-    def _wakeup(self) -> None:
         if self._wake is not None and not self._wake.done():
             self._wake.set_result(None)
 
-    async def _wait(self, seconds: float) -> None:
-        loop = asyncio.get_running_loop()
-        self._wake = loop.create_future()
-        timer = loop.call_later(seconds, self._wakeup)
+    async def _pause(self, seconds: float) -> None:
+        """Sleep ``seconds`` or until :meth:`stop`, whichever comes first."""
+        self._wake = asyncio.get_running_loop().create_future()
         try:
-            await self._wake
+            await asyncio.wait([self._wake], timeout=seconds)
         finally:
-            timer.cancel()
             self._wake = None
 
     async def run(self) -> None:
-        """Reconcile the consumer, then pull and handle until stopped.
-
-        Pull requests are kept outstanding ahead of the handler (a new one whenever fewer
-        than half a batch is still owed), so messages stream in without a round trip per
-        batch. Requests lost with a connection are noticed by the reconnect count.
-        """
+        """Reconcile the consumer, then fetch and handle until stopped."""
         await reconcile_consumer(self._js, self.spec)
         self._task = asyncio.current_task()
-        nc, opts = self._nc, self._options
-        queue: collections.deque[_Raw] = collections.deque()
-
-        inbox = nc.new_inbox()
-        # Deliveries queue up as the parser reads them; the runner is woken once per read.
-        sub = await self._wire.subscribe(inbox, queue.append, after_read=self._wakeup)
-        next_subject = f"$JS.API.CONSUMER.MSG.NEXT.{self.spec.stream}.{self.spec.durable}"
-        expires = max(1.0, opts.fetch_timeout * 5)
-        request = pub_reply(
-            next_subject,
-            inbox,
-            msgspec.json.encode({"batch": opts.batch, "expires": int(expires * 1e9)}),
-        )
+        opts = self._options
+        sub = await self._js.pull_subscribe_bind(durable=self.spec.durable, stream=self.spec.stream)
         progress = asyncio.create_task(
             self._progress_loop(), name=f"bus-progress-{self.spec.durable}"
         )
-        owed = 0
-        refill = opts.batch // 2
-        reconnects = nc.stats["reconnects"]
-        last_seen = time.monotonic()
-        process, popleft = self._process, queue.popleft
+        batch: list[Msg] = []
         self._ready = True
         try:
             while not self._stop_requested:
-                if nc.stats["reconnects"] != reconnects:
-                    reconnects, owed = nc.stats["reconnects"], 0
-                if owed <= refill and nc.is_connected:
-                    try:
-                        await self._wire.send(request)
-                        owed += opts.batch
-                    except nats.errors.Error as exc:
-                        log.warning("pull request failed", extra={"error": repr(exc)})
-                        await asyncio.sleep(_PAUSE_AFTER_ERROR)
-                        continue
-                if not queue:
-                    await self._wait(opts.fetch_timeout)
-                    if not queue:
-                        if time.monotonic() - last_seen > expires + 1:
-                            owed = 0  # requests expired without a word (server restarted)
-                        continue
-                last_seen = time.monotonic()
-                # What has arrived, until it runs out, a stop, or the next pull request is due.
-                while queue and not self._stop_requested:
-                    subject, reply, data, raw_headers = popleft()
-                    if not data and raw_headers and raw_headers[8:9] == b" ":
-                        # "NATS/1.0 408 ...": a status of the pull request, not a message.
-                        headers = parse_header_block(raw_headers)
-                        owed = _owed_after_status(owed, headers.get(STATUS, ""), headers)
-                        continue
-                    owed -= 1
-                    await process(subject, reply, data, raw_headers or b"")
-                    if owed <= refill:
-                        break
-                last_seen = time.monotonic()
+                try:
+                    batch = await sub.fetch(opts.batch, timeout=opts.fetch_timeout)
+                except (nats.errors.TimeoutError, TimeoutError):
+                    continue
+                except nats.errors.Error as exc:
+                    # Reconnecting, or JetStream not there yet: the subscription survives.
+                    log.warning(
+                        "fetch failed", extra={"consumer": self.spec.durable, "error": repr(exc)}
+                    )
+                    await self._pause(_PAUSE_AFTER_ERROR)
+                    continue
+                batch.reverse()  # handled from the end, in delivery order
+                while batch and not self._stop_requested:
+                    await self._process(batch.pop())
         finally:
             self._ready = False
             if self._watchdog is not None:
@@ -319,68 +216,47 @@ class ConsumerRunner:
             progress.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await progress
-            # Unsubscribed first: the server then drops the pull requests still open for this
-            # inbox, so what is handed back goes to another runner rather than to this one.
-            with contextlib.suppress(nats.errors.Error):
-                await self._wire.unsubscribe(sub)
-            left = [r for _, r, data, raw in queue if data or not raw or raw[8:9] != b" "]
+            left = batch[::-1]
             if self._interrupted is not None:
                 left.insert(0, self._interrupted)
                 self._interrupted = None
-            queue.clear()
-            self._count_acked()
-            self._times.flush()
-            await self._flush_acks()
             await self._requeue(left)
+            with contextlib.suppress(nats.errors.Error):
+                await sub.unsubscribe()
 
-    async def _requeue(self, replies: list[bytes]) -> None:
+    async def _requeue(self, msgs: list[Msg]) -> None:
         # Handing back at once lets another instance take them without waiting for ack_wait.
-        if not replies:
-            return
-        with contextlib.suppress(nats.errors.Error):
-            await self._wire.send(b"".join(_nak_command(r) for r in replies if r))
-        self._m_requeued.inc(len(replies))
+        for msg in msgs:
+            with contextlib.suppress(nats.errors.Error):
+                await msg.nak()
+        if msgs:
+            self._m_requeued.inc(len(msgs))
 
     async def _progress_loop(self) -> None:
         interval = self._options.progress_interval or self.spec.ack_wait_seconds / 3
         while True:
             await asyncio.sleep(interval)
-            reply = self._current
-            if reply is not None and time.monotonic() - self._current_since >= interval:
+            msg = self._current
+            if msg is not None and time.monotonic() - self._current_since >= interval:
                 with contextlib.suppress(nats.errors.Error):
-                    await self._wire.send(pub(reply.decode(), b"+WPI"))
+                    await msg.in_progress()
 
-    def _delivery(self, subject: bytes, reply: bytes, raw_headers: bytes) -> Delivery | None:
-        """The delivery a message's ack subject describes; ``None`` if it is not one."""
-        stream, consumer = self.spec.stream, self.spec.durable
-        numbers = None
-        if reply.startswith(self._ack_prefix):
-            # <delivered>.<stream seq>.<consumer seq>.<timestamp>.<pending>
-            numbers = reply[len(self._ack_prefix) :].split(b".")
-            if len(numbers) != 5 or not numbers[0].isdigit():
-                numbers = None
-        if numbers is not None:
-            try:
-                deliveries, stream_sequence = int(numbers[0]), int(numbers[1])
-                consumer_sequence = int(numbers[2])
-            except ValueError:
-                return None
-        else:
-            meta = ack_metadata(reply.decode("utf-8", "replace"))
-            if meta is None:
-                return None
-            stream, consumer = meta.stream, meta.consumer
-            deliveries, stream_sequence = meta.deliveries, meta.stream_sequence
-            consumer_sequence = meta.consumer_sequence
+    def _delivery(self, msg: Msg) -> Delivery | None:
+        """The delivery a message's metadata describes; ``None`` if it is not one."""
+        try:
+            meta = msg.metadata
+        except nats.errors.Error:
+            return None
+        headers = msg.headers or {}
         return Delivery(
-            subject=subject.decode(),
-            stream=stream,
-            consumer=consumer,
-            stream_sequence=stream_sequence,
-            consumer_sequence=consumer_sequence,
-            deliveries=deliveries,
-            msg_id=_header_value(raw_headers, _MSG_ID_MARKER) or f"seq:{stream_sequence}",
-            raw_headers=raw_headers,
+            subject=msg.subject,
+            stream=meta.stream,
+            consumer=meta.consumer,
+            stream_sequence=meta.sequence.stream,
+            consumer_sequence=meta.sequence.consumer,
+            deliveries=meta.num_delivered,
+            msg_id=headers.get(MSG_ID) or f"seq:{meta.sequence.stream}",
+            headers=headers,
         )
 
     def _remember(self, msg_id: str) -> None:
@@ -389,40 +265,36 @@ class ConsumerRunner:
         if len(seen) >= self._options.dedupe_window:
             self._seen_before, self._seen = seen, set()
 
-    async def _process(self, subject: bytes, reply: bytes, data: bytes, raw_headers: bytes) -> None:
-        delivery = self._delivery(subject, reply, raw_headers)
+    async def _process(self, msg: Msg) -> None:
+        delivery = self._delivery(msg)
         if delivery is None:
             log.error(
                 "not a JetStream delivery, dropped",
-                extra={"consumer": self.spec.durable, "reply": reply[:200]},
+                extra={"consumer": self.spec.durable, "reply": msg.reply[:200]},
             )
             return
         opts = self._options
         msg_id = delivery.msg_id
         if msg_id in self._seen or msg_id in self._seen_before:
-            self._ack(reply)
+            await self._ack(msg)
             self._m_duplicate.inc()
             return
         try:
-            event = decode(data)
+            event = decode(msg.data)
         except DecodeError as exc:
-            await self._dead_letter(reply, data, delivery, kind="decode", reason=str(exc))
+            await self._dead_letter(msg, delivery, kind="decode", reason=str(exc))
             return
         if delivery.deliveries > opts.max_attempts:
             # Delivered more often than allowed without an outcome (the process died while
             # handling): do not risk another crash loop.
             reason = f"delivered {delivery.deliveries} times without being handled"
-            await self._dead_letter(reply, data, delivery, kind="exhausted", reason=reason)
+            await self._dead_letter(msg, delivery, kind="exhausted", reason=reason)
             return
         started = time.monotonic()
-        self._current, self._current_since = reply, started
+        self._current, self._current_since = msg, started
         # Continue the publisher's trace. With no tracer configured no span is made, but the
         # publisher's context is made current, so what the handler publishes stays in it.
-        parent = (
-            extract_headers(delivery.headers)
-            if raw_headers.find(_TRACEPARENT_MARKER) >= 0
-            else None
-        )
+        parent = extract_headers(delivery.headers) if _TRACEPARENT in delivery.headers else None
         if started - self._recording_checked > 1.0:
             # Looked up once a second: finding the process-wide provider reads the environment.
             self._recording_checked = started
@@ -476,16 +348,16 @@ class ConsumerRunner:
                         task.uncancel()
         except PermanentError as exc:
             span.record_exception(exc)
-            await self._dead_letter(reply, data, delivery, kind="permanent", reason=str(exc))
+            await self._dead_letter(msg, delivery, kind="permanent", reason=str(exc))
             return
         except asyncio.CancelledError:
-            # Shutdown while handling: handed back (nak'd) by run once it stopped pulling.
-            self._interrupted = reply
+            # Shutdown while handling: handed back (nak'd) by run once it stopped fetching.
+            self._interrupted = msg
             raise
         except Exception as exc:
             span.record_exception(exc)
             span.set_status(trace.StatusCode.ERROR, repr(exc))
-            await self._failed(reply, data, delivery, exc)
+            await self._failed(msg, delivery, exc)
             return
         finally:
             if token is not None:
@@ -493,21 +365,10 @@ class ConsumerRunner:
             if recording:
                 span.end()
             self._current = None
-            seconds = time.monotonic() - started
-            times = self._times
-            times.counts[bisect_left(times.bounds, seconds)] += 1
-            times.total += seconds
-            if not self._acks_scheduled:
-                # Acks and handler times of this turn go out when the loop next turns.
-                self._acks_scheduled = True
-                asyncio.get_running_loop().call_soon(self._write_acks)
-        # _remember and _ack, written out: this is the path every message takes.
-        seen = self._seen
-        seen.add(msg_id)
-        if len(seen) >= opts.dedupe_window:
-            self._seen_before, self._seen = seen, set()
-        self._acks.append(b"PUB %b 4\r\n+ACK\r\n" % reply)
-        self._acked += 1
+            self._m_seconds.observe(time.monotonic() - started)
+        self._remember(msg_id)
+        await self._ack(msg)
+        self._m_acked.inc()
 
     def _check_timeout(self) -> None:
         """The watchdog: cancel a handler call that ran past its deadline, or re-arm.
@@ -529,42 +390,18 @@ class ConsumerRunner:
             self._timed_out = call
             self._task.cancel()
 
-    def _ack(self, reply: bytes) -> None:
-        """Ack once the loop next turns, together with the other acks of this turn."""
-        self._acks.append(_ack_command(reply))
-        if not self._acks_scheduled:
-            self._acks_scheduled = True
-            asyncio.get_running_loop().call_soon(self._write_acks)
-
-    def _write_acks(self) -> None:
-        self._acks_scheduled = False
-        self._count_acked()
-        self._times.flush()
-        if not self._acks:
-            return
-        commands, self._acks = b"".join(self._acks), []
+    async def _ack(self, msg: Msg) -> None:
         try:
-            self._wire.send_nowait(commands)
+            await msg.ack()
         except nats.errors.Error as exc:
             # A lost ack only means a redelivery, which the remembered msg id absorbs.
             log.warning("ack failed", extra={"consumer": self.spec.durable, "error": repr(exc)})
 
-    def _count_acked(self) -> None:
-        if self._acked:
-            self._m_acked.inc(self._acked)
-            self._acked = 0
+    async def _nak(self, msg: Msg, delay: float) -> None:
+        with contextlib.suppress(nats.errors.Error):
+            await msg.nak(delay=delay)
 
-    async def _flush_acks(self) -> None:
-        # A lost ack only means a redelivery, which the remembered msg id absorbs.
-        commands, self._acks = b"".join(self._acks), []
-        if not commands:
-            return
-        try:
-            await self._wire.send(commands)
-        except nats.errors.Error as exc:
-            log.warning("ack failed", extra={"consumer": self.spec.durable, "error": repr(exc)})
-
-    async def _failed(self, reply: bytes, data: bytes, delivery: Delivery, exc: Exception) -> None:
+    async def _failed(self, msg: Msg, delivery: Delivery, exc: Exception) -> None:
         opts = self._options
         if isinstance(exc, TimeoutError):
             what = f"timed out after {opts.handler_timeout}s"
@@ -572,7 +409,7 @@ class ConsumerRunner:
             what = f"raised {exc!r}"
         if delivery.deliveries >= opts.max_attempts:
             reason = f"handler {what} on delivery {delivery.deliveries} of {opts.max_attempts}"
-            await self._dead_letter(reply, data, delivery, kind="handler", reason=reason)
+            await self._dead_letter(msg, delivery, kind="handler", reason=reason)
             return
         pause = opts.backoff[min(delivery.deliveries - 1, len(opts.backoff) - 1)]
         log.warning(
@@ -586,19 +423,18 @@ class ConsumerRunner:
                 "error": what,
             },
         )
-        with contextlib.suppress(nats.errors.Error):
-            await self._wire.send(_nak_command(reply, pause))
+        await self._nak(msg, pause)
         self._m_retried.inc()
 
     async def _dead_letter(
-        self, reply: bytes, data: bytes, delivery: Delivery, *, kind: DeadLetterKind, reason: str
+        self, msg: Msg, delivery: Delivery, *, kind: DeadLetterKind, reason: str
     ) -> None:
         try:
             await publish_dead_letter(
                 self._js,
                 spec=self.spec,
                 subject=delivery.subject,
-                payload=data,
+                payload=msg.data,
                 headers=delivery.headers,
                 sequence=delivery.stream_sequence,
                 deliveries=delivery.deliveries,
@@ -611,8 +447,7 @@ class ConsumerRunner:
                 "dead letter publish failed, message kept",
                 extra={"consumer": delivery.consumer, "error": repr(exc)},
             )
-            with contextlib.suppress(nats.errors.Error):
-                await self._wire.send(_nak_command(reply, self._options.backoff[-1]))
+            await self._nak(msg, self._options.backoff[-1])
             return
         log.error(
             "message dead-lettered",
@@ -625,5 +460,5 @@ class ConsumerRunner:
             },
         )
         self._remember(delivery.msg_id)
-        self._ack(reply)
+        await self._ack(msg)
         self._m_dead.inc()
