@@ -4,8 +4,11 @@ Three implementations run against the same server in the same run:
 - ``neuron-dra``: the product's Publisher and ConsumerRunner (msgspec events, CloudEvents and
   trace headers, de-duplication ids, decode per message, explicit acks);
 - ``nats-py``: the raw client, no framework: the same payload and the same headers, a msg id
-  per message, pipelined publishes, fetch and an awaited explicit ack per message;
+  per message, ``publish_async`` in chunks, fetch and an awaited explicit ack per message;
 - ``go``: the official Go client (``bench/go``), same payload and headers, the client's ceiling.
+
+The goal is the raw nats-py figure: the framework uses the same client through its public
+API, so what it adds (events, headers, spans, retries) should cost no throughput.
 
 Throughput is end to end: from the first publish until the consumer handled the last event.
 The publisher and the consumer run as two processes, as two services would (the Go baseline
@@ -520,6 +523,6 @@ def run(*, quick: bool) -> Report:
         f"nats-py {raw.server_cpu_us_per_event:.1f} us, go {go.server_cpu_us_per_event:.1f} us",
         f"neuron-dra with publisher and consumer in one process: {single:,.0f} events/s",
         f"{load_before} before, {_load()} after",
-        "goals: >= 50,000 events/s and >= 25% of go",
+        "goal: events/s at least nats-py's in the same run",
     ]
     return report

@@ -124,7 +124,7 @@ class ConsumerContract(abc.ABC):
         )
         await self._publish(contract_bus, good)
         async with running(contract_bus.runner(self._spec(), handler, options=self.options)):
-            [record] = await dead_letters(contract_bus.js)
+            [record] = await dead_letters(contract_bus)
             await self._effect(good)
             await self._settled(contract_bus)
         assert record.payload == poison

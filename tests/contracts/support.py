@@ -8,8 +8,13 @@ import time
 from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime
 
-from nats.js import JetStreamContext
-from neuron_dra_common.bus import ConsumerRunner, DeadLetterRecord, StreamSpec, read_dead_letter
+from neuron_dra_common.bus import (
+    Bus,
+    ConsumerRunner,
+    DeadLetterRecord,
+    StreamSpec,
+    read_dead_letter,
+)
 from neuron_dra_common.bus.declarations import DEADLETTER
 from neuron_dra_common.events import NodeHeartbeat
 
@@ -40,12 +45,12 @@ async def running(runner: ConsumerRunner) -> AsyncIterator[ConsumerRunner]:
 
 
 async def dead_letters(
-    js: JetStreamContext, *, stream: StreamSpec = DEADLETTER, at_least: int = 1
+    bus: Bus, *, stream: StreamSpec = DEADLETTER, at_least: int = 1
 ) -> list[DeadLetterRecord]:
     """Every message of the dead-letter stream, read back (waits for ``at_least``)."""
 
     async def count() -> int:
-        info = await js.stream_info(stream.name)
+        info = await bus.js.stream_info(stream.name)
         return int(info.state.messages)
 
     deadline = time.monotonic() + 10
@@ -54,9 +59,9 @@ async def dead_letters(
             raise AssertionError(f"fewer than {at_least} dead letters after 10s")
         await asyncio.sleep(0.05)
     records = []
-    info = await js.stream_info(stream.name)
+    info = await bus.js.stream_info(stream.name)
     for seq in range(info.state.first_seq, info.state.last_seq + 1):
-        raw = await js.get_msg(stream.name, seq)
+        raw = await bus.js.get_msg(stream.name, seq)
         records.append(read_dead_letter(raw.data or b"", raw.headers))
     return records
 

@@ -73,7 +73,7 @@ async def test_undecodable_message_goes_to_dead_letter_with_reason(nats_bus: Bus
     )
     await nats_bus.publisher(source="/test").publish(heartbeat(node="node-b"))
     async with running(nats_bus.runner(SPEC, handle, options=FAST)):
-        [record] = await dead_letters(nats_bus.js)
+        [record] = await dead_letters(nats_bus)
         await wait_until(lambda: len(handled) == 1, what="good message after the poison one")
     assert record.kind == "decode"
     assert "boot_id" in record.reason  # msgspec names the missing field
@@ -98,7 +98,7 @@ async def test_message_that_keeps_failing_is_dead_lettered_after_max_attempts(
 
     await nats_bus.publisher(source="/test").publish(heartbeat())
     async with running(nats_bus.runner(SPEC, broken, options=FAST)):
-        [record] = await dead_letters(nats_bus.js)
+        [record] = await dead_letters(nats_bus)
     assert calls == 3
     assert record.kind == "handler"
     assert "no such node" in record.reason
@@ -113,7 +113,7 @@ async def test_permanent_error_skips_retries(nats_bus: Bus) -> None:
 
     await nats_bus.publisher(source="/test").publish(heartbeat())
     async with running(nats_bus.runner(SPEC, refuse, options=FAST)):
-        [record] = await dead_letters(nats_bus.js)
+        [record] = await dead_letters(nats_bus)
     assert (record.kind, record.deliveries) == ("permanent", 1)
     assert record.reason == "NodeHeartbeat node-a: boot_id is not the node's"
 
@@ -144,7 +144,7 @@ async def test_handler_timeout_counts_as_failure(nats_bus: Bus) -> None:
     options = msgspec.structs.replace(FAST, handler_timeout=0.2, max_attempts=2)
     await nats_bus.publisher(source="/test").publish(heartbeat())
     async with running(nats_bus.runner(SPEC, stuck, options=options)):
-        [record] = await dead_letters(nats_bus.js)
+        [record] = await dead_letters(nats_bus)
     assert deliveries == [1, 2]
     assert "timed out after 0.2s" in record.reason
 

@@ -85,7 +85,6 @@ async def test_publish_many_beyond_one_window_stores_each_once_in_order(nats_bus
     assert [r.sequence for r in again] == sequences[:150]
     info = await nats_bus.js.stream_info(HEALTH.name)
     assert info.state.messages == 1050
-    await pub.close()
 
 
 async def test_a_failed_handler_is_never_acked_with_the_others(nats_bus: Bus) -> None:
@@ -131,7 +130,7 @@ async def test_handler_timeout_among_fast_handlers(nats_bus: Bus) -> None:
     options = msgspec.structs.replace(FAST, handler_timeout=0.3, max_attempts=2)
     await nats_bus.publisher(source="/test").publish_many([health(i) for i in range(60)])
     async with running(nats_bus.runner(SPEC, handle, options=options)) as runner:
-        [record] = await dead_letters(nats_bus.js)
+        [record] = await dead_letters(nats_bus)
         await wait_until(lambda: len(handled) == 59, what="the others handled")
         assert runner.ready
     assert stuck_deliveries == [1, 2]

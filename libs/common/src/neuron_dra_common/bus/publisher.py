@@ -264,9 +264,6 @@ class Publisher:
                     duplicate=bool(ack.duplicate),
                 )
 
-    async def close(self) -> None:
-        """Nothing of its own to release: acks come back on the connection's own inbox."""
-
 
 def _trace_context() -> dict[str, str]:
     """``traceparent``/``tracestate`` of the current span, or nothing without one."""

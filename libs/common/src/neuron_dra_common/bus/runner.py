@@ -131,7 +131,6 @@ class ConsumerRunner:
         tracer: trace.Tracer | None = None,
     ) -> None:
         self.spec = spec
-        self._nc = nc
         self._js: JetStreamContext = nc.jetstream()
         self._handler = handler
         self._options = options or RunnerOptions()

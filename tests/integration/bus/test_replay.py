@@ -1,0 +1,68 @@
+"""Replaying a stream into memory: all of it in order, or the latest per subject, then follow."""
+
+from __future__ import annotations
+
+import asyncio
+
+from neuron_dra_common.bus import Bus, Follower, replay
+from neuron_dra_common.bus.declarations import HEALTH, INVENTORY
+from neuron_dra_common.events import AnyEvent, DeviceHealthChanged
+
+from tests.contracts.support import wait_until
+
+
+def health(node: str, device: int, reason: str) -> DeviceHealthChanged:
+    return DeviceHealthChanged(
+        node=node, device=f"neurondevice{device}", health="Unhealthy", reason=reason
+    )
+
+
+def reasons(events: list[AnyEvent]) -> list[str]:
+    return [e.reason for e in events if isinstance(e, DeviceHealthChanged)]
+
+
+async def test_replay_of_an_empty_stream_returns_at_once(nats_bus: Bus) -> None:
+    stored = await asyncio.wait_for(
+        replay(nats_bus, stream=INVENTORY.name, subject=INVENTORY.subjects[0]), 5
+    )
+    assert stored == []
+
+
+async def test_replay_reads_everything_stored_in_order_and_skips_what_does_not_decode(
+    nats_bus: Bus,
+) -> None:
+    pub = nats_bus.publisher(source="/test")
+    await pub.publish_many([health("node-a", i % 3, f"r{i}") for i in range(10)])
+    await nats_bus.js.publish("neuron.health.node-a.neurondevice0", b"not an event")
+    await pub.publish(health("node-b", 0, "r10"))
+    stored = await replay(nats_bus, stream=HEALTH.name, subject="neuron.health.>")
+    assert reasons(stored) == [f"r{i}" for i in range(11)]
+
+
+async def test_replay_of_the_latest_per_subject(nats_bus: Bus) -> None:
+    pub = nats_bus.publisher(source="/test")
+    await pub.publish_many([health("node-a", i % 3, f"r{i}") for i in range(9)])
+    await pub.publish(health("node-b", 0, "other node"))
+    stored = await replay(
+        nats_bus, stream=HEALTH.name, subject="neuron.health.node-a.>", last_per_subject=True
+    )
+    assert sorted(reasons(stored)) == ["r6", "r7", "r8"]
+
+
+async def test_follower_catches_up_then_applies_what_comes_next(nats_bus: Bus) -> None:
+    pub = nats_bus.publisher(source="/test")
+    await pub.publish_many([health("node-a", 0, f"r{i}") for i in range(5)])
+    applied: list[AnyEvent] = []
+    follower = Follower(
+        nats_bus, stream=HEALTH.name, subject="neuron.health.>", handler=applied.append
+    )
+    task = asyncio.create_task(follower.run(), name="follower")
+    try:
+        await asyncio.wait_for(follower.wait_caught_up(), 5)
+        assert reasons(applied) == [f"r{i}" for i in range(5)]
+        await pub.publish(health("node-a", 1, "later"))
+        await wait_until(lambda: len(applied) == 6, what="the later event")
+        assert reasons(applied)[-1] == "later"
+    finally:
+        follower.stop()
+        await asyncio.wait_for(task, 5)
