@@ -42,6 +42,8 @@ async def test_restart_mid_stream_loses_none_and_applies_none_twice(
         for start in range(0, TOTAL, CHUNK):
             ids = [f"ev-{i}" for i in range(start, start + CHUNK)]
             await pub.publish_many([event(i) for i in range(start, start + CHUNK)], msg_ids=ids)
+            # Paced like a service, so the restart lands while both sides are busy.
+            await asyncio.sleep(0.05)
 
     options = RunnerOptions(fetch_timeout=0.25, backoff=(0.05,))
     try:

@@ -73,7 +73,8 @@ class Publisher:
     when the first attempt was stored but its ack was lost.
 
     :meth:`publish_many` hands events to the client's asynchronous publish
-    (``JetStreamContext.publish_async``) and keeps up to ``window`` of them unacknowledged.
+    (``JetStreamContext.publish_async``) and keeps up to ``window`` of them unacknowledged
+    (at most the client's own limit, ``publish_async_max_pending``).
 
     >>> pub = Publisher(js, source="/neuron-dra/discovery/ip-1")
     >>> await pub.publish(NodeHeartbeat(node="ip-1", boot_id="b", sequence=1, sent_at=now))
@@ -174,6 +175,7 @@ class Publisher:
         for lo in range(0, len(events), step):
             items = self._items(events[lo : lo + step], ids[lo : lo + step], context)
             await self._start(items)
+            await asyncio.sleep(0)  # the client's flusher writes this slice meanwhile
             in_flight.append(items)
             outstanding += len(items)
             while outstanding > self._window:
@@ -186,14 +188,15 @@ class Publisher:
 
     async def _start(self, items: list[_Item]) -> None:
         """Hand ``items`` to the client; one that could not be sent is left without a future."""
-        publish_async = self._js.publish_async
+        js = self._js
         for item in items:
+            # The client bounds its unacknowledged publishes (4,000 by default, above any
+            # window): below the window there is room, and not asking for a stall deadline
+            # lets the whole slice go out in one write instead of one per event.
+            stall = None if js.publish_async_pending() < self._window else self._ack_timeout
             try:
-                item.ack = await publish_async(
-                    item.subject,
-                    item.payload,
-                    headers=item.headers,
-                    wait_stall=self._ack_timeout,
+                item.ack = await js.publish_async(
+                    item.subject, item.payload, headers=item.headers, wait_stall=stall
                 )
             except TRANSIENT:
                 item.ack = None  # settled by a publish of its own

@@ -46,7 +46,7 @@ from neuron_dra_common.events.codec import AnyEvent, DecodeError, decode
 from neuron_dra_common.telemetry.propagation import extract_headers
 from neuron_dra_common.telemetry.tracing import get_tracer
 
-__all__ = ["ConsumerRunner", "Delivery", "Handler", "RunnerOptions"]
+__all__ = ["ConsumerRunner", "Delivery", "Handler", "RunnerOptions", "ack_numbers"]
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +63,30 @@ def _may_record(tracer: trace.Tracer) -> bool:
         provider = trace.get_tracer_provider()
         return not isinstance(provider, trace.ProxyTracerProvider | trace.NoOpTracerProvider)
     return True
+
+
+def ack_numbers(reply: str) -> tuple[int, int, int] | None:
+    """(deliveries, stream sequence, consumer sequence) read from a JetStream ack subject.
+
+    The subject is ``$JS.ACK.<stream>.<consumer>.<delivered>.<stream seq>.<consumer seq>.
+    <time>.<pending>``, or with ``<domain>.<account hash>`` before the stream and a token
+    after ``<pending>``. The same numbers as nats-py's ``Msg.metadata``, without building
+    the rest of it for every message; ``None`` when the subject has neither form.
+    """
+    tokens = reply.split(".")
+    count = len(tokens)
+    if count == 9:
+        first = 4
+    elif count >= 11:
+        first = 6
+    else:
+        return None
+    if tokens[0] != "$JS" or tokens[1] != "ACK":
+        return None
+    try:
+        return int(tokens[first]), int(tokens[first + 1]), int(tokens[first + 2])
+    except ValueError:
+        return None
 
 
 class Delivery(msgspec.Struct, frozen=True, kw_only=True):
@@ -153,6 +177,7 @@ class ConsumerRunner:
         self._recording = True
         self._recording_checked = -1e9
         self._interrupted: Msg | None = None
+        self._acked = 0  # counted per message, added to the metric per batch
         name = spec.durable
         self._m_acked = metrics.MESSAGES.labels(name, "acked")
         self._m_retried = metrics.MESSAGES.labels(name, "retried")
@@ -205,8 +230,13 @@ class ConsumerRunner:
                     await self._pause(_PAUSE_AFTER_ERROR)
                     continue
                 batch.reverse()  # handled from the end, in delivery order
-                while batch and not self._stop_requested:
-                    await self._process(batch.pop())
+                process = self._process
+                try:
+                    while batch and not self._stop_requested:
+                        await process(batch.pop())
+                finally:
+                    self._m_acked.inc(self._acked)
+                    self._acked = 0
         finally:
             self._ready = False
             if self._watchdog is not None:
@@ -241,20 +271,28 @@ class ConsumerRunner:
                     await msg.in_progress()
 
     def _delivery(self, msg: Msg) -> Delivery | None:
-        """The delivery a message's metadata describes; ``None`` if it is not one."""
-        try:
-            meta = msg.metadata
-        except nats.errors.Error:
-            return None
+        """The delivery a message's ack subject describes; ``None`` if it is not one."""
         headers = msg.headers or {}
+        numbers = ack_numbers(msg.reply)
+        if numbers is not None:
+            stream, consumer = self.spec.stream, self.spec.durable
+            deliveries, stream_sequence, consumer_sequence = numbers
+        else:
+            try:
+                meta = msg.metadata
+            except nats.errors.Error:
+                return None
+            stream, consumer = meta.stream, meta.consumer
+            deliveries = meta.num_delivered
+            stream_sequence, consumer_sequence = meta.sequence.stream, meta.sequence.consumer
         return Delivery(
             subject=msg.subject,
-            stream=meta.stream,
-            consumer=meta.consumer,
-            stream_sequence=meta.sequence.stream,
-            consumer_sequence=meta.sequence.consumer,
-            deliveries=meta.num_delivered,
-            msg_id=headers.get(MSG_ID) or f"seq:{meta.sequence.stream}",
+            stream=stream,
+            consumer=consumer,
+            stream_sequence=stream_sequence,
+            consumer_sequence=consumer_sequence,
+            deliveries=deliveries,
+            msg_id=headers.get(MSG_ID) or f"seq:{stream_sequence}",
             headers=headers,
         )
 
@@ -365,9 +403,16 @@ class ConsumerRunner:
                 span.end()
             self._current = None
             self._m_seconds.observe(time.monotonic() - started)
-        self._remember(msg_id)
-        await self._ack(msg)
-        self._m_acked.inc()
+        seen = self._seen
+        seen.add(msg_id)
+        if len(seen) >= opts.dedupe_window:
+            self._seen_before, self._seen = seen, set()
+        try:
+            await msg.ack()
+        except nats.errors.Error as exc:
+            # A lost ack only means a redelivery, which the remembered msg id absorbs.
+            log.warning("ack failed", extra={"consumer": self.spec.durable, "error": repr(exc)})
+        self._acked += 1
 
     def _check_timeout(self) -> None:
         """The watchdog: cancel a handler call that ran past its deadline, or re-arm.
