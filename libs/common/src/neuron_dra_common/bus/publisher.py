@@ -42,6 +42,9 @@ _RETRY_PAUSE: Final = (0.05, 0.1, 0.25, 0.5, 1.0)
 #: Events handed to the client at a time within a window; the acks of one slice are
 #: awaited together.
 _SLICE: Final = 500
+#: How many asynchronous publishes nats-py keeps unacknowledged at most (its
+#: ``publish_async_max_pending`` default, which the bus keeps): the largest window.
+_CLIENT_PENDING: Final = 4000
 
 
 class PublishResult(msgspec.Struct, frozen=True, kw_only=True):
@@ -74,7 +77,7 @@ class Publisher:
 
     :meth:`publish_many` hands events to the client's asynchronous publish
     (``JetStreamContext.publish_async``) and keeps up to ``window`` of them unacknowledged
-    (at most the client's own limit, ``publish_async_max_pending``).
+    (at most the client's own bound, ``publish_async_max_pending``).
 
     >>> pub = Publisher(js, source="/neuron-dra/discovery/ip-1")
     >>> await pub.publish(NodeHeartbeat(node="ip-1", boot_id="b", sequence=1, sent_at=now))
@@ -94,7 +97,7 @@ class Publisher:
         self._source = source
         self._ack_timeout = ack_timeout
         self._retry_seconds = retry_seconds
-        self._window = max(1, window)
+        self._window = max(1, min(window, _CLIENT_PENDING))
         self._tracer = tracer or get_tracer()
         # Per event class: its type and the headers every event of it shares.
         self._kinds: dict[type[Event], tuple[str, dict[str, str]]] = {}
@@ -190,9 +193,9 @@ class Publisher:
         """Hand ``items`` to the client; one that could not be sent is left without a future."""
         js = self._js
         for item in items:
-            # The client bounds its unacknowledged publishes (4,000 by default, above any
-            # window): below the window there is room, and not asking for a stall deadline
-            # lets the whole slice go out in one write instead of one per event.
+            # Below the window the client has room (its own bound is at least the window),
+            # and not asking for a stall deadline lets the whole slice go out in one write
+            # instead of one per event.
             stall = None if js.publish_async_pending() < self._window else self._ack_timeout
             try:
                 item.ack = await js.publish_async(
