@@ -46,7 +46,8 @@ def test_every_contract_has_an_id_and_external_packages_are_checked() -> None:
         config = tomllib.load(f)["tool"]["importlinter"]
     assert config["include_external_packages"] is True
     ids = [c.get("id") for c in contracts()]
-    assert all(ids) and len(set(ids)) == len(ids), ids
+    assert all(ids), ids
+    assert len(set(ids)) == len(ids), ids
 
 
 @pytest.mark.parametrize("contract", [str(c["id"]) for c in contracts()])

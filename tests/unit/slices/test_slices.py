@@ -6,10 +6,10 @@ from typing import Any
 
 import msgspec
 import pytest
+from neuron_dra_common.driver import NODE_DEVICE
 from neuron_dra_common.hardware.model import NeuronDevice, NodeHardware
 from neuron_dra_slice_publisher.slices import (
     COUNTER_SET,
-    NODE_DEVICE,
     InventoryError,
     NodeDeviceMode,
     PoolContent,

@@ -24,12 +24,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from neuron_dra_common.driver import DRIVER_NAME as DRIVER
+
 from neuron_dra_cli import paths
 from neuron_dra_cli.errors import CliError
 
 __all__ = ["holders", "register", "render"]
 
-DRIVER = "neuron.aws.com"
+
 Obj = dict[str, Any]
 _MARKS = string.ascii_uppercase + string.ascii_lowercase + string.digits
 

@@ -22,6 +22,7 @@ import msgspec
 __all__ = [
     "ENV_PREFIX",
     "LeaderElectedSettings",
+    "NodeHardwareSettings",
     "ServiceSettings",
     "SettingsError",
     "env_name",
@@ -80,6 +81,38 @@ class LeaderElectedSettings(ServiceSettings, frozen=True, kw_only=True):
     lease_seconds: Annotated[
         float, msgspec.Meta(gt=1, description="How long a leader holds the Lease unrenewed")
     ] = 15.0
+
+
+class NodeHardwareSettings(ServiceSettings, frozen=True, kw_only=True):
+    """A per-node agent: which node it runs on and how it reads that node's Neuron hardware.
+
+    Discovery and the kubelet plugin read the same hardware the same way, so they share
+    these settings (and their variables).
+    """
+
+    node_name: Annotated[
+        str, msgspec.Meta(min_length=1, description="This node's Kubernetes name (downward API)")
+    ]
+    host_root: Annotated[
+        str,
+        msgspec.Meta(
+            description="Root under which the host's /sys, /dev and /opt (the node's logical "
+            "core config) are read"
+        ),
+    ] = "/"
+    neuron_ls_command: Annotated[
+        tuple[str, ...],
+        msgspec.Meta(description="neuron-ls command line, comma-separated (default neuron-ls -j)"),
+    ] = ()
+    neuron_ls_path: Annotated[
+        str, msgspec.Meta(description="Read neuron-ls -j output from this file instead")
+    ] = ""
+    instance_type: Annotated[
+        str, msgspec.Meta(description="Instance type override (default: the DMI product name)")
+    ] = ""
+    boot_id_path: Annotated[str, msgspec.Meta(description="File holding the node's boot id")] = (
+        "/proc/sys/kernel/random/boot_id"
+    )
 
 
 def env_name(field: str, prefix: str = ENV_PREFIX) -> str:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import msgspec
 from neuron_dra_common.bus import Bus
+from neuron_dra_common.driver import device_name
 from neuron_dra_common.hardware.node import read_node
 from neuron_dra_common.kube import RESOURCE_CLAIMS, Informer, KubeClient, connect
 from neuron_dra_common.runtime.process import Service, run
@@ -30,7 +31,7 @@ from neuron_dra_kubelet_plugin.claimsource import ApiClaimSource
 from neuron_dra_kubelet_plugin.kubeevents import ClaimEventRecorder
 from neuron_dra_kubelet_plugin.liveness import SocketProbe
 from neuron_dra_kubelet_plugin.observe import PREPARED_CLAIMS, ClaimEvents, ObservedPreparer
-from neuron_dra_kubelet_plugin.plan import NodeContext, device_name
+from neuron_dra_kubelet_plugin.plan import NodeContext
 from neuron_dra_kubelet_plugin.preparer import Effects, NodePreparer
 from neuron_dra_kubelet_plugin.registration import socket_paths
 from neuron_dra_kubelet_plugin.servers import serve

@@ -8,10 +8,11 @@ from typing import Any
 import nats.errors
 from nats.js import JetStreamContext
 from neuron_dra_common.bus.declarations import INVENTORY
+from neuron_dra_common.driver import DRIVER_NAME as DRIVER
 from neuron_dra_common.events import DecodeError, NodeInventory, decode
 from neuron_dra_common.kube import RESOURCE_SLICES, ApiException, KubeClient
 
-from neuron_dra_slice_publisher.slices import DRIVER, NodeDeviceMode
+from neuron_dra_slice_publisher.slices import NodeDeviceMode
 
 __all__ = ["detect_mode", "read_inventories"]
 
