@@ -17,11 +17,12 @@ from neuron_dra_common import cdi
 
 from neuron_dra_cli import paths
 from neuron_dra_cli.errors import CliError
+from neuron_dra_cli.output import add_output_option
 from neuron_dra_cli.stack import kubectl, state
 from neuron_dra_cli.stack.layout import Layout
 from neuron_dra_cli.stack.plugin import cdi_root
 
-__all__ = ["ContainerView", "cmd_env", "register", "resolve"]
+__all__ = ["ContainerView", "as_json", "cmd_env", "register", "resolve"]
 
 _REQUESTS_ANNOTATION = "neuron.aws.com/requests"
 
@@ -50,6 +51,7 @@ def register(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         default=None,
         help=f"the stack's state directory (env {paths.STATE_DIR_ENV})",
     )
+    add_output_option(p)
     p.set_defaults(handler=cmd_env)
 
 
@@ -120,6 +122,26 @@ def resolve(
     return views
 
 
+def as_json(namespace: str, pod: dict[str, Any], views: list[ContainerView]) -> dict[str, Any]:
+    """The ``-o json`` document: the pod, its node, and what each container gets."""
+    return {
+        "pod": f"{namespace}/{pod['metadata']['name']}",
+        "node": pod["spec"].get("nodeName", ""),
+        "phase": pod.get("status", {}).get("phase", ""),
+        "containers": [
+            {
+                "name": v.name,
+                "claims": v.claims,
+                "cdiDevices": v.cdi_ids,
+                "deviceNodes": [{"path": path, "hostPath": host} for path, host in v.device_nodes],
+                "env": dict(entry.partition("=")[::2] for entry in v.env),
+                "problems": v.problems,
+            }
+            for v in views
+        ],
+    }
+
+
 def _state_dir(args: argparse.Namespace) -> Path:
     if args.state_dir:
         return Path(args.state_dir).expanduser().resolve()
@@ -141,6 +163,9 @@ def cmd_env(args: argparse.Namespace) -> int:
         for name, claim in _claim_names(pod).items()
     }
     views = resolve(pod, claims, cdi_root(Layout(state_dir), node))
+    if args.output == "json":
+        print(json.dumps(as_json(args.namespace, pod, views), indent=2))
+        return 1 if any(v.problems for v in views) else 0
     print(f"pod {args.namespace}/{args.pod} on node {node} ({pod['status'].get('phase')})")
     for view in views:
         print(f"container {view.name}")

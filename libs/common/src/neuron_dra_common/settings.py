@@ -13,6 +13,7 @@ A service subclasses :class:`ServiceSettings` and adds its own fields, with
 from __future__ import annotations
 
 import argparse
+import enum
 import os
 from collections.abc import Mapping, Sequence
 from typing import Annotated, Any, Literal, TypeVar
@@ -28,6 +29,7 @@ __all__ = [
     "env_name",
     "flag_name",
     "load",
+    "shown_default",
 ]
 
 ENV_PREFIX = "NEURON_DRA_"
@@ -161,13 +163,31 @@ def _is_sequence(t: msgspec.inspect.Type) -> bool:
     return isinstance(t, msgspec.inspect.VarTupleType | msgspec.inspect.ListType)
 
 
+def shown_default(value: object) -> str:
+    """A default as a user would write it in the flag or variable, for ``--help``.
+
+    >>> [shown_default(v) for v in ("info", "", 10.0, 0.5, True, ("a", "b"), ())]
+    ['info', 'empty', '10', '0.5', 'true', 'a,b', 'empty']
+    """
+    if isinstance(value, enum.Enum):
+        value = value.value
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, tuple | list | frozenset | set):
+        value = ",".join(shown_default(v) for v in value)
+    text = str(value)  # a Path prints as the path
+    return text if text else "empty"
+
+
 def _parser(cls: type[msgspec.Struct], fields: Sequence[msgspec.inspect.Field], prog: str) -> Any:
     parser = argparse.ArgumentParser(prog=prog, description=(cls.__doc__ or "").strip() or None)
     for f in fields:
         description = ""
         if isinstance(f.type, msgspec.inspect.Metadata):
             description = str((f.type.extra_json_schema or {}).get("description", ""))
-        default = "" if f.required else f" (default: {f.default!r})"
+        default = "" if f.required else f" (default: {shown_default(f.default)})"
         parser.add_argument(
             flag_name(f.name),
             dest=f.name,

@@ -29,8 +29,8 @@ class PluginSettings(NodeHardwareSettings, frozen=True, kw_only=True):
     dev_root: Annotated[
         str,
         msgspec.Meta(
-            description="Where the device nodes are on the host, as CDI specs name them "
-            "(default: <host-root>/dev)"
+            description="Where the device nodes are on the host, as CDI specs name them"
+            "; empty: <host-root>/dev"
         ),
     ] = ""
     pod_uid: Annotated[str, msgspec.Meta(description="Pod UID for rolling-update sockets")] = ""
