@@ -2,7 +2,8 @@
 
 For each container and each claim it uses, the CDI device ids the plugin answered, resolved
 against the CDI spec files the node's plugin wrote: the device nodes and the environment
-(printed as ``export`` lines, as the seed's ``export`` shows them inside the container).
+(printed as ``export`` lines, as AWS's Neuron DRA driver guide shows them inside the
+container).
 """
 
 from __future__ import annotations

@@ -9,9 +9,9 @@ Why the node device never reaches a chip request:
 * every device carries ``instanceType``, ``neuronDriverVersion`` and ``resourceType``, because
   a selector that reads a missing attribute is a CEL runtime error that blocks the whole node;
 * the node device's ``instanceType`` is the empty string (the node's type is in
-  ``nodeInstanceType`` on every device), so a chip request written as the seed writes it
-  (``instanceType == 'trn2u.48xlarge'``) never matches it, and ``allocationMode: All`` over
-  chips is not turned into "all chips *and* the node";
+  ``nodeInstanceType`` on every device), so a chip request written as AWS's Neuron DRA driver
+  guide writes it (``instanceType == 'trn2u.48xlarge'``) never matches it, and
+  ``allocationMode: All`` over chips is not turned into "all chips *and* the node";
 * it comes after the chips in the pool, so a request without any selector gets chips first.
 
 Why a chip and the node device are never handed to two claims at once depends on
