@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from neuron_dra_common import cdi
+from neuron_dra_common.driver import ANNOTATION_REQUESTS
 
 from neuron_dra_cli import paths
 from neuron_dra_cli.errors import CliError
@@ -24,8 +25,6 @@ from neuron_dra_cli.stack.layout import Layout
 from neuron_dra_cli.stack.plugin import cdi_root
 
 __all__ = ["ContainerView", "as_json", "cmd_env", "register", "resolve"]
-
-_REQUESTS_ANNOTATION = "neuron.aws.com/requests"
 
 
 @dataclass
@@ -80,7 +79,7 @@ def _claim_names(pod: dict[str, Any]) -> dict[str, str]:
 def _matches(device: cdi.Device, request: str) -> bool:
     if not request:
         return True
-    return request in device.annotations.get(_REQUESTS_ANNOTATION, "").split(",")
+    return request in device.annotations.get(ANNOTATION_REQUESTS, "").split(",")
 
 
 def resolve(

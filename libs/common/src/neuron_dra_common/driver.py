@@ -8,7 +8,9 @@ so these names are fixed by AWS's Neuron DRA driver guide:
   ``resourceType: neuron_device``;
 * an UltraServer node also has ``neuronnode`` (``resourceType: neuron_node``), the whole node
   as one device: a claim on it holds every Neuron device of the node;
-* the CDI specs the kubelet plugin writes are of kind ``neuron.aws.com/neuron``.
+* the CDI specs the kubelet plugin writes are of kind ``neuron.aws.com/neuron``; their
+  annotations name the claim, and each device's pool/device and request names (read back by
+  the plugin after a restart and by ``neuron-dra dev env``).
 """
 
 from __future__ import annotations
@@ -18,6 +20,9 @@ from importlib.metadata import PackageNotFoundError, version
 from typing import Final
 
 __all__ = [
+    "ANNOTATION_CLAIM",
+    "ANNOTATION_DEVICE",
+    "ANNOTATION_REQUESTS",
     "CDI_KIND",
     "DEVICE_RESOURCE_TYPE",
     "DRIVER_NAME",
@@ -36,6 +41,11 @@ DEVICE_RESOURCE_TYPE: Final = "neuron_device"
 NODE_RESOURCE_TYPE: Final = "neuron_node"
 #: ``<vendor>/<class>`` of the CDI specs: the driver name is the vendor.
 CDI_KIND: Final = f"{DRIVER_NAME}/neuron"
+#: CDI spec annotations: ``namespace/name/uid`` of the claim; a device's ``pool/device``; the
+#: comma-separated request names a device was allocated for.
+ANNOTATION_CLAIM: Final = f"{DRIVER_NAME}/claim"
+ANNOTATION_DEVICE: Final = f"{DRIVER_NAME}/device"
+ANNOTATION_REQUESTS: Final = f"{DRIVER_NAME}/requests"
 
 _DEVICE_PREFIX: Final = "neurondevice"
 _DEVICE_RE: Final = re.compile(rf"^{_DEVICE_PREFIX}(0|[1-9][0-9]*)$")

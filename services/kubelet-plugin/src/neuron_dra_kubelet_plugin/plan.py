@@ -11,7 +11,13 @@ from collections.abc import Iterable
 
 import msgspec
 from neuron_dra_common import cdi
-from neuron_dra_common.driver import DRIVER_NAME, device_index
+from neuron_dra_common.driver import (
+    ANNOTATION_CLAIM,
+    ANNOTATION_DEVICE,
+    ANNOTATION_REQUESTS,
+    DRIVER_NAME,
+    device_index,
+)
 from neuron_dra_common.hardware.model import NodeHardware
 from neuron_dra_common.topology import InstanceSpec, instance_spec
 
@@ -32,19 +38,12 @@ from neuron_dra_kubelet_plugin.edits import (
 )
 
 __all__ = [
-    "ANNOTATION_CLAIM",
-    "ANNOTATION_DEVICE",
-    "ANNOTATION_REQUESTS",
     "ClaimPlan",
     "NodeContext",
     "PrepareError",
     "entry_from_spec",
     "plan_prepare",
 ]
-
-ANNOTATION_CLAIM = "neuron.aws.com/claim"
-ANNOTATION_DEVICE = "neuron.aws.com/device"
-ANNOTATION_REQUESTS = "neuron.aws.com/requests"
 
 
 class PrepareError(Exception):
