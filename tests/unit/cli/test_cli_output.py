@@ -42,6 +42,11 @@ def test_service_help_prints_defaults_as_a_user_writes_them(command: str) -> Non
     assert not REPR.search(text), REPR.search(text)
     assert "NEURON_DRA_NATS_SERVERS (default: nats://127.0.0.1:4222)" in text
     assert "NEURON_DRA_LOG_LEVEL (default: info)" in text
+    # One default per option, in one spelling: "(default" only as the help's own suffix.
+    options = re.split(r" --[a-z-]+ NEURON_DRA_", text)[1:]
+    assert all(o.count("(default") <= 1 for o in options), [
+        o for o in options if o.count("(default") > 1
+    ]
 
 
 def test_allocator_help_shows_the_strategy_by_its_name() -> None:

@@ -71,13 +71,13 @@ class LeaderElectedSettings(ServiceSettings, frozen=True, kw_only=True):
     """
 
     kubeconfig: Annotated[
-        str, msgspec.Meta(description="kubeconfig file (default: KUBECONFIG, else in-cluster)")
+        str, msgspec.Meta(description="kubeconfig file; empty: KUBECONFIG, else in-cluster")
     ] = ""
     namespace: Annotated[
         str, msgspec.Meta(min_length=1, description="Namespace of the leader election Lease")
     ] = "neuron-dra-driver"
     identity: Annotated[
-        str, msgspec.Meta(description="This replica's name in the Lease (default: host name)")
+        str, msgspec.Meta(description="This replica's name in the Lease; empty: the host name")
     ] = ""
     lease_name: Annotated[str, msgspec.Meta(min_length=1, description="Lease name")] = "neuron-dra"
     lease_seconds: Annotated[
@@ -104,13 +104,13 @@ class NodeHardwareSettings(ServiceSettings, frozen=True, kw_only=True):
     ] = "/"
     neuron_ls_command: Annotated[
         tuple[str, ...],
-        msgspec.Meta(description="neuron-ls command line, comma-separated (default neuron-ls -j)"),
+        msgspec.Meta(description="neuron-ls command line, comma-separated; empty: neuron-ls -j"),
     ] = ()
     neuron_ls_path: Annotated[
         str, msgspec.Meta(description="Read neuron-ls -j output from this file instead")
     ] = ""
     instance_type: Annotated[
-        str, msgspec.Meta(description="Instance type override (default: the DMI product name)")
+        str, msgspec.Meta(description="Instance type override; empty: the DMI product name")
     ] = ""
     boot_id_path: Annotated[str, msgspec.Meta(description="File holding the node's boot id")] = (
         "/proc/sys/kernel/random/boot_id"

@@ -21,5 +21,5 @@ class DiscoverySettings(NodeHardwareSettings, frozen=True, kw_only=True):
     ] = 60.0
     dra_driver_version: Annotated[
         str,
-        msgspec.Meta(description="draDriverVersion to publish (default: the installed driver's)"),
+        msgspec.Meta(description="draDriverVersion to publish; empty: the installed driver's"),
     ] = ""

@@ -16,7 +16,7 @@ __all__ = ["AllocatorSettings"]
 class AllocatorSettings(ServiceSettings, frozen=True, kw_only=True):
     """The topology allocator: whole-UltraServer placement over NATS request/reply."""
 
-    strategy: Annotated[
-        Strategy, msgspec.Meta(description="Placement: best-fit (default) or first-fit")
-    ] = Strategy.BEST_FIT
+    strategy: Annotated[Strategy, msgspec.Meta(description="Placement: best-fit or first-fit")] = (
+        Strategy.BEST_FIT
+    )
     subject: Annotated[str, msgspec.Meta(description="Request subject")] = ALLOCATOR_SUBJECT
