@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+from neuron_dra_common.driver import DRIVER_NAME, device_name
 from neuron_dra_protos.dra.v1 import dra_pb2 as v1
 from neuron_dra_protos.dra.v1 import dra_pb2_grpc as v1_grpc
 
@@ -158,9 +159,9 @@ def _start_ours(*, state: Path, nats_url: str, root: Path, run: Path) -> Plugin:
         proc = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT, cwd=_REPO)
     plugin = Plugin(
         label=OURS,
-        driver="neuron.aws.com",
+        driver=DRIVER_NAME,
         node=node.name,
-        device_names=[f"neurondevice{i}" for i in range(DEVICES)],
+        device_names=[device_name(i) for i in range(DEVICES)],
         socket=socket_paths(kubelet_root).dra,
         proc=proc,
         log=log,
@@ -225,7 +226,7 @@ def _claim(name: str, size: int) -> dict[str, Any]:
                     {
                         "name": REQUEST,
                         "exactly": {
-                            "deviceClassName": "neuron.aws.com",
+                            "deviceClassName": DRIVER_NAME,
                             "allocationMode": "ExactCount",
                             "count": size,
                         },

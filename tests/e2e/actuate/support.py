@@ -30,13 +30,13 @@ from neuron_dra_cli.stack.plugin import (
     plugin_component,
 )
 from neuron_dra_common import cdi
+from neuron_dra_common.driver import DRIVER_NAME as DRIVER
 from neuron_dra_kubelet_plugin.checkpoint import CheckpointStore
 
 from tests.fixtures.processes import start_recorded, wait_gone
 from tests.fixtures.stack import KubeStack
 
 MANIFESTS = Path(__file__).parent / "manifests"
-DRIVER = "neuron.aws.com"
 
 
 @dataclass

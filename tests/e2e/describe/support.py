@@ -8,7 +8,7 @@ from typing import Any
 
 from tests.fixtures.stack import REPO, KubeStack
 
-EXAMPLES = REPO / "examples" / "seed000"
+EXAMPLES = REPO / "examples" / "aws-dra-guide"
 VERSIONS = ("v1beta1", "v1")
 
 

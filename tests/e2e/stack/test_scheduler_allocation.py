@@ -1,5 +1,6 @@
 """The real kube-scheduler allocates connected Neuron devices from a hand-written
-ResourceSlice when a user applies seed 000's 1x4 template verbatim (v1beta1)."""
+ResourceSlice when a user applies the 1x4 template of AWS's Neuron DRA driver guide verbatim
+(v1beta1)."""
 
 from __future__ import annotations
 
@@ -14,8 +15,8 @@ from tests.fixtures.stack import REPO, KubeStack, start_stack, stop_stack
 
 pytestmark = pytest.mark.stack
 MANIFESTS = Path(__file__).parent / "manifests"
-# A namespace of its own: other tests in the session apply the same seed template.
-NS = "seed-hand-slice"
+# A namespace of its own: other tests in the session apply the same guide template.
+NS = "guide-hand-slice"
 DEVICE_CLASS = (
     Path(__file__).parents[3] / "deploy" / "kustomize" / "base" / "core" / "deviceclass.yaml"
 )
@@ -78,7 +79,7 @@ def bare_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeStack]:
         stop_stack(state_dir)
 
 
-def test_seed_1x4_template_gets_one_connected_row(bare_stack: KubeStack) -> None:
+def test_guide_1x4_template_gets_one_connected_row(bare_stack: KubeStack) -> None:
     kube_stack = bare_stack
     node = "bare-trn2-0"
     kube_stack.kubectl("create", "namespace", NS)
@@ -129,7 +130,7 @@ def test_seed_1x4_template_gets_one_connected_row(bare_stack: KubeStack) -> None
         "neurondevice0"
     ]
 
-    applied = kube_stack.kubectl("apply", "-n", NS, "-f", str(MANIFESTS / "seed000-1x4.yaml"))
+    applied = kube_stack.kubectl("apply", "-n", NS, "-f", str(MANIFESTS / "aws-dra-guide-1x4.yaml"))
     assert "resourceclaimtemplate.resource.k8s.io/1x4-connected-neurons created" in applied.stdout
 
     pod = kube_stack.wait_for(

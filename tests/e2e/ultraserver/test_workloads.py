@@ -1,4 +1,5 @@
-"""Seed 002 end to end on the local stack, and the sizes, waiting and racing around it."""
+"""AWS's Neuron UltraServer operator guide end to end on the local stack, and the sizes,
+waiting and racing around it."""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ def pod_env(stack: KubeStack, pod: str) -> dict[str, str]:
     return dict(re.findall(r'export (\w+)="([^"]*)"', proc.stdout))
 
 
-def test_seed_002_workload_deployment_and_cascade(us_stack: KubeStack) -> None:
+def test_operator_guide_workload_deployment_and_cascade(us_stack: KubeStack) -> None:
     stack = us_stack
     stack.kubectl("apply", "-f", str(EXAMPLES / "workload.yaml"))
     status = wait_state(stack, "my-training-job", "Allocated")
@@ -149,9 +150,9 @@ def test_two_workloads_race_for_the_last_ultraserver(us_stack: KubeStack) -> Non
     delete(stack, "base", "racer-a", "racer-b")
 
 
-def test_seed_000_ultraserver_template_gets_the_ultraserver_variables(us_stack: KubeStack) -> None:
+def test_dra_guide_ultraserver_template_gets_the_ultraserver_variables(us_stack: KubeStack) -> None:
     stack = us_stack
-    template = REPO / "examples" / "seed000" / "v1" / "us-4-node-config.yaml"
+    template = REPO / "examples" / "aws-dra-guide" / "v1" / "us-4-node-config.yaml"
     stack.kubectl("apply", "-f", str(template))
     pod = textwrap.dedent(
         """\

@@ -17,7 +17,7 @@ from neuron_dra_kubelet_plugin.checkpoint import CheckpointStore
 from neuron_dra_kubelet_plugin.health import DeviceHealthReport, Health, StaticHealth
 from neuron_dra_kubelet_plugin.preparer import Effects, NodePreparer
 from neuron_dra_kubelet_plugin.registration import socket_paths
-from neuron_dra_kubelet_plugin.service import PluginServers, serve
+from neuron_dra_kubelet_plugin.servers import PluginServers, serve
 from neuron_dra_protos.dra.v1 import dra_pb2 as v1
 from neuron_dra_protos.dra.v1 import dra_pb2_grpc as v1_grpc
 from neuron_dra_protos.dra.v1beta1 import dra_pb2 as v1beta1

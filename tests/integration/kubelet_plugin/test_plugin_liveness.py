@@ -14,7 +14,7 @@ from neuron_dra_kubelet_plugin.health import StaticHealth
 from neuron_dra_kubelet_plugin.liveness import SocketProbe, probe_sockets
 from neuron_dra_kubelet_plugin.preparer import Effects, NodePreparer
 from neuron_dra_kubelet_plugin.registration import SocketPaths, socket_paths
-from neuron_dra_kubelet_plugin.service import serve
+from neuron_dra_kubelet_plugin.servers import serve
 
 from tests.unit.kubelet_plugin.support import NODE, MemoryClaims, trn2_node
 

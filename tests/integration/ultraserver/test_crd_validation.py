@@ -84,7 +84,7 @@ def test_missing_required_field_is_named(stack: KubeStack) -> None:
     assert "spec.serverCount" in err
 
 
-def test_seed_workload_applies_in_both_versions_with_defaults(stack: KubeStack) -> None:
+def test_guide_workload_applies_in_both_versions_with_defaults(stack: KubeStack) -> None:
     for version in ("v1beta1", "v1"):
         name = f"ok-{version}"
         code, err = apply(stack, workload(name, version=version, serverCount=2))

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 from neuron_dra_cli.errors import CliError
-from neuron_dra_cli.topology_cmd import holders, render
+from neuron_dra_cli.topology_cmd import holders, render, view
 from neuron_dra_slice_publisher.pool import NodeRef, render_slice
 from neuron_dra_slice_publisher.slices import NodeDeviceMode, build_pool
 
@@ -79,3 +79,51 @@ def test_holders_ignores_other_drivers() -> None:
     c = claim("x", "n1", ["gpu0"])
     c["status"]["allocation"]["devices"]["results"][0]["driver"] = "gpu.example.com"
     assert holders([c], "n1") == {}
+
+
+def test_a_claim_on_the_node_device_holds_every_device_of_the_node() -> None:
+    out = render(
+        node="u1",
+        slices=slices("u1", "trn2u.48xlarge", ultraserver_node=0),
+        claims=[claim("whole", "u1", ["neuronnode"])],
+    )
+    assert "(16 devices, 16 held)" in out
+    assert "row 3 [12 A]-[13 A]-[14 A]-[15 A]  ↺" in out
+    assert "node device neuronnode (whole node): held by A (all 16 devices)" in out
+
+
+def test_json_view_names_the_holder_of_each_device() -> None:
+    shown = view(
+        node="u1",
+        slices=slices("u1", "trn2u.48xlarge", ultraserver_node=0),
+        claims=[claim("whole", "u1", ["neuronnode"]), claim("x", "u2", ["neurondevice0"])],
+    )
+    assert (shown["devices"], shown["held"]) == (16, 16)
+    assert {c["heldBy"] for c in shown["chips"]} == {"default/whole"}
+    assert shown["nodeDevices"] == [{"name": "neuronnode", "heldBy": "default/whole"}]
+    assert shown["chips"][5] == {
+        "name": "neurondevice5",
+        "deviceId": 5,
+        "row": 1,
+        "column": 1,
+        "heldBy": "default/whole",
+    }
+    assert shown["claims"] == ["default/whole"]
+
+
+def test_a_node_publishing_only_its_node_device_counts_its_devices() -> None:
+    content = build_pool(
+        node="u1",
+        hardware=hardware("trn2u.48xlarge", ultraserver_node=0),
+        labels={},
+        mode=NodeDeviceMode.NODE_ONLY,
+        dra_driver_version="0.1.0",
+    )
+    only_node = [
+        render_slice(s, owner=NodeRef(name="u1", uid="u"), index=i, generation=1, count=1)
+        for i, s in enumerate(content.slices)
+    ]
+    free = view(node="u1", slices=only_node, claims=[])
+    taken = view(node="u1", slices=only_node, claims=[claim("whole", "u1", ["neuronnode"])])
+    assert (free["devices"], free["held"]) == (16, 0)
+    assert (taken["devices"], taken["held"]) == (16, 16)

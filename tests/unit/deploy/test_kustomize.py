@@ -42,7 +42,7 @@ def test_base_has_the_device_class_namespace_and_both_workloads(base: list[dict[
         [container] = workload["spec"]["template"]["spec"]["containers"]
         assert container["image"] == "neuron-dra:0.1.0"
     env = {e["name"] for e in ds["spec"]["template"]["spec"]["containers"][0]["env"]}
-    assert {"NEURON_DRA_NODE_NAME", "NEURON_DRA_HARDWARE_ROOT"} <= env
+    assert {"NEURON_DRA_NODE_NAME", "NEURON_DRA_HOST_ROOT"} <= env
     assert deploy["spec"]["replicas"] >= 2
 
 

@@ -13,11 +13,11 @@ def test_node_name_and_roots_come_from_the_environment() -> None:
         argv=[],
         environ={
             "NEURON_DRA_NODE_NAME": "trn2-48xl-0",
-            "NEURON_DRA_HARDWARE_ROOT": "/host",
+            "NEURON_DRA_HOST_ROOT": "/host",
             "NEURON_DRA_NEURON_LS_COMMAND": "/host/bin/neuron-ls,-j",
         },
     )
-    assert (s.node_name, s.hardware_root) == ("trn2-48xl-0", "/host")
+    assert (s.node_name, s.host_root) == ("trn2-48xl-0", "/host")
     assert s.neuron_ls_command == ("/host/bin/neuron-ls", "-j")
 
 

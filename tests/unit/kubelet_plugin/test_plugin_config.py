@@ -38,7 +38,7 @@ def test_every_api_spelling_decodes(api_version: str) -> None:
     )
 
 
-def test_seed_ultraserver_config_decodes() -> None:
+def test_guide_ultraserver_config_decodes() -> None:
     decoded = decode_parameters(
         {
             "apiVersion": "neuron.aws.com/v1alphav1",

@@ -25,7 +25,7 @@ def env_of(edits_env: tuple[str, ...]) -> dict[str, str]:
     return dict(e.split("=", 1) for e in edits_env)
 
 
-def test_seed_1x4_at_default_lnc() -> None:
+def test_guide_1x4_at_default_lnc() -> None:
     edits = claim_edits(
         TRN2, [0, 1, 2, 3], lnc=lnc_in_force(TRN2, requested=None, node_default=None)
     )

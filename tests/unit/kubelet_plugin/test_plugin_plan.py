@@ -18,7 +18,7 @@ def env_of(spec: cdi.Spec) -> dict[str, str]:
     return dict(e.split("=", 1) for e in spec.container_edits.env)
 
 
-def test_seed_1x4_connected_devices() -> None:
+def test_guide_1x4_connected_devices() -> None:
     claim = make_claim("u1", [2, 3, 1, 0])
     result = plan_prepare(
         ref=ref_of(claim), claim=claim, node=NODE_CTX, checkpoint=Checkpoint(), boot_id="b1"

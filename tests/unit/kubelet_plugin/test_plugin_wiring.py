@@ -194,8 +194,9 @@ def test_crash_points_only_when_asked() -> None:
     crash("prepare:started-saved")  # another step: nothing happens
 
 
-def test_the_node_device_is_the_one_the_slice_publisher_publishes() -> None:
-    from neuron_dra_kubelet_plugin.settings import NODE_DEVICE
-    from neuron_dra_slice_publisher.slices import NODE_DEVICE as PUBLISHED
+def test_the_plugin_expects_the_whole_node_device_on_ultraserver_nodes_only() -> None:
+    from neuron_dra_common.topology import instance_spec
+    from neuron_dra_kubelet_plugin.settings import node_device_for
 
-    assert NODE_DEVICE == PUBLISHED
+    assert node_device_for(instance_spec("trn2u.48xlarge")) == "neuronnode"
+    assert node_device_for(instance_spec("trn2.48xlarge")) is None

@@ -6,10 +6,10 @@ from typing import Any
 
 import msgspec
 import pytest
+from neuron_dra_common.driver import NODE_DEVICE
 from neuron_dra_common.hardware.model import NeuronDevice, NodeHardware
 from neuron_dra_slice_publisher.slices import (
     COUNTER_SET,
-    NODE_DEVICE,
     InventoryError,
     NodeDeviceMode,
     PoolContent,
@@ -100,8 +100,8 @@ def test_ultraserver_node_gets_a_node_device_exclusive_through_counters() -> Non
     assert len(str(a["ultraserverId"])) == 16
 
 
-def test_a_seed_chip_selector_never_matches_the_node_device() -> None:
-    """The seed's CEL reads instanceType (and neuronDriverVersion): every device has both, and
+def test_a_guide_chip_selector_never_matches_the_node_device() -> None:
+    """The guide's CEL reads instanceType (and neuronDriverVersion): every device has both, and
     the node device's instanceType is no instance type at all."""
     content = pool("trn2u.48xlarge", labels=US_LABELS, ultraserver_node=0)
     for device in devices(content).values():

@@ -63,7 +63,7 @@ def test_workload_validation_rules() -> None:
     assert lnc["default"] == 2
 
 
-def test_states_are_the_seed_table_not_bound() -> None:
+def test_states_are_the_guide_table_not_bound() -> None:
     status = _version(workload_crd(), "v1")["schema"]["openAPIV3Schema"]["properties"]["status"]
     states = status["properties"]["state"]["enum"]
     assert states == [

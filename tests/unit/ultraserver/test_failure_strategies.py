@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from neuron_dra_common.events import AnyEvent, Event
 from neuron_dra_common.ultraserver import NODE_ALLOCATION, node_allocation
+from neuron_dra_topology_allocator.allocator import Allocator
 from neuron_dra_topology_allocator.projection import Projection
-from neuron_dra_topology_allocator.service import Allocator
 from neuron_dra_ultraserver_operator.discovery import Member, UltraServerView
 from neuron_dra_ultraserver_operator.workloads import WorkloadReconciler
 

@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
 import os
 import signal
 import sys
 import time
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 from neuron_dra_cli import env_cmd, paths
 from neuron_dra_cli.errors import CliError
+from neuron_dra_cli.output import add_output_option
 from neuron_dra_cli.stack import lifecycle, process, state
 from neuron_dra_cli.stack.fleet import FleetError, load_fleet
 
@@ -73,6 +77,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
     p = verbs.add_parser("status", help="each component, up or down, with pid, ports and log")
     _add_state_dir(p)
+    add_output_option(p)
     p.set_defaults(handler=cmd_status)
 
     p = verbs.add_parser("kubeconfig", help="print the path of the stack's admin kubeconfig")
@@ -211,9 +216,16 @@ def cmd_status(args: argparse.Namespace) -> int:
     state_dir = _state_dir(args)
     found = lifecycle.status(state_dir)
     if found is None:
-        print(f"no stack in {state_dir}")
+        print(
+            json.dumps({"stateDir": str(state_dir), "running": False})
+            if args.output == "json"
+            else f"no stack in {state_dir}"
+        )
         return 3
     current, comps = found
+    if args.output == "json":
+        print(json.dumps(status_json(state_dir, current, comps), indent=2))
+        return 0 if all(c.up for c in comps) else 1
     print(
         f"stack in {state_dir} (Kubernetes {current.k8s_version}); KUBECONFIG={current.kubeconfig}"
     )
@@ -230,6 +242,22 @@ def cmd_status(args: argparse.Namespace) -> int:
         f"  {len(comps)} components, {len(comps) - down_count} up, {total / 2**20:.0f} MiB of memory in all (proportional set size)"
     )
     return 1 if down_count else 0
+
+
+def status_json(
+    state_dir: Path, current: state.StackState, comps: list[lifecycle.ComponentStatus]
+) -> dict[str, Any]:
+    """The ``dev status -o json`` document."""
+    return {
+        "stateDir": str(state_dir),
+        "running": True,
+        "kubernetesVersion": current.k8s_version,
+        "kubeconfig": current.kubeconfig,
+        "apiserver": current.apiserver,
+        "nats": current.nats_url,
+        "components": [dataclasses.asdict(c) for c in comps],
+        "memoryBytes": sum(c.memory_bytes for c in comps),
+    }
 
 
 def cmd_kubeconfig(args: argparse.Namespace) -> int:

@@ -2,7 +2,8 @@
 
 For each container and each claim it uses, the CDI device ids the plugin answered, resolved
 against the CDI spec files the node's plugin wrote: the device nodes and the environment
-(printed as ``export`` lines, as the seed's ``export`` shows them inside the container).
+(printed as ``export`` lines, as AWS's Neuron DRA driver guide shows them inside the
+container).
 """
 
 from __future__ import annotations
@@ -14,16 +15,16 @@ from pathlib import Path
 from typing import Any
 
 from neuron_dra_common import cdi
+from neuron_dra_common.driver import ANNOTATION_REQUESTS
 
 from neuron_dra_cli import paths
 from neuron_dra_cli.errors import CliError
+from neuron_dra_cli.output import add_output_option
 from neuron_dra_cli.stack import kubectl, state
 from neuron_dra_cli.stack.layout import Layout
 from neuron_dra_cli.stack.plugin import cdi_root
 
-__all__ = ["ContainerView", "cmd_env", "register", "resolve"]
-
-_REQUESTS_ANNOTATION = "neuron.aws.com/requests"
+__all__ = ["ContainerView", "as_json", "cmd_env", "register", "resolve"]
 
 
 @dataclass
@@ -50,6 +51,7 @@ def register(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         default=None,
         help=f"the stack's state directory (env {paths.STATE_DIR_ENV})",
     )
+    add_output_option(p)
     p.set_defaults(handler=cmd_env)
 
 
@@ -77,7 +79,7 @@ def _claim_names(pod: dict[str, Any]) -> dict[str, str]:
 def _matches(device: cdi.Device, request: str) -> bool:
     if not request:
         return True
-    return request in device.annotations.get(_REQUESTS_ANNOTATION, "").split(",")
+    return request in device.annotations.get(ANNOTATION_REQUESTS, "").split(",")
 
 
 def resolve(
@@ -120,6 +122,26 @@ def resolve(
     return views
 
 
+def as_json(namespace: str, pod: dict[str, Any], views: list[ContainerView]) -> dict[str, Any]:
+    """The ``-o json`` document: the pod, its node, and what each container gets."""
+    return {
+        "pod": f"{namespace}/{pod['metadata']['name']}",
+        "node": pod["spec"].get("nodeName", ""),
+        "phase": pod.get("status", {}).get("phase", ""),
+        "containers": [
+            {
+                "name": v.name,
+                "claims": v.claims,
+                "cdiDevices": v.cdi_ids,
+                "deviceNodes": [{"path": path, "hostPath": host} for path, host in v.device_nodes],
+                "env": dict(entry.partition("=")[::2] for entry in v.env),
+                "problems": v.problems,
+            }
+            for v in views
+        ],
+    }
+
+
 def _state_dir(args: argparse.Namespace) -> Path:
     if args.state_dir:
         return Path(args.state_dir).expanduser().resolve()
@@ -141,6 +163,9 @@ def cmd_env(args: argparse.Namespace) -> int:
         for name, claim in _claim_names(pod).items()
     }
     views = resolve(pod, claims, cdi_root(Layout(state_dir), node))
+    if args.output == "json":
+        print(json.dumps(as_json(args.namespace, pod, views), indent=2))
+        return 1 if any(v.problems for v in views) else 0
     print(f"pod {args.namespace}/{args.pod} on node {node} ({pod['status'].get('phase')})")
     for view in views:
         print(f"container {view.name}")

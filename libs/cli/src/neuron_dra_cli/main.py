@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from neuron_dra_common.driver import package_version
+
 from neuron_dra_cli.errors import CliError
 
 
@@ -12,6 +14,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="neuron-dra",
         description="neuron-dra: Neuron devices on Kubernetes with DRA.",
+    )
+    parser.add_argument(
+        "--version",
+        action="version",
+        version=f"neuron-dra {package_version('neuron-dra-cli')}",
+        help="print the version and exit",
     )
     sub = parser.add_subparsers(dest="group", metavar="GROUP")
     sub.required = True

@@ -12,6 +12,9 @@ its 4x4 torus (rows wrap, columns wrap), an inf2 node as its ring or line::
     row 1 [ 4 B]-[ 5 B]-[ 6 B]-[ 7 B]  ↺
     ...
       A  default/pod0-neurons-x7k2p
+
+On an UltraServer node a claim on the whole-node device ``neuronnode`` holds all the node's
+devices: each is drawn held by that claim. ``-o json`` prints the same view as one document.
 """
 
 from __future__ import annotations
@@ -24,12 +27,16 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from neuron_dra_common.driver import DEVICE_RESOURCE_TYPE, NODE_RESOURCE_TYPE
+from neuron_dra_common.driver import DRIVER_NAME as DRIVER
+
 from neuron_dra_cli import paths
 from neuron_dra_cli.errors import CliError
+from neuron_dra_cli.output import add_output_option
 
-__all__ = ["holders", "register", "render"]
+__all__ = ["holders", "register", "render", "view"]
 
-DRIVER = "neuron.aws.com"
+
 Obj = dict[str, Any]
 _MARKS = string.ascii_uppercase + string.ascii_lowercase + string.digits
 
@@ -76,52 +83,100 @@ def _cell(index: int, mark: str) -> str:
     return f"[{index:>2} {mark or '.'}]"
 
 
-def render(*, node: str, slices: Sequence[Obj], claims: Sequence[Obj]) -> str:
-    """The picture of ``node`` as text (see the module docstring)."""
+def _held_through_node_device(
+    held: dict[str, str], chips: dict[int, Obj], node_devices: Sequence[Obj]
+) -> dict[int, str]:
+    """Chip index -> holder, counting a claim on the whole-node device as holding every chip."""
+    whole = next((held[d["name"]] for d in node_devices if d["name"] in held), None)
+    out = {i: held[d["name"]] for i, d in chips.items() if d["name"] in held}
+    if whole is not None:
+        out.update({i: whole for i in chips if i not in out})
+    return out
+
+
+def view(*, node: str, slices: Sequence[Obj], claims: Sequence[Obj]) -> Obj:
+    """What ``topology show`` reports about ``node``, as plain data (the ``-o json`` output).
+
+    A claim on the whole-node device (``neuronnode``) holds every Neuron device of the node,
+    so each device is reported held by it.
+    """
     generation, devices = current_devices(slices, node)
     if not devices:
         raise CliError(f"node {node}: no {DRIVER} ResourceSlices (is discovery running there?)")
     held = holders(claims, node)
-    owners = sorted(set(held.values()))
-    marks = {owner: _MARKS[i % len(_MARKS)] for i, owner in enumerate(owners)}
     chips = {
-        int(_attr(d, "deviceId")): d for d in devices if _attr(d, "resourceType") == "neuron_device"
+        int(_attr(d, "deviceId")): d
+        for d in devices
+        if _attr(d, "resourceType") == DEVICE_RESOURCE_TYPE
     }
-    node_devices = [d for d in devices if _attr(d, "resourceType") == "neuron_node"]
+    node_devices = [d for d in devices if _attr(d, "resourceType") == NODE_RESOURCE_TYPE]
+    chip_holders = _held_through_node_device(held, chips, node_devices)
+    # A node that publishes only its whole-node device says how many devices it stands for.
+    count = len(chips) or max((int(_attr(d, "deviceCount") or 0) for d in node_devices), default=0)
+    whole_holder = next((held[d["name"]] for d in node_devices if d["name"] in held), "")
+    held_count = len(chip_holders) if chips else (count if whole_holder else 0)
     itype = next(
         (str(_attr(d, "nodeInstanceType") or _attr(d, "instanceType")) for d in devices), "?"
     )
+    return {
+        "node": node,
+        "instanceType": itype,
+        "poolGeneration": generation,
+        "devices": count,
+        "held": held_count,
+        "chips": [
+            {
+                "name": d["name"],
+                "deviceId": i,
+                "row": _attr(d, "topology_x"),
+                "column": _attr(d, "topology_y"),
+                "heldBy": chip_holders.get(i, ""),
+            }
+            for i, d in sorted(chips.items())
+        ],
+        "nodeDevices": [
+            {"name": d["name"], "heldBy": held.get(d["name"], "")} for d in node_devices
+        ],
+        "claims": sorted(set(held.values())),
+    }
+
+
+def render(*, node: str, slices: Sequence[Obj], claims: Sequence[Obj]) -> str:
+    """The picture of ``node`` as text (see the module docstring)."""
+    shown = view(node=node, slices=slices, claims=claims)
+    owners: list[str] = shown["claims"]
+    marks = {owner: _MARKS[i % len(_MARKS)] for i, owner in enumerate(owners)}
+    chips: dict[int, Obj] = {c["deviceId"]: c for c in shown["chips"]}
+    itype = str(shown["instanceType"])
     lines = [
-        f"{node}  {itype}  pool generation {generation}  "
-        f"({len(chips)} devices, {sum(1 for d in chips.values() if d['name'] in held)} held)",
+        f"{node}  {itype}  pool generation {shown['poolGeneration']}  "
+        f"({shown['devices']} devices, {shown['held']} held)",
         "",
     ]
 
-    def mark(device: Obj) -> str:
-        owner = held.get(device["name"])
+    def mark(index: int) -> str:
+        owner = chips[index]["heldBy"]
         return marks[owner] if owner else ""
 
-    if chips and all(_attr(d, "topology_x") is not None for d in chips.values()):
-        grid: dict[tuple[int, int], int] = {
-            (int(_attr(d, "topology_x")), int(_attr(d, "topology_y"))): i for i, d in chips.items()
-        }
+    if chips and all(c["row"] is not None for c in chips.values()):
+        grid = {(int(c["row"]), int(c["column"])): i for i, c in chips.items()}
         cols = max(c for _, c in grid) + 1
         lines.append("      " + "  ".join(f"col {c}" for c in range(cols)))
         for row in range(max(r for r, _ in grid) + 1):
             cells = [
-                _cell(grid[(row, c)], mark(chips[grid[(row, c)]])) if (row, c) in grid else "[    ]"
+                _cell(grid[(row, c)], mark(grid[(row, c)])) if (row, c) in grid else "[    ]"
                 for c in range(cols)
             ]
             lines.append(f"row {row} " + "-".join(cells) + "  ↺")
         lines.append("      " + "   ".join("  ↕  " for _ in range(cols)) + "  (columns wrap)")
-    else:
+    elif chips:
         ids = sorted(chips)
         linked = len(ids) > 2 and itype.startswith(("inf2.48", "inf1"))
-        chain = "-".join(_cell(i, mark(chips[i])) for i in ids)
+        chain = "-".join(_cell(i, mark(i)) for i in ids)
         lines.append(chain + ("  ↺ (ring)" if linked else ""))
-    for d in node_devices:
-        owner = held.get(d["name"])
-        state = f"held by {marks[owner]}" if owner else "free"
+    for d in shown["nodeDevices"]:
+        owner = d["heldBy"]
+        state = f"held by {marks[owner]} (all {shown['devices']} devices)" if owner else "free"
         lines.append(f"node device {d['name']} (whole node): {state}")
     lines.append("")
     if owners:
@@ -157,7 +212,10 @@ def _show(args: argparse.Namespace) -> int:
     kubeconfig = _kubeconfig(args.kubeconfig)
     slices = _get(kubeconfig, "resourceslices")
     claims = _get(kubeconfig, "resourceclaims", "--all-namespaces")
-    print(render(node=args.node, slices=slices, claims=claims))
+    if args.output == "json":
+        print(json.dumps(view(node=args.node, slices=slices, claims=claims), indent=2))
+    else:
+        print(render(node=args.node, slices=slices, claims=claims))
     return 0
 
 
@@ -177,4 +235,5 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--kubeconfig",
         help="kubeconfig (default: KUBECONFIG, else the local stack's)",
     )
+    add_output_option(show)
     show.set_defaults(handler=_show)

@@ -1,3 +1,5 @@
-"""Shared building blocks of the neuron-dra services."""
+"""Shared building blocks of the neuron-dra services.
 
-DRIVER_NAME = "neuron.aws.com"
+The driver's names (``neuron.aws.com``, ``neurondevice<N>``, ``neuronnode``) are in
+:mod:`neuron_dra_common.driver`.
+"""

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import msgspec
 
+from neuron_dra_common.driver import CDI_KIND
 from neuron_dra_common.files import replace_file
 
 __all__ = [
@@ -53,7 +54,7 @@ __all__ = [
 CDI_VERSION = "1.1.0"
 DEFAULT_CDI_ROOT = Path("/var/run/cdi")
 #: ``<vendor>/<class>`` of every spec the plugin writes.
-NEURON_CDI_KIND = "neuron.aws.com/neuron"
+NEURON_CDI_KIND = CDI_KIND
 
 # CDI's own rules: the vendor is a domain-like name, the class a simple name, and a device
 # name starts and ends with an alphanumeric and may hold '-', '_', '.' and ':' between.

@@ -13,6 +13,7 @@ A service subclasses :class:`ServiceSettings` and adds its own fields, with
 from __future__ import annotations
 
 import argparse
+import enum
 import os
 from collections.abc import Mapping, Sequence
 from typing import Annotated, Any, Literal, TypeVar
@@ -22,11 +23,13 @@ import msgspec
 __all__ = [
     "ENV_PREFIX",
     "LeaderElectedSettings",
+    "NodeHardwareSettings",
     "ServiceSettings",
     "SettingsError",
     "env_name",
     "flag_name",
     "load",
+    "shown_default",
 ]
 
 ENV_PREFIX = "NEURON_DRA_"
@@ -68,18 +71,50 @@ class LeaderElectedSettings(ServiceSettings, frozen=True, kw_only=True):
     """
 
     kubeconfig: Annotated[
-        str, msgspec.Meta(description="kubeconfig file (default: KUBECONFIG, else in-cluster)")
+        str, msgspec.Meta(description="kubeconfig file; empty: KUBECONFIG, else in-cluster")
     ] = ""
     namespace: Annotated[
         str, msgspec.Meta(min_length=1, description="Namespace of the leader election Lease")
     ] = "neuron-dra-driver"
     identity: Annotated[
-        str, msgspec.Meta(description="This replica's name in the Lease (default: host name)")
+        str, msgspec.Meta(description="This replica's name in the Lease; empty: the host name")
     ] = ""
     lease_name: Annotated[str, msgspec.Meta(min_length=1, description="Lease name")] = "neuron-dra"
     lease_seconds: Annotated[
         float, msgspec.Meta(gt=1, description="How long a leader holds the Lease unrenewed")
     ] = 15.0
+
+
+class NodeHardwareSettings(ServiceSettings, frozen=True, kw_only=True):
+    """A per-node agent: which node it runs on and how it reads that node's Neuron hardware.
+
+    Discovery and the kubelet plugin read the same hardware the same way, so they share
+    these settings (and their variables).
+    """
+
+    node_name: Annotated[
+        str, msgspec.Meta(min_length=1, description="This node's Kubernetes name (downward API)")
+    ]
+    host_root: Annotated[
+        str,
+        msgspec.Meta(
+            description="Root under which the host's /sys, /dev and /opt (the node's logical "
+            "core config) are read"
+        ),
+    ] = "/"
+    neuron_ls_command: Annotated[
+        tuple[str, ...],
+        msgspec.Meta(description="neuron-ls command line, comma-separated; empty: neuron-ls -j"),
+    ] = ()
+    neuron_ls_path: Annotated[
+        str, msgspec.Meta(description="Read neuron-ls -j output from this file instead")
+    ] = ""
+    instance_type: Annotated[
+        str, msgspec.Meta(description="Instance type override; empty: the DMI product name")
+    ] = ""
+    boot_id_path: Annotated[str, msgspec.Meta(description="File holding the node's boot id")] = (
+        "/proc/sys/kernel/random/boot_id"
+    )
 
 
 def env_name(field: str, prefix: str = ENV_PREFIX) -> str:
@@ -128,13 +163,31 @@ def _is_sequence(t: msgspec.inspect.Type) -> bool:
     return isinstance(t, msgspec.inspect.VarTupleType | msgspec.inspect.ListType)
 
 
+def shown_default(value: object) -> str:
+    """A default as a user would write it in the flag or variable, for ``--help``.
+
+    >>> [shown_default(v) for v in ("info", "", 10.0, 0.5, True, ("a", "b"), ())]
+    ['info', 'empty', '10', '0.5', 'true', 'a,b', 'empty']
+    """
+    if isinstance(value, enum.Enum):
+        value = value.value
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, tuple | list | frozenset | set):
+        value = ",".join(shown_default(v) for v in value)
+    text = str(value)  # a Path prints as the path
+    return text if text else "empty"
+
+
 def _parser(cls: type[msgspec.Struct], fields: Sequence[msgspec.inspect.Field], prog: str) -> Any:
     parser = argparse.ArgumentParser(prog=prog, description=(cls.__doc__ or "").strip() or None)
     for f in fields:
         description = ""
         if isinstance(f.type, msgspec.inspect.Metadata):
             description = str((f.type.extra_json_schema or {}).get("description", ""))
-        default = "" if f.required else f" (default: {f.default!r})"
+        default = "" if f.required else f" (default: {shown_default(f.default)})"
         parser.add_argument(
             flag_name(f.name),
             dest=f.name,

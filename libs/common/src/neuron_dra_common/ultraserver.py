@@ -55,10 +55,12 @@ __all__ = [
 ]
 
 GROUP: Final = "neuron.aws.com"
-#: The seed's spelling; stored, and served beside ``v1`` with the same schema.
+#: The spelling of AWS's Neuron UltraServer operator guide; stored, and served beside ``v1``
+#: with the same schema.
 STORAGE_VERSION: Final = "v1beta1"
 SERVED_VERSIONS: Final = ("v1beta1", "v1")
-#: Where NeuronUltraServers live (seed 002 lists them with ``-n neuron-dra-driver``).
+#: Where NeuronUltraServers live (AWS's Neuron UltraServer operator guide lists them with
+#: ``-n neuron-dra-driver``).
 NAMESPACE: Final = "neuron-dra-driver"
 
 TOPOLOGY_SIZES: Final = (1, 2, 4)
@@ -72,7 +74,8 @@ NUSW_STATES: Final = (
     "Failed",
     "Deallocating",
 )
-#: The seed's three states, and Unavailable when no member node can be allocated.
+#: The three states of AWS's Neuron UltraServer operator guide, and Unavailable when no member
+#: node can be allocated.
 NUS_STATES: Final = ("Available", "PartiallyAllocated", "FullyAllocated", "Unavailable")
 
 # The driver's ultraserver_mode enum (NEURON_RT_ULTRASERVER_MODE), not node counts.

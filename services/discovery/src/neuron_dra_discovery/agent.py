@@ -25,7 +25,7 @@ Reader = Callable[[], NodeHardware]
 
 def hardware_reader(settings: DiscoverySettings) -> Reader:
     """A blocking function that reads this node's hardware as the settings say."""
-    root = Path(settings.hardware_root)
+    root = Path(settings.host_root)
     command = settings.neuron_ls_command or None
     path = Path(settings.neuron_ls_path) if settings.neuron_ls_path else None
     instance_type = settings.instance_type or None

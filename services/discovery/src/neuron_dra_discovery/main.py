@@ -5,10 +5,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from neuron_dra_common.bus import Bus
+from neuron_dra_common.driver import package_version
 from neuron_dra_common.runtime import Service, serve
 
 from neuron_dra_discovery.agent import Agent, hardware_reader, make_tracker
-from neuron_dra_discovery.settings import DiscoverySettings, package_version
+from neuron_dra_discovery.settings import DiscoverySettings
 
 __all__ = ["build", "main"]
 

@@ -1,5 +1,6 @@
 """The per-node kubelet DRA plugin of neuron.aws.com.
 
 Pure modules (``config``, ``edits``, ``checkpoint``, ``claims``, ``prepare``) hold the logic;
-``registration``, ``draservice`` and ``health`` are the gRPC servicers; ``main`` wires them.
+``registration``, ``draservice`` and ``health`` are the gRPC servicers, ``servers`` runs them;
+``main`` wires everything.
 """

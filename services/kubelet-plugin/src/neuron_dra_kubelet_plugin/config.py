@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import msgspec
-from neuron_dra_common import DRIVER_NAME
+from neuron_dra_common.driver import DRIVER_NAME
 
 from neuron_dra_kubelet_plugin.claims import AllocationConfig, parent_request
 

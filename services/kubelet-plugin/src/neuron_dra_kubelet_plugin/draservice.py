@@ -1,4 +1,4 @@
-"""The kubelet's ``DRAPlugin`` service, v1 and v1beta1, over a :class:`Preparer`.
+"""The kubelet's ``DRAPlugin`` service, v1 and v1beta1 (one servicer), over a :class:`Preparer`.
 
 Every claim in a request gets an entry in the response. A claim that fails carries its
 error in that entry; the call itself only fails if the request cannot be read at all,
@@ -11,10 +11,13 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Sequence
-from typing import Any
+from functools import partial
+from types import ModuleType
+from typing import Any, cast
 
 import grpc
 import msgspec
+from neuron_dra_common.grpcserver import Registrar
 from neuron_dra_protos.dra.v1 import dra_pb2 as v1
 from neuron_dra_protos.dra.v1 import dra_pb2_grpc as v1_grpc
 from neuron_dra_protos.dra.v1beta1 import dra_pb2 as v1beta1
@@ -25,7 +28,7 @@ from neuron_dra_kubelet_plugin.claims import ClaimRef
 from neuron_dra_kubelet_plugin.plan import PrepareError
 from neuron_dra_kubelet_plugin.preparer import Preparer
 
-__all__ = ["ClaimOutcome", "DraPluginV1", "DraPluginV1beta1", "DraService"]
+__all__ = ["ClaimOutcome", "DraPlugin", "DraService", "dra_plugin_registrars"]
 
 log = logging.getLogger(__name__)
 
@@ -94,23 +97,31 @@ def _refs(claims: Sequence[v1.Claim] | Sequence[v1beta1.Claim]) -> list[ClaimRef
     return [ClaimRef(namespace=c.namespace, name=c.name, uid=c.uid) for c in claims]
 
 
-class DraPluginV1(v1_grpc.DRAPluginServicer):
-    """``k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin``."""
+class DraPlugin:
+    """``k8s.io.kubelet.pkg.apis.dra.<version>.DRAPlugin`` for v1 and v1beta1 alike.
 
-    def __init__(self, service: DraService) -> None:
+    Both versions carry the same messages under the same field numbers (v1 adds a share id,
+    which this driver never sets), so one servicer answers both; ``messages`` is the
+    version's generated message module and builds the responses.
+    """
+
+    def __init__(self, service: DraService, *, messages: ModuleType) -> None:
         self._service = service
+        self._messages = messages
 
     async def NodePrepareResources(
-        self, request: v1.NodePrepareResourcesRequest, context: _Context
-    ) -> v1.NodePrepareResourcesResponse:
+        self,
+        request: v1.NodePrepareResourcesRequest | v1beta1.NodePrepareResourcesRequest,
+        context: _Context,
+    ) -> Any:
         outcomes = await self._service.prepare(_refs(request.claims))
-        response = v1.NodePrepareResourcesResponse()
+        response = self._messages.NodePrepareResourcesResponse()
         for uid, outcome in outcomes.items():
             entry = response.claims[uid]
             entry.error = outcome.error
             for d in outcome.devices:
                 entry.devices.append(
-                    v1.Device(
+                    self._messages.Device(
                         request_names=_request_names(d.request_names),
                         pool_name=d.pool,
                         device_name=d.device,
@@ -120,45 +131,28 @@ class DraPluginV1(v1_grpc.DRAPluginServicer):
         return response
 
     async def NodeUnprepareResources(
-        self, request: v1.NodeUnprepareResourcesRequest, context: _Context
-    ) -> v1.NodeUnprepareResourcesResponse:
+        self,
+        request: v1.NodeUnprepareResourcesRequest | v1beta1.NodeUnprepareResourcesRequest,
+        context: _Context,
+    ) -> Any:
         outcomes = await self._service.unprepare(_refs(request.claims))
-        response = v1.NodeUnprepareResourcesResponse()
+        response = self._messages.NodeUnprepareResourcesResponse()
         for uid, outcome in outcomes.items():
             response.claims[uid].error = outcome.error
         return response
 
 
-class DraPluginV1beta1(v1beta1_grpc.DRAPluginServicer):
-    """``k8s.io.kubelet.pkg.apis.dra.v1beta1.DRAPlugin``: the v1 answers without share ids."""
-
-    def __init__(self, service: DraService) -> None:
-        self._service = service
-
-    async def NodePrepareResources(
-        self, request: v1beta1.NodePrepareResourcesRequest, context: _Context
-    ) -> v1beta1.NodePrepareResourcesResponse:
-        outcomes = await self._service.prepare(_refs(request.claims))
-        response = v1beta1.NodePrepareResourcesResponse()
-        for uid, outcome in outcomes.items():
-            entry = response.claims[uid]
-            entry.error = outcome.error
-            for d in outcome.devices:
-                entry.devices.append(
-                    v1beta1.Device(
-                        request_names=_request_names(d.request_names),
-                        pool_name=d.pool,
-                        device_name=d.device,
-                        cdi_device_ids=list(d.cdi_device_ids),
-                    )
-                )
-        return response
-
-    async def NodeUnprepareResources(
-        self, request: v1beta1.NodeUnprepareResourcesRequest, context: _Context
-    ) -> v1beta1.NodeUnprepareResourcesResponse:
-        outcomes = await self._service.unprepare(_refs(request.claims))
-        response = v1beta1.NodeUnprepareResourcesResponse()
-        for uid, outcome in outcomes.items():
-            response.claims[uid].error = outcome.error
-        return response
+def dra_plugin_registrars(service: DraService) -> list[Registrar]:
+    """Add the one servicer to a server under both versions' service names."""
+    # The generated adders are typed for their own abstract servicer; DraPlugin has its
+    # methods under the same names, which is all a gRPC servicer is.
+    return [
+        partial(
+            v1_grpc.add_DRAPluginServicer_to_server,
+            cast(v1_grpc.DRAPluginServicer, DraPlugin(service, messages=v1)),
+        ),
+        partial(
+            v1beta1_grpc.add_DRAPluginServicer_to_server,
+            cast(v1beta1_grpc.DRAPluginServicer, DraPlugin(service, messages=v1beta1)),
+        ),
+    ]

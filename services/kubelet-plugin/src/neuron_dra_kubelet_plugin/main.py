@@ -17,9 +17,10 @@ from pathlib import Path
 
 import msgspec
 from neuron_dra_common.bus import Bus
+from neuron_dra_common.driver import device_name
 from neuron_dra_common.hardware.node import read_node
 from neuron_dra_common.kube import RESOURCE_CLAIMS, Informer, KubeClient, connect
-from neuron_dra_common.runtime.service import Service, run
+from neuron_dra_common.runtime.process import Service, run
 from neuron_dra_common.settings import SettingsError, load
 from neuron_dra_common.topology import UnknownInstanceType
 
@@ -30,10 +31,10 @@ from neuron_dra_kubelet_plugin.claimsource import ApiClaimSource
 from neuron_dra_kubelet_plugin.kubeevents import ClaimEventRecorder
 from neuron_dra_kubelet_plugin.liveness import SocketProbe
 from neuron_dra_kubelet_plugin.observe import PREPARED_CLAIMS, ClaimEvents, ObservedPreparer
-from neuron_dra_kubelet_plugin.plan import NodeContext, device_name
+from neuron_dra_kubelet_plugin.plan import NodeContext
 from neuron_dra_kubelet_plugin.preparer import Effects, NodePreparer
 from neuron_dra_kubelet_plugin.registration import socket_paths
-from neuron_dra_kubelet_plugin.service import serve
+from neuron_dra_kubelet_plugin.servers import serve
 from neuron_dra_kubelet_plugin.settings import PluginSettings, node_device_for
 from neuron_dra_kubelet_plugin.ultraserver import UltraServerGate
 

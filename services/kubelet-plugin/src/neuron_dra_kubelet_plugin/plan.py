@@ -7,11 +7,17 @@ the kubelet shows for that claim (and only that claim).
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 
 import msgspec
-from neuron_dra_common import DRIVER_NAME, cdi
+from neuron_dra_common import cdi
+from neuron_dra_common.driver import (
+    ANNOTATION_CLAIM,
+    ANNOTATION_DEVICE,
+    ANNOTATION_REQUESTS,
+    DRIVER_NAME,
+    device_index,
+)
 from neuron_dra_common.hardware.model import NodeHardware
 from neuron_dra_common.topology import InstanceSpec, instance_spec
 
@@ -32,38 +38,16 @@ from neuron_dra_kubelet_plugin.edits import (
 )
 
 __all__ = [
-    "ANNOTATION_CLAIM",
-    "ANNOTATION_DEVICE",
-    "ANNOTATION_REQUESTS",
     "ClaimPlan",
     "NodeContext",
     "PrepareError",
-    "device_index",
-    "device_name",
     "entry_from_spec",
     "plan_prepare",
 ]
 
-ANNOTATION_CLAIM = "neuron.aws.com/claim"
-ANNOTATION_DEVICE = "neuron.aws.com/device"
-ANNOTATION_REQUESTS = "neuron.aws.com/requests"
-
-_DEVICE_RE = re.compile(r"^neurondevice(0|[1-9][0-9]*)$")
-
 
 class PrepareError(Exception):
     """Preparing (or unpreparing) one claim failed; the message is for the user."""
-
-
-def device_name(index: int) -> str:
-    """The published name of device ``index``: ``neurondevice<index>``."""
-    return f"neurondevice{index}"
-
-
-def device_index(name: str) -> int | None:
-    """The index of a ``neurondevice<N>`` name, ``None`` for any other name."""
-    match = _DEVICE_RE.match(name)
-    return int(match.group(1)) if match else None
 
 
 class NodeContext(msgspec.Struct, frozen=True, kw_only=True):

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import grpc
 import msgspec
-from neuron_dra_common import DRIVER_NAME
+from neuron_dra_common.driver import DRIVER_NAME
 from neuron_dra_protos.registration.v1 import registration_pb2, registration_pb2_grpc
 
 __all__ = [

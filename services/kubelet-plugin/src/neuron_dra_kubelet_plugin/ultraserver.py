@@ -12,7 +12,7 @@ which has neither record nor UltraServer labels, only for a workload's claims) a
   bound the whole gang yet) prepare answers a per-claim error, so the kubelet retries;
 - the node has no record: a claim of a workload waits for it (per-claim error); any other
   claim is prepared as without the operator, its placement taken from the node's UltraServer
-  labels (seed 000's ``UltraServerConfig`` template): server and node id for the size, the
+  labels (the ``UltraServerConfig`` template of AWS's Neuron DRA driver guide): server and node id for the size, the
   node's rank in that UltraServer, and the rank-0 node found among its peers.
 
 :meth:`UltraServerGate.placement` is the preparer's ``placement`` hook: it returns what

@@ -8,6 +8,7 @@ import socket
 from collections.abc import Sequence
 
 from neuron_dra_common.bus import Bus, PermanentError, consumer
+from neuron_dra_common.driver import package_version
 from neuron_dra_common.kube import (
     NODES,
     RESOURCE_SLICES,
@@ -20,7 +21,7 @@ from neuron_dra_common.runtime import Service, serve
 
 from neuron_dra_slice_publisher.controller import Controller, NodeInfo
 from neuron_dra_slice_publisher.pool import slice_summary
-from neuron_dra_slice_publisher.settings import SlicePublisherSettings, package_version
+from neuron_dra_slice_publisher.settings import SlicePublisherSettings
 from neuron_dra_slice_publisher.store import SELECTOR, KubeSliceStore
 from neuron_dra_slice_publisher.wiring import detect_mode, read_inventories
 

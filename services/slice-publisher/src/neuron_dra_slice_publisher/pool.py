@@ -15,8 +15,9 @@ from collections.abc import Sequence
 from typing import Any, Final
 
 import msgspec
+from neuron_dra_common.driver import DRIVER_NAME as DRIVER
 
-from neuron_dra_slice_publisher.slices import DRIVER, PoolContent, SliceContent, content_hash
+from neuron_dra_slice_publisher.slices import PoolContent, SliceContent, content_hash
 
 __all__ = [
     "CONTENT_ANNOTATION",

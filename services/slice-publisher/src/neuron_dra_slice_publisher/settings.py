@@ -2,20 +2,12 @@
 
 from __future__ import annotations
 
-from importlib.metadata import PackageNotFoundError, version
 from typing import Annotated, Literal
 
 import msgspec
 from neuron_dra_common.settings import LeaderElectedSettings
 
-__all__ = ["SlicePublisherSettings", "package_version"]
-
-
-def package_version() -> str:
-    try:
-        return version("neuron-dra-slice-publisher")
-    except PackageNotFoundError:  # running from a source tree without metadata
-        return "0.0.0"
+__all__ = ["SlicePublisherSettings"]
 
 
 class SlicePublisherSettings(LeaderElectedSettings, frozen=True, kw_only=True):

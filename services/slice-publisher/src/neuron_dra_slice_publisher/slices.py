@@ -9,9 +9,9 @@ Why the node device never reaches a chip request:
 * every device carries ``instanceType``, ``neuronDriverVersion`` and ``resourceType``, because
   a selector that reads a missing attribute is a CEL runtime error that blocks the whole node;
 * the node device's ``instanceType`` is the empty string (the node's type is in
-  ``nodeInstanceType`` on every device), so a chip request written as the seed writes it
-  (``instanceType == 'trn2u.48xlarge'``) never matches it, and ``allocationMode: All`` over
-  chips is not turned into "all chips *and* the node";
+  ``nodeInstanceType`` on every device), so a chip request written as AWS's Neuron DRA driver
+  guide writes it (``instanceType == 'trn2u.48xlarge'``) never matches it, and
+  ``allocationMode: All`` over chips is not turned into "all chips *and* the node";
 * it comes after the chips in the pool, so a request without any selector gets chips first.
 
 Why a chip and the node device are never handed to two claims at once depends on
@@ -30,6 +30,13 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 import msgspec
+from neuron_dra_common.driver import (
+    DEVICE_RESOURCE_TYPE,
+    DRIVER_NAME,
+    NODE_DEVICE,
+    NODE_RESOURCE_TYPE,
+    device_name,
+)
 from neuron_dra_common.hardware.model import NeuronDevice, NodeHardware
 from neuron_dra_common.topology import (
     InstanceSpec,
@@ -43,23 +50,18 @@ __all__ = [
     "CAPACITY_BLOCK_LABEL",
     "COUNTER_SET",
     "DOMAIN",
-    "DRIVER",
     "MAX_ATTRIBUTES",
     "NETWORK_LAYER_LABELS",
-    "NODE_DEVICE",
     "InventoryError",
     "NodeDeviceMode",
     "PoolContent",
     "SliceContent",
     "build_pool",
-    "chip_name",
     "content_hash",
 ]
 
-DRIVER: Final = "neuron.aws.com"
 #: Attributes without a domain in their name belong to the driver's domain.
-DOMAIN: Final = DRIVER
-NODE_DEVICE: Final = "neuronnode"
+DOMAIN: Final = DRIVER_NAME
 COUNTER_SET: Final = "neuron-devices"
 
 MAX_DEVICES: Final = 128
@@ -109,11 +111,6 @@ class PoolContent(msgspec.Struct, frozen=True, kw_only=True):
     @property
     def device_names(self) -> tuple[str, ...]:
         return tuple(d["name"] for s in self.slices for d in s.devices)
-
-
-def chip_name(index: int) -> str:
-    """The device name of Neuron device ``index``: ``neurondevice3``."""
-    return f"neurondevice{index}"
 
 
 def content_hash(content: SliceContent) -> str:
@@ -207,7 +204,7 @@ def _chip(
     values: dict[str, int | str | bool] = {
         "deviceId": device.index,
         "instanceType": spec.name,
-        "resourceType": "neuron_device",
+        "resourceType": DEVICE_RESOURCE_TYPE,
         **shared,
     }
     if device.index < spec.devices:
@@ -217,13 +214,13 @@ def _chip(
     memory = device.memory_bytes or spec.memory_bytes_per_device
     cores = device.logical_cores or logical_cores_per_device(spec, hardware.default_lnc)
     body: dict[str, Any] = {
-        "name": chip_name(device.index),
+        "name": device_name(device.index),
         "attributes": builder.attributes(values),
         "capacity": {"memory": {"value": str(memory)}, "neuronCores": {"value": str(cores)}},
     }
     if counters:
         body["consumesCounters"] = [
-            {"counterSet": COUNTER_SET, "counters": {chip_name(device.index): {"value": "1"}}}
+            {"counterSet": COUNTER_SET, "counters": {device_name(device.index): {"value": "1"}}}
         ]
     return body
 
@@ -239,7 +236,7 @@ def _node_device(
     values: dict[str, int | str | bool] = {
         # Empty on purpose: a chip selector on instanceType must never match the node.
         "instanceType": "",
-        "resourceType": "neuron_node",
+        "resourceType": NODE_RESOURCE_TYPE,
         "deviceCount": len(chips),
         **shared,
     }

@@ -7,10 +7,11 @@ from typing import Any
 
 from neuron_dra_common.bus import Bus, replay
 from neuron_dra_common.bus.declarations import INVENTORY
+from neuron_dra_common.driver import DRIVER_NAME as DRIVER
 from neuron_dra_common.events import NodeInventory
 from neuron_dra_common.kube import RESOURCE_SLICES, ApiException, KubeClient
 
-from neuron_dra_slice_publisher.slices import DRIVER, NodeDeviceMode
+from neuron_dra_slice_publisher.slices import NodeDeviceMode
 
 __all__ = ["detect_mode", "read_inventories"]
 

@@ -1,34 +1,22 @@
-"""``neuron-dra-topology-allocator``: settings, wiring, run."""
+"""``neuron-dra-topology-allocator``: wiring and run."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from typing import Annotated
 
-import msgspec
-from neuron_dra_common.bus import ALLOCATOR_SUBJECT, Bus, Follower, Responder
+from neuron_dra_common.bus import Bus, Follower, Responder
 from neuron_dra_common.bus.declarations import ALLOCATION, HEALTH, INVENTORY
 from neuron_dra_common.events.base import SUBJECT_ROOT
 from neuron_dra_common.runtime import Service, serve
-from neuron_dra_common.settings import ServiceSettings
 
-from neuron_dra_topology_allocator.placement import Strategy
+from neuron_dra_topology_allocator.allocator import Allocator
 from neuron_dra_topology_allocator.projection import Projection
-from neuron_dra_topology_allocator.service import Allocator
+from neuron_dra_topology_allocator.settings import AllocatorSettings
 
-__all__ = ["AllocatorSettings", "build", "main"]
+__all__ = ["build", "main"]
 
 NAME = "topology-allocator"
-
-
-class AllocatorSettings(ServiceSettings, frozen=True, kw_only=True):
-    """The topology allocator: whole-UltraServer placement over NATS request/reply."""
-
-    strategy: Annotated[
-        Strategy, msgspec.Meta(description="Placement: best-fit (default) or first-fit")
-    ] = Strategy.BEST_FIT
-    subject: Annotated[str, msgspec.Meta(description="Request subject")] = ALLOCATOR_SUBJECT
 
 
 async def build(settings: AllocatorSettings) -> Service:

@@ -9,10 +9,10 @@ enums and ranges where OpenAPI says it well, CEL rules where it does not (immuta
 ``python -m neuron_dra_ultraserver_operator.crds DIR`` writes the manifests and their
 kustomization into ``DIR`` (``deploy/kustomize/base/crds``); a test checks they are current.
 
-State names follow the seed's table of workload states (Pending, Allocating, Allocated,
-PartiallyAllocated, Failed, Deallocating). The seed's status example shows ``state: Bound``,
-a value its own table does not list: ``Bound`` is the phase of one allocation inside a
-NeuronUltraServer, never a workload state.
+State names follow the table of workload states in AWS's Neuron UltraServer operator guide
+(Pending, Allocating, Allocated, PartiallyAllocated, Failed, Deallocating). The guide's status
+example shows ``state: Bound``, a value its own table does not list: ``Bound`` is the phase
+of one allocation inside a NeuronUltraServer, never a workload state.
 """
 
 from __future__ import annotations
@@ -192,7 +192,8 @@ def _workload_schema() -> Schema:
         },
     )
     return _object(
-        "A user's request for whole UltraServers (seed 002).",
+        "A user's request for whole UltraServers, as AWS's Neuron UltraServer operator guide"
+        " describes it.",
         {
             "apiVersion": {"type": "string"},
             "kind": {"type": "string"},

@@ -135,7 +135,7 @@ def apiserver(*, binary: Path, pki: Pki, etcd_port: int, port: int, admin: CertP
             "--authorization-mode=Node,RBAC",
             "--enable-admission-plugins=NodeRestriction",
             "--allow-privileged=true",
-            # The seeds write resource.k8s.io/v1beta1; serve it (and v1beta2) beside v1.
+            # AWS's Neuron guides write resource.k8s.io/v1beta1; serve it (and v1beta2) beside v1.
             "--runtime-config=resource.k8s.io/v1beta1=true,resource.k8s.io/v1beta2=true",
             # Loopback addresses may not back the kubernetes Service; nothing here needs it.
             "--endpoint-reconciler-type=none",

@@ -79,7 +79,7 @@ def product_components(
                 module="neuron_dra_discovery",
                 env={
                     "NEURON_DRA_NODE_NAME": node.name,
-                    "NEURON_DRA_HARDWARE_ROOT": str(sim.root),
+                    "NEURON_DRA_HOST_ROOT": str(sim.root),
                     "NEURON_DRA_NEURON_LS_COMMAND": ",".join(sim.neuron_ls_command),
                     "NEURON_DRA_NATS_SERVERS": nats_url,
                     "NEURON_DRA_POLL_SECONDS": "1",

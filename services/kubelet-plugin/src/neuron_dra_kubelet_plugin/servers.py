@@ -18,12 +18,10 @@ from grpc_health.v1 import health as grpc_health
 from grpc_health.v1 import health_pb2 as grpc_health_pb2
 from grpc_health.v1 import health_pb2_grpc as grpc_health_grpc
 from neuron_dra_common.grpcserver import UnixGrpcServer
-from neuron_dra_protos.dra.v1 import dra_pb2_grpc as v1_grpc
-from neuron_dra_protos.dra.v1beta1 import dra_pb2_grpc as v1beta1_grpc
 from neuron_dra_protos.health.v1alpha1 import health_pb2_grpc
 from neuron_dra_protos.registration.v1 import registration_pb2_grpc
 
-from neuron_dra_kubelet_plugin.draservice import DraPluginV1, DraPluginV1beta1, DraService
+from neuron_dra_kubelet_plugin.draservice import DraService, dra_plugin_registrars
 from neuron_dra_kubelet_plugin.health import (
     DEFAULT_HEARTBEAT_SECONDS,
     HealthServicer,
@@ -62,8 +60,7 @@ async def serve(
     dra = UnixGrpcServer(
         paths.dra,
         registrars=[
-            partial(v1_grpc.add_DRAPluginServicer_to_server, DraPluginV1(service)),
-            partial(v1beta1_grpc.add_DRAPluginServicer_to_server, DraPluginV1beta1(service)),
+            *dra_plugin_registrars(service),
             partial(
                 health_pb2_grpc.add_DRAResourceHealthServicer_to_server,
                 HealthServicer(health, heartbeat_seconds=heartbeat_seconds),

@@ -1,5 +1,5 @@
-"""Seed 000's templates, verbatim (v1beta1) and in v1 form, on the real kube-scheduler with
-the pools discovery and the slice publisher wrote for simulated trn2 nodes.
+"""The templates of AWS's Neuron DRA driver guide, verbatim (v1beta1) and in v1 form, on the
+real kube-scheduler with the pools discovery and the slice publisher wrote for simulated trn2 nodes.
 
 Pods do not run here (no kubelet plugin on these nodes); what is checked is what the
 scheduler decides: the claim's allocation and the pod's node.

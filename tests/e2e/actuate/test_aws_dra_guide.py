@@ -1,5 +1,5 @@
-"""Seed 000 end to end: the pods of the seed run, and their CDI specs give the container
-exactly its devices and the Neuron runtime variables for the LNC in force."""
+"""AWS's Neuron DRA driver guide end to end: the guide's pods run, and their CDI specs give
+the container exactly its devices and the Neuron runtime variables for the LNC in force."""
 
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ def spec_view(actuate: Actuate, pod: str) -> tuple[str, dict[str, Any], list[int
 
 
 def test_1x4_pod_runs_with_its_four_connected_devices(actuate: Actuate) -> None:
-    actuate.stack.kubectl("apply", "-f", str(MANIFESTS / "seed000-1x4.yaml"))
+    actuate.stack.kubectl("apply", "-f", str(MANIFESTS / "aws-dra-guide-1x4.yaml"))
     try:
         actuate.wait_running("pod0", timeout=120)
         node, claim, indices, env = spec_view(actuate, "pod0")
@@ -84,7 +84,7 @@ def test_1x4_pod_runs_with_its_four_connected_devices(actuate: Actuate) -> None:
 
 
 def test_all_neurons_lnc_1_gives_lnc_1_core_ranges(actuate: Actuate) -> None:
-    actuate.stack.kubectl("apply", "-f", str(MANIFESTS / "seed000-lnc1.yaml"))
+    actuate.stack.kubectl("apply", "-f", str(MANIFESTS / "aws-dra-guide-lnc1.yaml"))
     try:
         actuate.wait_running("pod0", timeout=120)
         _, _, indices, env = spec_view(actuate, "pod0")
