@@ -39,6 +39,7 @@ from nats.js import api
 from neuron_dra_common.bus import Bus, ConsumerRunner, ConsumerSpec, Delivery, RunnerOptions
 from neuron_dra_common.bus.declarations import HEALTH
 from neuron_dra_common.bus.headers import event_headers
+from neuron_dra_common.driver import device_name
 from neuron_dra_common.events import AnyEvent, DeviceHealthChanged, encode
 
 from bench.harness import CACHE_DIR, Figure, Report, nats_server, percentile
@@ -64,7 +65,7 @@ class _Consumed(msgspec.Struct, frozen=True, kw_only=True):
 
 def _event(node: str, i: int) -> DeviceHealthChanged:
     return DeviceHealthChanged(
-        node=node, device=f"neurondevice{i % 16}", health="Unhealthy", reason="ecc"
+        node=node, device=device_name(i % 16), health="Unhealthy", reason="ecc"
     )
 
 
