@@ -29,6 +29,7 @@ from neuron_dra_common.telemetry import (
 )
 from neuron_dra_common.topology import UnknownInstanceType, instance_spec
 from neuron_dra_common.ultraserver import NodeAllocationError, node_allocation
+from opentelemetry import trace
 from prometheus_client import Counter
 
 from neuron_dra_slice_publisher.pool import (
@@ -110,8 +111,10 @@ class Controller:
         nodes: NodeLookup,
         mode: NodeDeviceMode,
         dra_driver_version: str,
+        tracer: trace.Tracer | None = None,
     ) -> None:
         self.store = store
+        self._tracer = tracer or _TRACER
         self.nodes = nodes
         self.mode = mode
         self.dra_driver_version = dra_driver_version
@@ -257,7 +260,7 @@ class Controller:
             POOL_WRITES.labels("unchanged").inc()
             return
         if tagging and info is not None and info.traceparent:
-            with _TRACER.start_as_current_span(
+            with self._tracer.start_as_current_span(
                 "tag ResourceSlices",
                 context=context_from_traceparent(info.traceparent),
                 attributes={
