@@ -17,7 +17,9 @@ import yaml
 from neuron_dra_cli.toolbuild import ensure_promtool
 
 HERE = Path(__file__).resolve().parent
-RULE = HERE.parents[2] / "deploy" / "kustomize" / "components" / "monitoring" / "prometheusrule.yaml"
+RULE = (
+    HERE.parents[2] / "deploy" / "kustomize" / "components" / "monitoring" / "prometheusrule.yaml"
+)
 
 
 @pytest.fixture(scope="module")
