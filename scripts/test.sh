@@ -9,6 +9,9 @@ echo "==> Kubernetes binaries (built once, cached under ${XDG_CACHE_HOME:-$HOME/
 neuron-dra dev build
 neuron-dra dev build --k8s-version "$(python -c 'from neuron_dra_cli.kubebuild import FLOOR_VERSION; print(FLOOR_VERSION)')"
 
+echo "==> trace backend (Jaeger) and promtool (built or fetched once, same cache)"
+python -m neuron_dra_cli.toolbuild
+
 echo "==> lint"
 ruff check .
 ruff format --check .

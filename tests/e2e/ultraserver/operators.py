@@ -127,7 +127,7 @@ class Operators:
         return {
             f"{labels['method']} {labels['resource']}": value
             for (sample, raw), value in self.metrics(name).items()
-            if sample == "neuron_kube_requests_total"
+            if sample == "neuron_dra_kube_requests_total"
             and (labels := dict(raw))["method"] not in ("GET", "WATCH")
             and labels["resource"] != "leases"
             and value

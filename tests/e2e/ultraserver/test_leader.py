@@ -33,7 +33,7 @@ def operators(us_stack: KubeStack) -> Iterator[Operators]:
 
 
 def leading(ops: Operators, name: str) -> float:
-    return ops.metrics(name).get(("neuron_leader", (("lease", LEASE),)), 0.0)
+    return ops.metrics(name).get(("neuron_dra_leader", (("lease", LEASE),)), 0.0)
 
 
 def test_one_operator_writes_and_the_standby_takes_over(

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -244,3 +247,106 @@ def test_plugin_files_live_on_host_paths_that_last_exactly_one_boot(
     checkpoint = host_path(env["NEURON_DRA_CHECKPOINT_PATH"])
     assert checkpoint.startswith("/run/")
     assert mounts[env["NEURON_DRA_CDI_ROOT"]] in ("/run/cdi", "/var/run/cdi")
+
+
+# -- the monitoring component ------------------------------------------------------------------
+
+WORKLOADS = (
+    ("DaemonSet", "neuron-dra-discovery"),
+    ("DaemonSet", "neuron-dra-kubelet-plugin"),
+    ("Deployment", "neuron-dra-slice-publisher"),
+    ("Deployment", "neuron-dra-topology-allocator"),
+    ("Deployment", "neuron-dra-ultraserver-operator"),
+)
+
+
+@pytest.fixture(scope="module")
+def monitored(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
+    # An overlay as a user writes one: the base plus the component.
+    overlay = tmp_path_factory.mktemp("overlay")
+    rel = os.path.relpath(KUSTOMIZE, overlay)
+    (overlay / "kustomization.yaml").write_text(
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n"
+        f"resources: [{rel}/base]\ncomponents: [{rel}/components/monitoring]\n"
+    )
+    return render(overlay)
+
+
+def _matches(selector: dict[str, str], labels: dict[str, str]) -> bool:
+    return all(labels.get(k) == v for k, v in selector.items())
+
+
+def test_service_monitor_scrapes_every_workload_on_its_http_port(
+    monitored: list[dict[str, Any]],
+) -> None:
+    [monitor] = by_kind(monitored, "ServiceMonitor").values()
+    assert monitor["metadata"]["namespace"] == "neuron-dra-driver"
+    selected = [
+        s
+        for s in by_kind(monitored, "Service").values()
+        if _matches(monitor["spec"]["selector"]["matchLabels"], s["metadata"]["labels"])
+    ]
+    [endpoint] = monitor["spec"]["endpoints"]
+    scraped = set()
+    for service in selected:
+        [port] = [p for p in service["spec"]["ports"] if p["name"] == endpoint["port"]]
+        pods = [
+            (kind, name)
+            for kind, name in WORKLOADS
+            if _matches(
+                service["spec"]["selector"],
+                by_kind(monitored, kind)[name]["spec"]["template"]["metadata"]["labels"],
+            )
+        ]
+        assert len(pods) == 1, (service["metadata"]["name"], pods)
+        kind, name = pods[0]
+        [container] = by_kind(monitored, kind)[name]["spec"]["template"]["spec"]["containers"]
+        named = {p["name"]: p["containerPort"] for p in container["ports"]}
+        assert port["targetPort"] in named, (name, port)
+        env = {e["name"]: e.get("value") for e in container["env"]}
+        assert env["NEURON_DRA_HTTP_PORT"] == str(named[port["targetPort"]])
+        # The job label the rules and dashboard use is the workload's name.
+        assert service["metadata"]["labels"][monitor["spec"]["jobLabel"]] == name
+        scraped.add(name)
+    assert scraped == {name for _, name in WORKLOADS}
+
+
+def test_rules_and_dashboard_come_with_the_component(monitored: list[dict[str, Any]]) -> None:
+    rules = by_kind(monitored, "PrometheusRule")["neuron-dra"]
+    alerts = {r["alert"] for g in rules["spec"]["groups"] for r in g["rules"]}
+    assert {
+        "NeuronDraDeadLetters",
+        "NeuronDraSlicePublisherNoLeader",
+        "NeuronDraOperatorNoLeader",
+        "NeuronDraPrepareFailures",
+        "NeuronDraWorkloadsNotReady",
+    } <= alerts
+    dashboard = by_kind(monitored, "ConfigMap")["neuron-dra-dashboard"]
+    assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert dashboard["metadata"]["namespace"] == "neuron-dra-driver"
+    [text] = dashboard["data"].values()
+    board = json.loads(text)
+    exprs = [t["expr"] for p in board["panels"] for t in p.get("targets", ())]
+    exprs += [r["expr"] for g in rules["spec"]["groups"] for r in g["rules"]]
+    named = {m for e in exprs for m in re.findall(r"\b(neuron_\w+)", e)}
+    assert named, "no metric named"
+    # One prefix; neuron_* alone is what AWS's neuron-monitor exports.
+    assert all(m.startswith("neuron_dra_") for m in named), sorted(named)
+    # Rendering alone leaves everything else as it was: the component only adds.
+    assert {(d["kind"], d["metadata"]["name"]) for d in render(KUSTOMIZE / "base")} <= {
+        (d["kind"], d["metadata"]["name"]) for d in monitored
+    }
+
+
+def test_every_service_knows_its_pod_for_its_spans(base: list[dict[str, Any]]) -> None:
+    for kind, name in WORKLOADS:
+        [container] = by_kind(base, kind)[name]["spec"]["template"]["spec"]["containers"]
+        fields = {
+            e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"]
+            for e in container["env"]
+            if "valueFrom" in e
+        }
+        assert fields["K8S_POD_NAME"] == "metadata.name", name
+        assert fields["K8S_POD_NAMESPACE"] == "metadata.namespace", name
+        node = fields.get("K8S_NODE_NAME") or fields.get("NEURON_DRA_NODE_NAME")
+        assert node == "spec.nodeName", name

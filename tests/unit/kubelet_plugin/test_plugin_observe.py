@@ -6,13 +6,15 @@ from pathlib import Path
 
 import pytest
 from neuron_dra_kubelet_plugin.checkpoint import CheckpointStore
-from neuron_dra_kubelet_plugin.observe import OPERATIONS, ObservedPreparer
+from neuron_dra_kubelet_plugin.health import DeviceHealthReport, Health, StaticHealth
+from neuron_dra_kubelet_plugin.observe import OPERATIONS, ObservedPreparer, count_unhealthy
 from neuron_dra_kubelet_plugin.plan import PrepareError
 from neuron_dra_kubelet_plugin.preparer import Effects, NodePreparer
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from prometheus_client import REGISTRY
 
 from tests.unit.kubelet_plugin.support import MemoryClaims, make_claim, ref_of, trn2_node
 
@@ -59,3 +61,15 @@ async def test_with_tracing_off_operations_are_still_counted(tmp_path: Path) -> 
     assert [d.device for d in devices] == ["neurondevice3"]
     assert (count("prepare", "ok"), count("unprepare", "ok")) == (before[0] + 1, before[1] + 1)
     assert not trace.get_current_span().get_span_context().is_valid
+
+
+def test_unhealthy_devices_are_read_from_the_health_source_at_each_scrape() -> None:
+    health = StaticHealth(pool="n1", devices=["neurondevice0", "neurondevice1"])
+    count_unhealthy(health)
+    assert REGISTRY.get_sample_value("neuron_dra_unhealthy_devices") == 0.0
+    health.update(
+        DeviceHealthReport(
+            pool="n1", device="neurondevice1", health=Health.UNHEALTHY, updated_at=1, message="x"
+        )
+    )
+    assert REGISTRY.get_sample_value("neuron_dra_unhealthy_devices") == 1.0

@@ -20,12 +20,17 @@ from neuron_dra_common.hardware.model import (
     NodeHardware,
 )
 from neuron_dra_common.kube import run_workers
+from neuron_dra_common.telemetry import TRACEPARENT_ANNOTATION
+from neuron_dra_common.ultraserver import NODE_ALLOCATION, NodeAllocation
 from neuron_dra_slice_publisher import controller as controller_module
 from neuron_dra_slice_publisher import slices as slices_module
 from neuron_dra_slice_publisher.controller import Controller, NodeInfo
 from neuron_dra_slice_publisher.leader import LeaseState, decide
 from neuron_dra_slice_publisher.slices import NodeDeviceMode, PoolContent
 from neuron_dra_slice_publisher.store import MemorySliceStore
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 
 def inventory(node: str, *, generation: int = 1, driver: str = "2.24.7.0") -> NodeInventory:
@@ -245,3 +250,58 @@ def test_lease_rules() -> None:
     assert decide(fresh, me="a", now=now), "the holder renews"
     assert not decide(fresh, me="b", now=now), "nobody takes a live lease"
     assert decide(stale, me="b", now=now), "an expired lease is taken over"
+
+
+TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+
+
+async def test_the_write_that_tags_a_workload_joins_the_trace_on_the_node() -> None:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    store = MemorySliceStore()
+    nodes: dict[str, NodeInfo] = {"n1": NodeInfo(name="n1", uid="u", labels={})}
+    controller = Controller(
+        store=store,
+        nodes=nodes.get,
+        mode=NodeDeviceMode.COUNTERS,
+        dra_driver_version="0.1.0",
+        tracer=provider.get_tracer("test"),
+    )
+    controller.inventories["n1"] = inventory("n1")
+    await controller.reconcile("n1")
+    assert exporter.get_finished_spans() == ()  # no workload: no span
+
+    record = {
+        "metadata": {"name": "n1", "uid": "u", "annotations": {TRACEPARENT_ANNOTATION: TRACEPARENT}}
+    }
+    assert NodeInfo.from_object(record).traceparent == ""  # no allocation record on it
+    allocated = msgspec.json.decode(msgspec.json.encode(record))
+    allocated["metadata"]["annotations"][NODE_ALLOCATION] = msgspec.json.encode(
+        NodeAllocation(
+            workload="default/train",
+            workload_uid="w1",
+            workload_id="train",
+            phase="Bound",
+            nodes=1,
+            mode=4,
+            server_id="0123456789abcdef",
+            node_id=0,
+            topo_id=0,
+            topo0_host="n1",
+        )
+    ).decode()
+    nodes["n1"] = NodeInfo.from_object(allocated)
+    assert nodes["n1"].traceparent == TRACEPARENT
+    await controller.reconcile("n1")
+    [span] = exporter.get_finished_spans()
+    assert span.name == "tag ResourceSlices"
+    assert span.parent is not None
+    assert format(span.parent.span_id, "016x") == "00f067aa0ba902b7"
+    assert format(span.context.trace_id, "032x") == "4bf92f3577b34da6a3ce929d0e0e4736"
+    assert span.attributes is not None
+    assert span.attributes["neuron.workload.id"] == "train"
+    # Writes that keep the tag (an inventory change) are not part of the workload's story.
+    controller.inventories["n1"] = inventory("n1", generation=2, driver="2.25.0.0")
+    await controller.reconcile("n1")
+    assert len(exporter.get_finished_spans()) == 1

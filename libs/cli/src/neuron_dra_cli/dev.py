@@ -68,6 +68,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         action="store_true",
         help="return once the stack is ready and leave it running (stop it with `dev down`)",
     )
+    p.add_argument(
+        "--tracing",
+        action="store_true",
+        help="also run Jaeger, send every neuron-dra service's spans to it, print its UI",
+    )
     _add_state_dir(p)
     p.set_defaults(handler=cmd_up)
 
@@ -122,7 +127,11 @@ def cmd_up(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGINT, _raise_interrupt)
     current = lifecycle.up(
         lifecycle.UpOptions(
-            fleet=fleet, fleet_path=fleet_path, k8s_version=version, state_dir=state_dir
+            fleet=fleet,
+            fleet_path=fleet_path,
+            k8s_version=version,
+            state_dir=state_dir,
+            tracing=args.tracing,
         ),
         progress=_progress,
     )
@@ -191,6 +200,7 @@ def summary(current: state.StackState, *, state_dir: Path, seconds: float, detac
         f"  API server   {current.apiserver}",
         f"  NATS         {current.nats_url}",
         f"  logs         {state_dir / 'logs'}",
+        *_traces_line(current),
         "",
         "Use it:",
         f"  export KUBECONFIG={current.kubeconfig}",
@@ -203,6 +213,16 @@ def summary(current: state.StackState, *, state_dir: Path, seconds: float, detac
     else:
         lines.append("Press Ctrl-C to stop everything.")
     return "\n".join(lines)
+
+
+def _traces_line(current: state.StackState) -> list[str]:
+    from neuron_dra_cli.stack import tracing
+
+    return [
+        f"  traces UI    {tracing.ui_url(c.ports)}"
+        for c in current.components
+        if c.kind == tracing.JAEGER
+    ]
 
 
 def cmd_down(args: argparse.Namespace) -> int:

@@ -44,6 +44,8 @@ class ObjectMeta(msgspec.Struct, frozen=True, kw_only=True):
     uid: str = ""
     # The UltraServer operator's claims name their workload here (see ultraserver.py).
     labels: dict[str, str] = msgspec.field(default_factory=dict)
+    # The workload's trace context (``neuron.aws.com/traceparent``), copied from the template.
+    annotations: dict[str, str] = msgspec.field(default_factory=dict)
 
 
 class OpaqueConfig(msgspec.Struct, frozen=True, kw_only=True):
@@ -78,6 +80,8 @@ class DeviceAllocation(msgspec.Struct, frozen=True, kw_only=True):
 
 class Allocation(msgspec.Struct, frozen=True, kw_only=True):
     devices: DeviceAllocation = msgspec.field(default_factory=DeviceAllocation)
+    # RFC 3339, set by kube-scheduler 1.36 when it allocates (not by 1.34): when it happened.
+    allocation_timestamp: str = msgspec.field(default="", name="allocationTimestamp")
 
 
 class ConsumerRef(msgspec.Struct, frozen=True, kw_only=True):

@@ -30,7 +30,12 @@ from neuron_dra_kubelet_plugin.checkpoint import CheckpointStore, read_boot_id
 from neuron_dra_kubelet_plugin.claimsource import ApiClaimSource
 from neuron_dra_kubelet_plugin.kubeevents import ClaimEventRecorder
 from neuron_dra_kubelet_plugin.liveness import SocketProbe
-from neuron_dra_kubelet_plugin.observe import PREPARED_CLAIMS, ClaimEvents, ObservedPreparer
+from neuron_dra_kubelet_plugin.observe import (
+    PREPARED_CLAIMS,
+    ClaimEvents,
+    ObservedPreparer,
+    count_unhealthy,
+)
 from neuron_dra_kubelet_plugin.plan import NodeContext
 from neuron_dra_kubelet_plugin.preparer import Effects, NodePreparer
 from neuron_dra_kubelet_plugin.registration import socket_paths
@@ -142,6 +147,7 @@ async def build(settings: PluginSettings, *, node: NodeContext) -> Service:
     PREPARED_CLAIMS.set(len(preparer.checkpoint.claims))
     devices = [device_name(i) for i in sorted(node.devices)]
     health = BusHealth(node=settings.node_name, pool=node.pool, devices=devices)
+    count_unhealthy(health)
     probe = SocketProbe(paths, interval=settings.probe_interval)
 
     service = Service(name=NAME, settings=settings)

@@ -28,6 +28,7 @@ from prometheus_client import Counter, Gauge, Histogram
 
 from neuron_dra_kubelet_plugin.checkpoint import ClaimEntry, PreparedDevice
 from neuron_dra_kubelet_plugin.claims import ClaimRef
+from neuron_dra_kubelet_plugin.health import Health, HealthSource
 from neuron_dra_kubelet_plugin.plan import PrepareError
 from neuron_dra_kubelet_plugin.preparer import Preparer
 
@@ -36,32 +37,51 @@ __all__ = [
     "EVENTS_DROPPED",
     "OPERATIONS",
     "PREPARED_CLAIMS",
+    "UNHEALTHY_DEVICES",
     "ClaimEvents",
     "EventSink",
     "ObservedPreparer",
+    "count_unhealthy",
 ]
 
 log = logging.getLogger(__name__)
 
 OPERATIONS: Final = Counter(
-    "neuron_kubelet_plugin_operations",
+    "neuron_dra_kubelet_plugin_operations",
     "Claim operations answered to the kubelet, by operation (prepare, unprepare) and outcome "
     "(ok, failed: an error for that claim, internal: a bug or an I/O failure)",
     ["operation", "outcome"],
 )
+# Every series exists from the start at 0, so that the first failure is an increase a rate()
+# or an alert sees, not a new series.
+for _operation in ("prepare", "unprepare"):
+    for _outcome in ("ok", "failed", "internal"):
+        OPERATIONS.labels(_operation, _outcome)
 DURATION: Final = Histogram(
-    "neuron_kubelet_plugin_operation_seconds",
+    "neuron_dra_kubelet_plugin_operation_seconds",
     "Time to prepare or unprepare one claim",
     ["operation"],
     buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 5.0, 45.0),
 )
 PREPARED_CLAIMS: Final = Gauge(
-    "neuron_kubelet_plugin_prepared_claims", "Claims prepared on this node (checkpoint entries)"
+    "neuron_dra_kubelet_plugin_prepared_claims", "Claims prepared on this node (checkpoint entries)"
 )
 EVENTS_DROPPED: Final = Counter(
-    "neuron_kubelet_plugin_events_dropped",
+    "neuron_dra_kubelet_plugin_events_dropped",
     "Claim events dropped because the bus was unreachable for longer than the queue holds",
 )
+UNHEALTHY_DEVICES: Final = Gauge(
+    "neuron_dra_unhealthy_devices",
+    "Devices of this node whose health, as the plugin reports it to the kubelet, is unhealthy",
+)
+
+
+def count_unhealthy(source: HealthSource) -> None:
+    """Make ``neuron_dra_unhealthy_devices`` read ``source`` at every scrape."""
+    UNHEALTHY_DEVICES.set_function(
+        lambda: float(sum(1 for r in source.snapshot() if r.health is Health.UNHEALTHY))
+    )
+
 
 _TRACER_NAME: Final = "neuron_dra_kubelet_plugin"
 #: At most this many claim events go out in one pipelined batch.

@@ -33,7 +33,9 @@ from typing import Protocol
 
 import msgspec
 from neuron_dra_common import cdi
+from opentelemetry import trace
 
+from neuron_dra_kubelet_plugin import claimtrace
 from neuron_dra_kubelet_plugin.checkpoint import (
     Change,
     Checkpoint,
@@ -202,6 +204,7 @@ class NodePreparer:
         listener: PrepareListener | None = None,
         reporter: FailureReporter | None = None,
         crash: CrashPoint = no_crash,
+        tracer: trace.Tracer | None = None,
     ) -> None:
         self._node = node
         self._claims = claims
@@ -211,6 +214,8 @@ class NodePreparer:
         self._listener = listener
         self._reporter = reporter
         self._crash = crash
+        # A tracer handed in always records; else the process's, once tracing is on.
+        self._tracer = tracer
         self._checkpoint = Checkpoint()
         # One operation per claim at a time; the kubelet sends claims concurrently.
         self._claim_locks = _ClaimLocks()
@@ -311,35 +316,37 @@ class NodePreparer:
             done = self._completed(ref)
             if done is not None:
                 return done.devices
-            if ref.uid in self._checkpoint.claims:
-                self._rollback_now(ref.uid)
-            try:
-                plan = plan_prepare(
-                    ref=ref,
-                    claim=claim,
-                    node=self._node,
-                    checkpoint=self._checkpoint,
-                    boot_id=self._boot_id,
-                    placement=self._placement(ref),
-                )
-            except PrepareError as exc:
-                if self._reporter is not None:
-                    self._reporter.failed(claim, str(exc))
-                raise
-            # Planned and reserved with no await in between: a concurrent prepare of another
-            # claim sees these devices as taken from here on.
-            started = msgspec.structs.replace(plan.entry, state=ClaimState.PREPARE_STARTED)
-            self._change(self._checkpoint.with_entry(started), started)
-            self._commit()
-            self._crash("prepare:started-saved")
-            self._effects.write_spec(ref.uid, plan.spec)
-            self._crash("prepare:spec-written")
-            self._change(self._checkpoint.with_entry(plan.entry), plan.entry)
-            self._commit()
-            self._crash("prepare:completed-saved")
-            if self._listener is not None:
-                self._listener.prepared(plan.entry)
-            return plan.entry.devices
+            with claimtrace.prepare_span(claim, tracer=self._tracer):
+                if ref.uid in self._checkpoint.claims:
+                    self._rollback_now(ref.uid)
+                try:
+                    plan = plan_prepare(
+                        ref=ref,
+                        claim=claim,
+                        node=self._node,
+                        checkpoint=self._checkpoint,
+                        boot_id=self._boot_id,
+                        placement=self._placement(ref),
+                    )
+                except PrepareError as exc:
+                    if self._reporter is not None:
+                        self._reporter.failed(claim, str(exc))
+                    raise
+                # Planned and reserved with no await in between: a concurrent prepare of another
+                # claim sees these devices as taken from here on.
+                started = msgspec.structs.replace(plan.entry, state=ClaimState.PREPARE_STARTED)
+                self._change(self._checkpoint.with_entry(started), started)
+                self._commit()
+                self._crash("prepare:started-saved")
+                with claimtrace.cdi_write_span(ref.uid, tracer=self._tracer):
+                    self._effects.write_spec(ref.uid, plan.spec)
+                self._crash("prepare:spec-written")
+                self._change(self._checkpoint.with_entry(plan.entry), plan.entry)
+                self._commit()
+                self._crash("prepare:completed-saved")
+                if self._listener is not None:
+                    self._listener.prepared(plan.entry)
+                return plan.entry.devices
 
     async def unprepare(self, ref: ClaimRef) -> None:
         # Needs nothing but the UID: the claim object may be gone already.

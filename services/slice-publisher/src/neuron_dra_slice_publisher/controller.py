@@ -22,13 +22,20 @@ from neuron_dra_common.bus import Delivery, PermanentError
 from neuron_dra_common.events import AnyEvent, NodeInventory
 from neuron_dra_common.hardware.model import EccCounters
 from neuron_dra_common.kube import WorkQueue
+from neuron_dra_common.telemetry import (
+    TRACEPARENT_ANNOTATION,
+    context_from_traceparent,
+    get_tracer,
+)
 from neuron_dra_common.topology import UnknownInstanceType, instance_spec
 from neuron_dra_common.ultraserver import NodeAllocationError, node_allocation
+from opentelemetry import trace
 from prometheus_client import Counter
 
 from neuron_dra_slice_publisher.pool import (
     NODE_LABEL,
     NodeRef,
+    Plan,
     StoredSlice,
     plan_pool,
     pool_is_current,
@@ -49,7 +56,13 @@ log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
 
-POOL_WRITES = Counter("neuron_dra_pool_writes", "Pool generations written, by outcome", ["outcome"])
+POOL_WRITES = Counter(
+    "neuron_dra_slice_publisher_pool_writes",
+    "Pool reconciles, by outcome (written, deleted, unchanged)",
+    ["outcome"],
+)
+
+_TRACER = get_tracer("neuron_dra_slice_publisher")
 
 
 class NodeInfo(msgspec.Struct, frozen=True, kw_only=True):
@@ -59,12 +72,16 @@ class NodeInfo(msgspec.Struct, frozen=True, kw_only=True):
     uid: str
     labels: dict[str, str] = msgspec.field(default_factory=dict)
     workload_id: str = ""
+    #: The W3C traceparent the UltraServer operator wrote with the allocation record: the
+    #: write that tags the node's devices with ``workload_id`` joins that workload's trace.
+    traceparent: str = ""
 
     @classmethod
     def from_object(cls, obj: Mapping[str, Any]) -> NodeInfo:
         meta = obj.get("metadata") or {}
+        annotations = meta.get("annotations") or {}
         try:
-            record = node_allocation(meta["name"], meta.get("annotations"))
+            record = node_allocation(meta["name"], annotations)
         except NodeAllocationError as exc:
             log.error("UltraServer allocation record unreadable", extra={"error": str(exc)})
             record = None
@@ -73,6 +90,7 @@ class NodeInfo(msgspec.Struct, frozen=True, kw_only=True):
             uid=meta.get("uid", ""),
             labels=dict(meta.get("labels") or {}),
             workload_id=record.workload_id if record is not None else "",
+            traceparent=annotations.get(TRACEPARENT_ANNOTATION, "") if record is not None else "",
         )
 
 
@@ -93,8 +111,10 @@ class Controller:
         nodes: NodeLookup,
         mode: NodeDeviceMode,
         dra_driver_version: str,
+        tracer: trace.Tracer | None = None,
     ) -> None:
         self.store = store
+        self._tracer = tracer or _TRACER
         self.nodes = nodes
         self.mode = mode
         self.dra_driver_version = dra_driver_version
@@ -203,6 +223,7 @@ class Controller:
         stored = list(self.stored.get(node, {}).values())
         inventory = self.inventories.get(node)
         digests: tuple[str, ...] | None = None
+        tagging = False  # this write adds a workload's tag to the node's devices
         if info is None:
             self._built.pop(node, None)
             if not stored:
@@ -217,6 +238,7 @@ class Controller:
             # Informer echoes re-run reconcile often; the pool only changes with its inputs.
             inputs: _Inputs = (inventory, tuple(sorted(info.labels.items())), info.workload_id)
             built = self._built.get(node)
+            tagging = bool(info.workload_id) and (built is None or built[0][2] != info.workload_id)
             if (
                 built is not None
                 and built[0] == inputs
@@ -237,6 +259,22 @@ class Controller:
         if plan.unchanged:
             POOL_WRITES.labels("unchanged").inc()
             return
+        if tagging and info is not None and info.traceparent:
+            with self._tracer.start_as_current_span(
+                "tag ResourceSlices",
+                context=context_from_traceparent(info.traceparent),
+                attributes={
+                    "k8s.node.name": node,
+                    "neuron.workload.id": info.workload_id,
+                    "neuron.pool.generation": plan.generation,
+                    "neuron.slices": len(plan.writes),
+                },
+            ):
+                await self._write(node, plan)
+        else:
+            await self._write(node, plan)
+
+    async def _write(self, node: str, plan: Plan) -> None:
         held = self.stored.setdefault(node, {})
         for write in plan.writes:
             if write.resource_version:

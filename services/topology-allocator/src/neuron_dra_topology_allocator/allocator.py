@@ -13,7 +13,7 @@ import time
 import uuid
 import zlib
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Final, Protocol
 
 import msgspec
 from neuron_dra_common.bus import PublishResult
@@ -25,6 +25,7 @@ from neuron_dra_common.events import (
     Event,
     UltraServerGrant,
 )
+from neuron_dra_common.telemetry import get_tracer
 from neuron_dra_common.ultraserver import modes_for_size
 from prometheus_client import Counter, Histogram
 
@@ -43,11 +44,13 @@ __all__ = ["Allocator", "EventSink", "NotReady"]
 
 log = logging.getLogger(__name__)
 
+_TRACER: Final = get_tracer("neuron_dra_topology_allocator")
+
 DECISIONS = Counter(
-    "neuron_allocator_decisions_total", "Allocation decisions by outcome", ["outcome"]
+    "neuron_dra_allocator_decisions_total", "Allocation decisions by outcome", ["outcome"]
 )
 DECISION_SECONDS = Histogram(
-    "neuron_allocator_decision_seconds",
+    "neuron_dra_allocator_decision_seconds",
     "Time to place one request (in memory, without the bus)",
     buckets=(0.0001, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.05),
 )
@@ -88,6 +91,30 @@ class Allocator:
         )
 
     async def allocate(self, event: AllocationRequested) -> AllocationDecided:
+        """Decide ``event`` in a span under the request's (the operator's reconcile, whose
+        trace context the request carries in its headers)."""
+        ref = event.workload
+        with _TRACER.start_as_current_span(
+            "allocate NeuronUltraServerWorkload",
+            attributes={
+                "k8s.namespace.name": ref.namespace,
+                "neuron.workload.name": ref.name,
+                "neuron.workload.uid": ref.uid,
+                "neuron.topology_size": event.topology_size,
+                "neuron.server_count": event.server_count,
+                "neuron.generation": event.generation,
+            },
+        ) as span:
+            decided = await self._allocate(event)
+            span.set_attribute("neuron.granted", decided.granted)
+            if decided.granted:
+                span.set_attribute("neuron.nodes", list(decided.nodes))
+                span.set_attribute("neuron.ultraservers", list(decided.ultraservers))
+            else:
+                span.set_attribute("neuron.reason", decided.reason)
+            return decided
+
+    async def _allocate(self, event: AllocationRequested) -> AllocationDecided:
         ref = event.workload
         request = Request(
             workload=f"{ref.namespace}/{ref.name}",

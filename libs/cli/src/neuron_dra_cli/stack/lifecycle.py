@@ -19,7 +19,7 @@ import msgspec
 
 from neuron_dra_cli.errors import CliError
 from neuron_dra_cli.stack import components as comp
-from neuron_dra_cli.stack import kubectl, plugin, process, services, state
+from neuron_dra_cli.stack import kubectl, plugin, process, services, state, tracing
 from neuron_dra_cli.stack.fleet import Fleet
 from neuron_dra_cli.stack.layout import Layout
 from neuron_dra_cli.stack.nodes import node_component
@@ -35,6 +35,7 @@ class UpOptions:
     fleet_path: Path
     k8s_version: str
     state_dir: Path
+    tracing: bool = False  # start Jaeger and point every neuron-dra service at it
 
 
 def _running(c: state.ComponentState) -> process.Running:
@@ -48,6 +49,8 @@ class Launcher:
         self.layout = layout
         self.current = current
         self.progress = progress
+        #: Added to every component's environment (the trace backend's address, with tracing).
+        self.env: dict[str, str] = {}
 
     def start(self, items: Sequence[comp.Component], *, timeout: float = 90.0) -> None:
         """Start ``items`` together, then wait until each one is ready."""
@@ -55,7 +58,7 @@ class Launcher:
         started: list[tuple[comp.Component, process.Running]] = []
         for c in items:
             log = self.layout.log(c.name)
-            running = process.start(c.argv, log_path=log, env=c.env)
+            running = process.start(c.argv, log_path=log, env={**self.env, **c.env})
             entry = state.ComponentState(
                 name=c.name,
                 kind=c.kind,
@@ -111,6 +114,12 @@ def up(opts: UpOptions, *, progress: Progress = print) -> state.StackState:
 
     progress(f"neuron-dra: Kubernetes {opts.k8s_version} binaries")
     bins = kubebuild.ensure_binaries(opts.k8s_version, progress=lambda m: progress("  " + m))
+    jaeger_binary = None
+    if opts.tracing:
+        from neuron_dra_cli import toolbuild
+
+        progress("neuron-dra: Jaeger, the trace backend")
+        jaeger_binary = toolbuild.ensure_jaeger(progress=lambda m: progress("  " + m))
 
     progress(f"neuron-dra: certificates in {layout.pki}")
     pki = Pki(layout.pki)
@@ -148,6 +157,10 @@ def up(opts: UpOptions, *, progress: Progress = print) -> state.StackState:
                 ),
             ]
         )
+        if jaeger_binary is not None:
+            backend = tracing.jaeger(binary=jaeger_binary, state_dir=layout.root)
+            launcher.start([backend])
+            launcher.env = tracing.otlp_env(backend.ports)
         launcher.start(
             [
                 comp.apiserver(

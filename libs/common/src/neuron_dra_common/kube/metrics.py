@@ -9,13 +9,13 @@ from prometheus_client import Counter, Gauge
 __all__ = ["LEADING", "REQUESTS", "resource_of"]
 
 REQUESTS: Final = Counter(
-    "neuron_kube_requests",
+    "neuron_dra_kube_requests",
     "Requests sent to the Kubernetes API, by method (WATCH for a watch) and resource "
     "(plural, with the subresource: neuronultraserverworkloads/status)",
     ["method", "resource"],
 )
 LEADING: Final = Gauge(
-    "neuron_leader",
+    "neuron_dra_leader",
     "1 while this process holds the named Lease and does the leader's work, else 0",
     ["lease"],
 )

@@ -25,6 +25,7 @@ import uvloop
 from neuron_dra_common.runtime.http import HealthServer
 from neuron_dra_common.settings import ServiceSettings, SettingsError, load
 from neuron_dra_common.telemetry.logs import configure_logging
+from neuron_dra_common.telemetry.metrics import publish_build_info
 from neuron_dra_common.telemetry.tracing import configure_tracing, shutdown_tracing
 
 __all__ = ["Service", "run", "serve"]
@@ -191,6 +192,7 @@ def run(build: Callable[[], Awaitable[Service]], *, name: str, settings: Service
     """
     configure_logging(service=name, level=settings.log_level)
     configure_tracing(service=name, otlp_endpoint=settings.otlp_endpoint)
+    publish_build_info(name)
 
     async def main() -> int:
         service = await _build_unless_stopped(build)

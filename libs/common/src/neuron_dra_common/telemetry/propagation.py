@@ -8,11 +8,14 @@ from opentelemetry import context as otel_context
 from opentelemetry.propagate import extract, inject
 
 __all__ = [
+    "TRACEPARENT_ANNOTATION",
+    "context_from_traceparent",
     "extract_grpc_metadata",
     "extract_headers",
     "inject_grpc_metadata",
     "inject_headers",
     "kube_trace_headers",
+    "traceparent_of",
 ]
 
 
@@ -54,3 +57,31 @@ def kube_trace_headers(ctx: otel_context.Context | None = None) -> dict[str, str
     carrier: dict[str, str] = {}
     inject(carrier, context=ctx)
     return carrier
+
+
+#: The annotation that carries a workload's trace into the objects made for it: the
+#: UltraServer operator writes the W3C ``traceparent`` of its reconcile span on the
+#: ResourceClaimTemplate it generates (so every claim made from it carries it) and on the
+#: Node records it writes; the slice publisher and the kubelet plugin start their spans as
+#: children of it.
+TRACEPARENT_ANNOTATION = "neuron.aws.com/traceparent"
+
+
+def context_from_traceparent(value: str | None) -> otel_context.Context:
+    """The trace context a W3C ``traceparent`` value names (empty when absent or invalid).
+
+    >>> from opentelemetry import trace
+    >>> ctx = context_from_traceparent("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")
+    >>> format(trace.get_current_span(ctx).get_span_context().trace_id, "032x")
+    '0af7651916cd43dd8448eb211c80319c'
+    """
+    if not value:
+        return otel_context.Context()
+    return extract({"traceparent": value.strip()})
+
+
+def traceparent_of(ctx: otel_context.Context | None = None) -> str:
+    """The W3C ``traceparent`` of ``ctx`` or the current span (``""`` when there is none)."""
+    carrier: dict[str, str] = {}
+    inject(carrier, context=ctx)
+    return carrier.get("traceparent", "")
