@@ -173,7 +173,9 @@ async def test_handler_times_reach_the_histogram_while_running(nats_bus: Bus) ->
     spec = ConsumerSpec(stream=HEALTH.name, durable="test-hot-path-times", ack_wait_seconds=2.0)
 
     def observed(consumer: str) -> float:
-        value = REGISTRY.get_sample_value("neuron_bus_handle_seconds_count", {"consumer": consumer})
+        value = REGISTRY.get_sample_value(
+            "neuron_dra_bus_handle_seconds_count", {"consumer": consumer}
+        )
         return value or 0.0
 
     async def always_fails(event: AnyEvent, delivery: Delivery) -> None:

@@ -59,7 +59,10 @@ def test_service_exits_cleanly_and_promptly(nats_server: NatsServer, sig: signal
         assert _get(f"http://127.0.0.1:{port}/healthz")[0] == 200
         status, metrics = _get(f"http://127.0.0.1:{port}/metrics")
         assert status == 200
-        assert b"neuron_bus_messages_total" in metrics or b"neuron_bus_handle_seconds" in metrics
+        assert (
+            b"neuron_dra_bus_messages_total" in metrics
+            or b"neuron_dra_bus_handle_seconds" in metrics
+        )
         sent = time.monotonic()
         proc.send_signal(sig)
         _, stderr = proc.communicate(timeout=10)

@@ -17,7 +17,7 @@ import pytest
 from neuron_dra_cli.stack import tracing
 from neuron_dra_cli.toolbuild import ensure_jaeger
 
-# What a service's start does (runtime.service.run): settings from the environment, then
+# What a service's start does (runtime.process.run): settings from the environment, then
 # tracing with the settings' NEURON_DRA_OTLP_ENDPOINT.
 SERVICE = """
 from neuron_dra_common.settings import ServiceSettings, load

@@ -14,7 +14,8 @@ MODULES = (
     "neuron_dra_common.kube.metrics",
     "neuron_dra_kubelet_plugin.observe",
     "neuron_dra_slice_publisher.controller",
-    "neuron_dra_topology_allocator.service",
+    "neuron_dra_topology_allocator.allocator",
+    "neuron_dra_common.bus.metrics",
 )
 KINDS = (Counter, Enum, Gauge, Histogram, Info, Summary)
 

@@ -26,7 +26,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import Final
+from typing import Final, get_args
 
 import msgspec
 import nats.errors
@@ -185,6 +185,10 @@ class ConsumerRunner:
         self._m_dead = metrics.MESSAGES.labels(name, "dead_lettered")
         self._m_requeued = metrics.MESSAGES.labels(name, "requeued")
         self._m_seconds = metrics.HANDLE_SECONDS.labels(name)
+        # Every series exists from the start at 0, so the first dead letter is an increase
+        # an alert sees, not the birth of a series.
+        for kind in get_args(DeadLetterKind):
+            metrics.DEAD_LETTERS.labels(name, kind)
 
     @property
     def ready(self) -> bool:
