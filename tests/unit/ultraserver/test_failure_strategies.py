@@ -15,7 +15,7 @@ from neuron_dra_common.ultraserver import NODE_ALLOCATION, node_allocation
 from neuron_dra_topology_allocator.projection import Projection
 from neuron_dra_topology_allocator.service import Allocator
 from neuron_dra_ultraserver_operator.discovery import Member, UltraServerView
-from neuron_dra_ultraserver_operator.workloads import WorkloadReconciler
+from neuron_dra_ultraserver_operator.reconciler import WorkloadReconciler
 
 Obj = dict[str, Any]
 TYPE = "trn2u.48xlarge"
