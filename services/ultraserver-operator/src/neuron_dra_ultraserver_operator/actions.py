@@ -3,7 +3,7 @@
 Each action concerns the workload it was decided for. ``step`` names the crash point that
 fires right after the action took effect (see ``faults``); empty for none. A query (an
 allocator request, the listing of claims) is always the last action of a decision: what it
-learns is a fact of the next decision of the same pass.
+learns is a fact of the next decision of the same pass (see :func:`asks`).
 """
 
 from __future__ import annotations
@@ -29,12 +29,14 @@ __all__ = [
     "WakeWaiting",
     "WriteNodeRecords",
     "WriteStatus",
+    "asks",
 ]
 
 Obj = dict[str, Any]
-#: Which answer an allocator request gives: a first placement, the confirmation of what the
-#: workload holds, or the replacement of its failed units.
-Purpose = Literal["place", "confirm", "replace"]
+#: What an allocator request is for: a first placement, the confirmation of what the workload
+#: holds, the replacement of its failed units (each a query), or taking back nodes it gave
+#: back (not a query: the answer shows at the next confirmation).
+Purpose = Literal["place", "confirm", "replace", "hold"]
 
 
 class _Action(msgspec.Struct, frozen=True, kw_only=True, tag=True):
@@ -51,6 +53,10 @@ class RequestAllocation(_Action, frozen=True, kw_only=True):
     purpose: Purpose
     nodes: tuple[str, ...] = ()
     exclude: tuple[str, ...] = ()
+
+    @property
+    def query(self) -> bool:
+        return self.purpose != "hold"
 
 
 class Release(_Action, frozen=True, kw_only=True):
@@ -132,3 +138,9 @@ Action = (
     | WakeWaiting
     | TouchUltraServers
 )
+
+
+def asks(actions: tuple[Action, ...]) -> bool:
+    """Whether the decision ends with a query, whose answer the next decision needs."""
+    last = actions[-1] if actions else None
+    return isinstance(last, ListClaims) or (isinstance(last, RequestAllocation) and last.query)

@@ -218,7 +218,11 @@ def _failed(
             return _replaced(
                 workload, fleet, records, facts, answer=facts.replacement, affected=set(nodes)
             )
-        out = []  # reported with the question
+        # Reported with the question. Asking to replace every unit gave the nodes back first:
+        # the workload takes them again, so that they stay its own while it reports them.
+        affected = set(nodes)
+        everything = not _kept(workload, affected)
+        out = [RequestAllocation(purpose="hold", nodes=workload.nodes)] if everything else []
         message = (
             f"{message}; no replacement: {facts.replacement.reason or 'the allocator refused'}"
         )
@@ -235,9 +239,18 @@ def _failed(
 
 def _ask_replacement(workload: Workload, fleet: FleetView, affected: set[str]) -> list[Action]:
     """Keep the units none of whose nodes failed; place the others away from their servers."""
-    held = workload.status.allocations
-    kept = tuple(n.node_name for r in held if not _touches(r, affected) for n in r.nodes)
-    exclude = tuple(sorted({fleet.server_ids[n] for n in affected if n in fleet.server_ids}))
+    kept = _kept(workload, affected)
+    broken = [r for r in workload.status.allocations if _touches(r, affected)]
+    # Away from the failed units' UltraServers (found by node, or by name when the node is
+    # gone from the fleet), and from every UltraServer with a member that is not Ready.
+    avoid = {fleet.server_ids[n] for n in affected if n in fleet.server_ids}
+    avoid |= {fleet.servers[r.ultra_server] for r in broken if r.ultra_server in fleet.servers}
+    avoid |= {
+        fleet.server_ids[n]
+        for n, member in fleet.members.items()
+        if not member.healthy and n in fleet.server_ids
+    }
+    exclude = tuple(sorted(avoid))
     # Every unit failed: nothing to keep, so the workload is placed anew elsewhere.
     out: list[Action] = [] if kept else [Release()]
     out.append(RequestAllocation(purpose="replace", nodes=kept, exclude=exclude))
@@ -403,6 +416,12 @@ def _trace_of(workload: Workload, records: Mapping[str, Held]) -> str:
         if held is not None and held.traceparent and _held_by(records, node, workload):
             return held.traceparent
     return ""
+
+
+def _kept(workload: Workload, affected: set[str]) -> tuple[str, ...]:
+    """The nodes of the units none of whose nodes is ``affected``."""
+    held = workload.status.allocations
+    return tuple(n.node_name for r in held if not _touches(r, affected) for n in r.nodes)
 
 
 def _touches(record: AllocationRecord, nodes: set[str]) -> bool:

@@ -116,6 +116,8 @@ class Executor:
                 answer = await self._request(wl, action)
                 if answer.granted and action.step:
                     self._crash(action.step)
+                if action.purpose == "hold":
+                    return facts
                 if action.purpose == "replace":
                     return msgspec.structs.replace(facts, replacement=answer)
                 return msgspec.structs.replace(facts, answer=answer)

@@ -101,13 +101,19 @@ class FleetIndex:
             members: dict[str, Member] = {}
             names: dict[str, str] = {}
             server_ids: dict[str, str] = {}
+            servers: dict[str, str] = {}
             for us in views.values():
+                servers[us.name] = us.server_id
                 for member in us.members:
                     members[member.node_name] = member
                     names[member.node_name] = us.name
                     server_ids[member.node_name] = us.server_id
             built = FleetView(
-                members=members, names=names, server_ids=server_ids, ready=self._ready
+                members=members,
+                names=names,
+                server_ids=server_ids,
+                servers=servers,
+                ready=self._ready,
             )
             self._built = (views, built)
         return self._built[1]

@@ -25,6 +25,8 @@ class FleetView:
     names: Mapping[str, str]
     #: node -> the server id of its UltraServer
     server_ids: Mapping[str, str]
+    #: NeuronUltraServer name -> its server id
+    servers: Mapping[str, str]
     #: node -> whether it is Ready; a node that is gone is absent
     ready: Mapping[str, bool]
 

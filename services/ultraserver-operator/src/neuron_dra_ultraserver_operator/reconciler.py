@@ -21,7 +21,7 @@ from opentelemetry import context as otel_context
 from opentelemetry.trace import Span
 
 from neuron_dra_ultraserver_operator import metrics
-from neuron_dra_ultraserver_operator.actions import ListClaims, RequestAllocation
+from neuron_dra_ultraserver_operator.actions import asks
 from neuron_dra_ultraserver_operator.decide import decide
 from neuron_dra_ultraserver_operator.discovery import UltraServerView
 from neuron_dra_ultraserver_operator.executor import Allocate, Executor
@@ -102,7 +102,7 @@ class WorkloadReconciler:
             if not actions:
                 return
             facts = await self._executor.perform(workload, actions, facts)
-            if not isinstance(actions[-1], RequestAllocation | ListClaims):
+            if not asks(actions):
                 return
         log.warning("pass ended undecided", extra={"workload": workload.key})
 
