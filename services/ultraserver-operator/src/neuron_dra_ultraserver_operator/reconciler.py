@@ -18,7 +18,7 @@ import msgspec
 from neuron_dra_common.kube import KubeClient
 from neuron_dra_common.telemetry import get_tracer, inject_headers
 from opentelemetry import context as otel_context
-from opentelemetry.trace import Span
+from opentelemetry.trace import Span, Tracer
 
 from neuron_dra_ultraserver_operator import metrics
 from neuron_dra_ultraserver_operator.actions import asks
@@ -58,8 +58,10 @@ class WorkloadReconciler:
         released: Callable[[], None],
         claim_wait_seconds: float = 300.0,
         crash: CrashPoint = no_crash,
+        tracer: Tracer | None = None,
     ) -> None:
         self._workloads = workloads
+        self._tracer = tracer or get_tracer(__name__)
         self._fleet = FleetIndex(fleet, nodes)
         self._records = NodeRecords(nodes)
         self._claim_wait = claim_wait_seconds
@@ -86,7 +88,7 @@ class WorkloadReconciler:
             "neuron.workload.name": workload.metadata.name,
         }
         # A root span: a pass is started by the queue, not by whatever ran before it.
-        with get_tracer(__name__).start_as_current_span(
+        with self._tracer.start_as_current_span(
             SPAN_NAME, context=otel_context.Context(), attributes=attributes
         ) as span:
             try:
