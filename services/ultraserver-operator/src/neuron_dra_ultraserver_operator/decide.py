@@ -9,16 +9,12 @@ decision lists the writes in an order that makes a crash at any point safe to re
    (the kubelet plugin prepares only ``Bound`` nodes, so no pod starts on half a gang);
 4. the ResourceClaimTemplate is applied; 5. the state becomes Allocated.
 
-An Allocated workload is confirmed with the allocator on every pass (same nodes), so the
-allocator's view converges on what the objects record even after it lost its history. When
-one of its nodes is NotReady or gone, its ``failureStrategy`` applies: ``NoOp`` reports it
-(PartiallyAllocated), ``RestartAll`` gives every node back and places the workload again,
-``ReplaceAffected`` (also spelled ``MigrateAffected``) asks the allocator to keep the healthy
-units and place the affected ones again, of the same shape, elsewhere; without room it
-reports PartiallyAllocated with the allocator's reason.
-
-Deleting a workload (a finalizer holds it) deletes the template and the pods using it, waits
-until their claims are gone, removes the node records, releases the nodes, then lets go.
+An Allocated workload is confirmed with the allocator on every pass (same nodes), so its
+view converges on what the objects record even after it lost its history. A NotReady or lost
+node of an allocated workload applies its ``failureStrategy`` (``NoOp``, ``RestartAll``,
+``ReplaceAffected`` alias ``MigrateAffected``: see the README). Deleting a workload (a
+finalizer holds it) deletes the template and its pods, waits for their claims to go, removes
+the node records, releases the nodes, then lets go.
 
 A pass may need an answer first (the allocator's, or which claims remain): the decision then
 ends with that query, and the next decision of the pass gets the answer in :class:`Facts`.
@@ -47,13 +43,12 @@ from neuron_dra_ultraserver_operator.actions import (
     TouchUltraServers,
     WakeWaiting,
     WriteNodeRecords,
-    WriteStatus,
 )
 from neuron_dra_ultraserver_operator.inputs import Facts, FleetView, Held
 from neuron_dra_ultraserver_operator.manifests import claim_template
 from neuron_dra_ultraserver_operator.model import FINALIZER, AllocationRecord, Workload
 from neuron_dra_ultraserver_operator.records import node_allocations, records_from_grants
-from neuron_dra_ultraserver_operator.statuses import age_seconds, status_body, unchanged
+from neuron_dra_ultraserver_operator.statuses import age_seconds, status_write
 
 __all__ = ["BOUND", "PENDING_RETRY_SECONDS", "REPLACING", "decide"]
 
@@ -90,7 +85,9 @@ def _ask(workload: Workload, records: Mapping[str, Held], facts: Facts) -> list[
     if held and not _same_shape(workload, held):
         out.append(Emit(reason="Reallocating", message="spec changed: releasing and placing again"))
         out += _unbind(workload, records)
-        out += _status(workload, facts, state="Allocating", reason="SpecChanged", message="")
+        out += status_write(
+            workload, now=facts.now, state="Allocating", reason="SpecChanged", message=""
+        )
         return out
     if not held:
         out.append(RequestAllocation(purpose="place", step="allocate:granted"))
@@ -111,17 +108,21 @@ def _placed(
     if not answer.granted:
         message = answer.reason
         return [
-            *_status(
-                workload, facts, state="Pending", reason="InsufficientCapacity", message=message
+            *status_write(
+                workload,
+                now=facts.now,
+                state="Pending",
+                reason="InsufficientCapacity",
+                message=message,
             ),
             Emit(reason="AllocationPending", message=message, warning=True),
             Requeue(after=PENDING_RETRY_SECONDS),
         ]
     new = records_from_grants(answer.grants, names=fleet.names)
     # Recorded before any node is touched: a crash after this resumes from the status.
-    out = _status(
+    out = status_write(
         workload,
-        facts,
+        now=facts.now,
         state="Allocating",
         reason="Binding",
         message="nodes " + ", ".join(answer.nodes),
@@ -141,9 +142,9 @@ def _confirmed(
     held = workload.status.allocations
     if not answer.granted:
         return [
-            *_status(
+            *status_write(
                 workload,
-                facts,
+                now=facts.now,
                 state="Failed",
                 reason="Conflict",
                 message=answer.reason,
@@ -179,9 +180,9 @@ def _bind(
         + ", ".join(dict.fromkeys(r.ultra_server for r in held))
         + f"; ResourceClaimTemplate {workload.template_name}"
     )
-    out += _status(
+    out += status_write(
         workload,
-        facts,
+        now=facts.now,
         state="Allocated",
         reason="Allocated",
         message=message,
@@ -207,7 +208,9 @@ def _failed(
         return [
             failed,
             *_unbind(workload, records),
-            *_status(workload, facts, state="Pending", reason="RestartAll", message=message),
+            *status_write(
+                workload, now=facts.now, state="Pending", reason="RestartAll", message=message
+            ),
             Requeue(after=0.0),
         ]
     out: list[Action] = [failed]
@@ -226,9 +229,9 @@ def _failed(
         message = (
             f"{message}; no replacement: {facts.replacement.reason or 'the allocator refused'}"
         )
-    return out + _status(
+    return out + status_write(
         workload,
-        facts,
+        now=facts.now,
         state="PartiallyAllocated",
         reason="NodeFailed",
         message=message,
@@ -281,8 +284,13 @@ def _replaced(
     )
     out: list[Action] = [WriteNodeRecords(writes=clears)] if clears else []
     # Recorded before the new nodes are touched: a crash after this resumes from the status.
-    out += _status(
-        workload, facts, state="Allocating", reason="Replacing", message=message, records=new
+    out += status_write(
+        workload,
+        now=facts.now,
+        state="Allocating",
+        reason="Replacing",
+        message=message,
+        records=new,
     )
     out.append(Emit(reason="Replaced", message=message, warning=True))
     return out + _bind(_holding(workload, new), fleet, records, facts, trace=facts.traceparent)
@@ -295,9 +303,9 @@ def _deleting(workload: Workload, records: Mapping[str, Held], facts: Facts) -> 
     out: list[Action] = []
     if facts.claims is None:
         if workload.status.state != "Deallocating":
-            out += _status(
+            out += status_write(
                 workload,
-                facts,
+                now=facts.now,
                 state="Deallocating",
                 reason="Deleting",
                 message="",
@@ -332,34 +340,6 @@ def _deleting(workload: Workload, records: Mapping[str, Held], facts: Facts) -> 
 
 
 # --- pieces --------------------------------------------------------------------------------
-
-
-def _status(
-    workload: Workload,
-    facts: Facts,
-    *,
-    state: str,
-    reason: str,
-    message: str,
-    records: Sequence[AllocationRecord] = (),
-    allocation_time: str = "",
-    step: str = "",
-) -> list[Action]:
-    """The status write, unless the workload shows that status already."""
-    status = status_body(
-        workload,
-        state=state,
-        reason=reason,
-        message=message,
-        now=facts.now,
-        records=records,
-        allocation_time=allocation_time,
-    )
-    if unchanged(workload, status):
-        return []
-    touch = [r.ultra_server for r in workload.status.allocations]
-    touch += [r.ultra_server for r in records]
-    return [WriteStatus(status=status, touch=tuple(dict.fromkeys(touch)), step=step)]
 
 
 def _node_writes(

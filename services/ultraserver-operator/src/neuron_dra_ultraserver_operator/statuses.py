@@ -8,6 +8,7 @@ from typing import Any
 
 import msgspec
 
+from neuron_dra_ultraserver_operator.actions import Action, WriteStatus
 from neuron_dra_ultraserver_operator.model import AllocationRecord, Workload
 from neuron_dra_ultraserver_operator.records import topo0_host
 
@@ -88,3 +89,32 @@ def _since(workload: Workload, value: bool, *, now: str) -> str:
         if cond.get("type") == "Allocated" and (cond.get("status") == "True") == value:
             return str(cond.get("lastTransitionTime") or now)
     return now
+
+
+def status_write(
+    workload: Workload,
+    *,
+    now: str,
+    state: str,
+    reason: str,
+    message: str,
+    records: Sequence[AllocationRecord] = (),
+    allocation_time: str = "",
+    step: str = "",
+) -> list[Action]:
+    """The write of that status, unless the workload shows it already; the
+    NeuronUltraServers it held and holds are touched."""
+    status = status_body(
+        workload,
+        state=state,
+        reason=reason,
+        message=message,
+        now=now,
+        records=records,
+        allocation_time=allocation_time,
+    )
+    if unchanged(workload, status):
+        return []
+    touch = [r.ultra_server for r in workload.status.allocations]
+    touch += [r.ultra_server for r in records]
+    return [WriteStatus(status=status, touch=tuple(dict.fromkeys(touch)), step=step)]
