@@ -56,15 +56,13 @@ from neuron_dra_common.ultraserver import NAMESPACE as US_NAMESPACE
 from neuron_dra_ultraserver_operator.crds import workload_crd
 from neuron_dra_ultraserver_operator.manifests import claim_template
 from neuron_dra_ultraserver_operator.model import (
-    NUS,
-    NUSW,
-    RESOURCE_CLAIM_TEMPLATES,
     AllocationRecord,
     NodeRecord,
     Workload,
     workload_from_api,
 )
 from neuron_dra_ultraserver_operator.records import topo0_host
+from neuron_dra_ultraserver_operator.resources import NUS, NUSW, RESOURCE_CLAIM_TEMPLATES
 
 from bench.harness import Figure, Report, percentile
 

@@ -22,6 +22,9 @@ from tests.fixtures.stack import KubeStack
 
 pytestmark = pytest.mark.stack
 
+ALLOCATED = ("neuron_dra_operator_workloads", (("state", "Allocated"),))
+TIMED = ("neuron_dra_operator_allocation_seconds_count", ())
+
 
 @pytest.fixture
 def operators(us_stack: KubeStack) -> Iterator[Operators]:
@@ -59,6 +62,16 @@ def test_one_operator_writes_and_the_standby_takes_over(
     written = ops.writes("operator-a")
     assert written.get("PATCH neuronultraserverworkloads/status"), written
     assert written.get("PATCH nodes"), written
+    # Both replicas count the workloads by state (their caches are warm); only the leader
+    # timed an allocation.
+    for name in ("operator-a", "operator-b"):
+
+        def counted(n: str = name) -> bool:
+            return ops.metrics(n).get(ALLOCATED) == 1.0
+
+        stack.wait_for(f"{name} counts one Allocated workload", counted, timeout=30)
+    assert ops.metrics("operator-a").get(TIMED, 0.0) >= 1.0
+    assert ops.metrics("operator-b").get(TIMED, 0.0) == 0.0
 
     # The leader dies; meanwhile one workload is deleted and another submitted.
     ops.stop("operator-a", signal.SIGKILL)

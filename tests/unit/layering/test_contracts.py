@@ -84,10 +84,10 @@ def _source_copy(dest: Path) -> Path:
             "neuron_dra_discovery.agent -> nats",
         ),
         (
-            "neuron_dra_ultraserver_operator/workloads.py",
+            "neuron_dra_ultraserver_operator/reconciler.py",
             "import aiohttp",
             "http-in-kube",
-            "neuron_dra_ultraserver_operator.workloads -> aiohttp",
+            "neuron_dra_ultraserver_operator.reconciler -> aiohttp",
         ),
         (
             "neuron_dra_topology_allocator/main.py",

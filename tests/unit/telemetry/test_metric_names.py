@@ -16,6 +16,7 @@ MODULES = (
     "neuron_dra_slice_publisher.controller",
     "neuron_dra_topology_allocator.allocator",
     "neuron_dra_common.bus.metrics",
+    "neuron_dra_ultraserver_operator.metrics",
 )
 KINDS = (Counter, Enum, Gauge, Histogram, Info, Summary)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from neuron_dra_ultraserver_operator.discovery import discover, node_devices_only, slice_identities
-from neuron_dra_ultraserver_operator.main import Fleet
+from neuron_dra_ultraserver_operator.fleet import Fleet
 
 Obj = dict[str, Any]
 

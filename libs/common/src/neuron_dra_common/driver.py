@@ -28,6 +28,7 @@ __all__ = [
     "DRIVER_NAME",
     "NODE_DEVICE",
     "NODE_RESOURCE_TYPE",
+    "TRACEPARENT_ANNOTATION",
     "device_index",
     "device_name",
     "package_version",
@@ -46,6 +47,12 @@ CDI_KIND: Final = f"{DRIVER_NAME}/neuron"
 ANNOTATION_CLAIM: Final = f"{DRIVER_NAME}/claim"
 ANNOTATION_DEVICE: Final = f"{DRIVER_NAME}/device"
 ANNOTATION_REQUESTS: Final = f"{DRIVER_NAME}/requests"
+#: The annotation that carries a workload's trace into the objects made for it: the
+#: UltraServer operator writes the W3C ``traceparent`` of its reconcile span on the
+#: ResourceClaimTemplate it generates (so every claim made from it carries it) and on the
+#: Node records it writes; the slice publisher and the kubelet plugin start their spans as
+#: children of it.
+TRACEPARENT_ANNOTATION: Final = f"{DRIVER_NAME}/traceparent"
 
 _DEVICE_PREFIX: Final = "neurondevice"
 _DEVICE_RE: Final = re.compile(rf"^{_DEVICE_PREFIX}(0|[1-9][0-9]*)$")

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 import msgspec
+from neuron_dra_common.driver import DRIVER_NAME, NODE_RESOURCE_TYPE
 from neuron_dra_common.ultraserver import (
     CAPACITY_BLOCK_LABEL,
     MODE_LABEL,
@@ -33,7 +34,7 @@ __all__ = [
     "slice_identities",
 ]
 
-DRIVER = "neuron.aws.com"
+DRIVER = DRIVER_NAME
 _INSTANCE_LABEL = "node.kubernetes.io/instance-type"
 
 Obj = dict[str, Any]
@@ -85,7 +86,7 @@ def slice_identities(slices: Iterable[Obj]) -> dict[str, Identity]:
         if spec.get("driver") != DRIVER or not spec.get("nodeName"):
             continue
         for device in spec.get("devices") or ():
-            if _attr(device, "resourceType") != "neuron_node":
+            if _attr(device, "resourceType") != NODE_RESOURCE_TYPE:
                 continue
             server = _attr(device, "ultraserverId")
             if not server:
@@ -108,7 +109,9 @@ def node_devices_only(obj: Obj) -> Obj:
     meta = obj.get("metadata") or {}
     spec = obj.get("spec") or {}
     kept = {k: meta[k] for k in ("name", "uid", "resourceVersion") if k in meta}
-    devices = [d for d in spec.get("devices") or () if _attr(d, "resourceType") == "neuron_node"]
+    devices = [
+        d for d in spec.get("devices") or () if _attr(d, "resourceType") == NODE_RESOURCE_TYPE
+    ]
     return {
         "apiVersion": obj.get("apiVersion"),
         "kind": obj.get("kind"),

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from neuron_dra_common.driver import NODE_RESOURCE_TYPE
 from neuron_dra_common.ultraserver import (
     GROUP,
     MODE_FOUR_NODE,
@@ -26,7 +27,7 @@ from neuron_dra_common.ultraserver import (
 )
 
 from neuron_dra_ultraserver_operator.discovery import Member, UltraServerView
-from neuron_dra_ultraserver_operator.model import AllocationRecord, Workload
+from neuron_dra_ultraserver_operator.model import TRACEPARENT, AllocationRecord, Workload
 
 __all__ = [
     "REQUEST",
@@ -76,14 +77,25 @@ def node_selector(records: Sequence[AllocationRecord], members: Mapping[str, Mem
         f"[{', '.join(str(i) for i in sorted(set(ids)))}])"
         for server, ids in sorted(by_server.items())
     ]
-    return f"{_A}.resourceType == 'neuron_node' && ({' || '.join(terms) or 'false'})"
+    return f"{_A}.resourceType == '{NODE_RESOURCE_TYPE}' && ({' || '.join(terms) or 'false'})"
 
 
 def claim_template(
-    workload: Workload, records: Sequence[AllocationRecord], members: Mapping[str, Member]
+    workload: Workload,
+    records: Sequence[AllocationRecord],
+    members: Mapping[str, Member],
+    *,
+    traceparent: str = "",
 ) -> Obj:
-    """The ResourceClaimTemplate of an allocated workload (``resource.k8s.io/v1``)."""
+    """The ResourceClaimTemplate of an allocated workload (``resource.k8s.io/v1``).
+
+    With ``traceparent``, the claims made from it carry it as the annotation
+    :data:`~neuron_dra_ultraserver_operator.model.TRACEPARENT`.
+    """
     labels = workload_labels(workload)
+    claim_meta: Obj = {"labels": labels}
+    if traceparent:
+        claim_meta["annotations"] = {TRACEPARENT: traceparent}
     config = [
         {
             "requests": [REQUEST],
@@ -116,7 +128,7 @@ def claim_template(
             "ownerReferences": [owner_reference(workload)],
         },
         "spec": {
-            "metadata": {"labels": labels},
+            "metadata": claim_meta,
             "spec": {
                 "devices": {
                     "requests": [

@@ -1,22 +1,18 @@
-"""Typed views of the objects the operator reads, and the API resources it uses (no I/O)."""
+"""Typed views of the objects the operator reads (no I/O; the API resources are in
+``resources``)."""
 
 from __future__ import annotations
 
 from typing import Any, Final
 
 import msgspec
-from neuron_dra_common.kube import Resource
+from neuron_dra_common.driver import TRACEPARENT_ANNOTATION
 from neuron_dra_common.ultraserver import GROUP
 
 __all__ = [
-    "EVENTS",
     "FIELD_MANAGER",
     "FINALIZER",
-    "NAMESPACES",
-    "NUS",
-    "NUSW",
-    "PODS",
-    "RESOURCE_CLAIM_TEMPLATES",
+    "TRACEPARENT",
     "AllocationRecord",
     "NodeRecord",
     "Workload",
@@ -27,31 +23,8 @@ __all__ = [
 
 FIELD_MANAGER: Final = "neuron-ultraserver-operator"
 FINALIZER: Final = f"{GROUP}/ultraserver-operator"
-
-NUSW: Final = Resource(
-    group=GROUP,
-    version="v1",
-    plural="neuronultraserverworkloads",
-    kind="NeuronUltraServerWorkload",
-    namespaced=True,
-)
-NUS: Final = Resource(
-    group=GROUP,
-    version="v1",
-    plural="neuronultraservers",
-    kind="NeuronUltraServer",
-    namespaced=True,
-)
-RESOURCE_CLAIM_TEMPLATES: Final = Resource(
-    group="resource.k8s.io",
-    version="v1",
-    plural="resourceclaimtemplates",
-    kind="ResourceClaimTemplate",
-    namespaced=True,
-)
-PODS: Final = Resource(group="", version="v1", plural="pods", kind="Pod", namespaced=True)
-EVENTS: Final = Resource(group="", version="v1", plural="events", kind="Event", namespaced=True)
-NAMESPACES: Final = Resource(group="", version="v1", plural="namespaces", kind="Namespace")
+#: The W3C trace context of the reconcile that allocated a workload (see the driver contract).
+TRACEPARENT: Final = TRACEPARENT_ANNOTATION
 
 
 class _Camel(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
@@ -120,6 +93,8 @@ class Workload(msgspec.Struct, frozen=True, kw_only=True):
     metadata: Meta
     spec: WorkloadSpec
     status: WorkloadStatus = msgspec.field(default_factory=WorkloadStatus)
+    #: ``status`` as the API shows it, every field (a write that would change none is skipped)
+    reported: dict[str, Any] = msgspec.field(default_factory=dict)
 
     @property
     def key(self) -> str:
@@ -143,4 +118,5 @@ def workload_from_api(obj: dict[str, Any]) -> Workload:
     Raises :class:`msgspec.ValidationError` naming the path of a field of the wrong type
     (the CRD schema normally refuses such objects first).
     """
-    return msgspec.convert(obj, type=Workload, strict=False)
+    workload = msgspec.convert(obj, type=Workload, strict=False)
+    return msgspec.structs.replace(workload, reported=dict(obj.get("status") or {}))

@@ -7,7 +7,7 @@ node of the whole job is ``NEURON_GLOBAL_TOPOID0_HOST``.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Literal
 
 from neuron_dra_common.events import UltraServerGrant
@@ -18,14 +18,14 @@ from neuron_dra_ultraserver_operator.model import AllocationRecord, NodeRecord, 
 __all__ = ["node_allocations", "records_from_grants", "topo0_host", "ultraserver_of"]
 
 
-def ultraserver_of(grant: UltraServerGrant, *, names: dict[str, str]) -> str:
+def ultraserver_of(grant: UltraServerGrant, *, names: Mapping[str, str]) -> str:
     """The NeuronUltraServer name of a grant: where discovery put its leader node."""
     leader = grant.nodes[0] if grant.nodes else ""
     return names.get(leader) or ultraserver_name(grant.ultraserver)
 
 
 def records_from_grants(
-    grants: Sequence[UltraServerGrant], *, names: dict[str, str]
+    grants: Sequence[UltraServerGrant], *, names: Mapping[str, str]
 ) -> tuple[AllocationRecord, ...]:
     """The workload's ``status.allocations``; ``names`` maps node -> NeuronUltraServer."""
     records = []

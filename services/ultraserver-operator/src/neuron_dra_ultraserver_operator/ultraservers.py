@@ -16,13 +16,8 @@ from neuron_dra_common.ultraserver import NAMESPACE
 
 from neuron_dra_ultraserver_operator.discovery import UltraServerView
 from neuron_dra_ultraserver_operator.manifests import ultraserver_object, ultraserver_status
-from neuron_dra_ultraserver_operator.model import (
-    FIELD_MANAGER,
-    NAMESPACES,
-    NUS,
-    Workload,
-    workload_from_api,
-)
+from neuron_dra_ultraserver_operator.model import FIELD_MANAGER, Workload, workload_from_api
+from neuron_dra_ultraserver_operator.resources import NAMESPACES, NUS
 
 __all__ = ["UltraServerReconciler", "ensure_namespace"]
 

@@ -7,6 +7,8 @@ from collections.abc import Mapping, MutableMapping, Sequence
 from opentelemetry import context as otel_context
 from opentelemetry.propagate import extract, inject
 
+from neuron_dra_common.driver import TRACEPARENT_ANNOTATION
+
 __all__ = [
     "TRACEPARENT_ANNOTATION",
     "context_from_traceparent",
@@ -57,14 +59,6 @@ def kube_trace_headers(ctx: otel_context.Context | None = None) -> dict[str, str
     carrier: dict[str, str] = {}
     inject(carrier, context=ctx)
     return carrier
-
-
-#: The annotation that carries a workload's trace into the objects made for it: the
-#: UltraServer operator writes the W3C ``traceparent`` of its reconcile span on the
-#: ResourceClaimTemplate it generates (so every claim made from it carries it) and on the
-#: Node records it writes; the slice publisher and the kubelet plugin start their spans as
-#: children of it.
-TRACEPARENT_ANNOTATION = "neuron.aws.com/traceparent"
 
 
 def context_from_traceparent(value: str | None) -> otel_context.Context:

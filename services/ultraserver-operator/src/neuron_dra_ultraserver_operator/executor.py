@@ -1,0 +1,323 @@
+"""Performs what the decider decided: API writes, allocator requests, queue hooks.
+
+Every write is a server-side apply as one field manager, a merge patch, or a create that
+tolerates "already exists", so repeating it after a restart changes nothing. A query's answer
+comes back as a new :class:`~neuron_dra_ultraserver_operator.decide.Facts`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Protocol
+
+import msgspec
+from neuron_dra_common.events import (
+    AllocationDecided,
+    AllocationReleased,
+    AllocationRequested,
+    AnyEvent,
+    Event,
+    ObjectRef,
+)
+from neuron_dra_common.kube import (
+    NODES,
+    RESOURCE_CLAIMS,
+    ApiException,
+    KubeClient,
+    Resource,
+    apply,
+    apply_status,
+)
+from neuron_dra_common.ultraserver import (
+    NODE_ALLOCATION,
+    WORKLOAD_UID_LABEL,
+    encode_node_allocation,
+)
+
+from neuron_dra_ultraserver_operator import metrics
+from neuron_dra_ultraserver_operator.actions import (
+    Action,
+    ApplyTemplate,
+    DeleteTemplate,
+    Emit,
+    ForgetEvents,
+    ListClaims,
+    NodeWrite,
+    Release,
+    RequestAllocation,
+    Requeue,
+    SetFinalizer,
+    TouchUltraServers,
+    WakeWaiting,
+    WriteNodeRecords,
+    WriteStatus,
+)
+from neuron_dra_ultraserver_operator.faults import CrashPoint, no_crash
+from neuron_dra_ultraserver_operator.inputs import Facts
+from neuron_dra_ultraserver_operator.model import (
+    FIELD_MANAGER,
+    FINALIZER,
+    TRACEPARENT,
+    Workload,
+)
+from neuron_dra_ultraserver_operator.resources import (
+    EVENTS,
+    NUSW,
+    PODS,
+    RESOURCE_CLAIM_TEMPLATES,
+)
+from neuron_dra_ultraserver_operator.statuses import age_seconds, stamp
+
+__all__ = ["Allocate", "Executor"]
+
+log = logging.getLogger(__name__)
+
+Obj = dict[str, Any]
+
+
+class Allocate(Protocol):
+    """Send an allocator request and wait for its answer (over the bus)."""
+
+    async def __call__(self, event: Event) -> AnyEvent: ...
+
+
+class Executor:
+    """Performs actions for one workload at a time, in the order given."""
+
+    def __init__(
+        self,
+        *,
+        client: KubeClient,
+        allocate: Allocate,
+        requeue: Callable[[str, float], None],
+        wake: Callable[[], None],
+        touch: Callable[[Iterable[str]], None],
+        crash: CrashPoint = no_crash,
+    ) -> None:
+        self.client = client
+        self._allocate = allocate
+        self._requeue = requeue
+        self._wake = wake
+        self._touch = touch
+        self._crash = crash
+        self._last_event: dict[str, tuple[str, str]] = {}
+
+    async def perform(self, workload: Workload, actions: Sequence[Action], facts: Facts) -> Facts:
+        """Perform ``actions`` for ``workload``; ``facts`` with what the queries learned."""
+        for action in actions:
+            facts = await self._perform(workload, action, facts)
+        return facts
+
+    async def _perform(self, wl: Workload, action: Action, facts: Facts) -> Facts:
+        match action:
+            case RequestAllocation():
+                answer = await self._request(wl, action)
+                if answer.granted and action.step:
+                    self._crash(action.step)
+                if action.purpose == "hold":
+                    return facts
+                if action.purpose == "replace":
+                    return msgspec.structs.replace(facts, replacement=answer)
+                return msgspec.structs.replace(facts, answer=answer)
+            case ListClaims():
+                return msgspec.structs.replace(facts, claims=await self._claims(wl))
+            case WriteStatus():
+                await self._status(wl, action.status)
+                self._touch(action.touch)
+                _observe_allocation(wl, action.status, now=facts.now)
+            case WriteNodeRecords():
+                await asyncio.gather(*(self._node(w, step=action.step) for w in action.writes))
+                return facts
+            case ApplyTemplate():
+                await apply(
+                    self.client,
+                    RESOURCE_CLAIM_TEMPLATES,
+                    action.template,
+                    field_manager=FIELD_MANAGER,
+                )
+            case DeleteTemplate():
+                if not await self._delete_template(wl, action.name):
+                    return facts
+            case Release():
+                await self._release(wl)
+            case SetFinalizer():
+                await self._finalizer(wl, present=action.present)
+            case Emit():
+                await self._event(
+                    wl, reason=action.reason, message=action.message, warn=action.warning
+                )
+            case ForgetEvents():
+                self._last_event.pop(wl.metadata.uid, None)
+            case Requeue():
+                self._requeue(wl.key, action.after)
+            case WakeWaiting():
+                self._wake()
+            case TouchUltraServers():
+                self._touch(action.names)
+        if action.step:
+            self._crash(action.step)
+        return facts
+
+    # --- the allocator -----------------------------------------------------------------------
+
+    async def _request(self, wl: Workload, action: RequestAllocation) -> AllocationDecided:
+        answer = await self._allocate(
+            AllocationRequested(
+                request_id=f"{wl.metadata.uid}-{wl.metadata.generation}",
+                workload=_ref(wl),
+                topology_size=wl.spec.topology_size,
+                server_count=wl.spec.server_count,
+                instance_type=wl.spec.instance_type,
+                generation=wl.metadata.generation,
+                nodes=action.nodes,
+                exclude_ultraservers=action.exclude,
+            )
+        )
+        if not isinstance(answer, AllocationDecided):
+            raise TypeError(f"{wl}: the allocator answered {answer.event_type()}")
+        return answer
+
+    async def _release(self, wl: Workload) -> None:
+        await self._allocate(
+            AllocationReleased(request_id=f"release-{wl.metadata.uid}", workload=_ref(wl))
+        )
+
+    # --- the API -----------------------------------------------------------------------------
+
+    async def _finalizer(self, wl: Workload, *, present: bool) -> None:
+        meta: Obj = {"name": wl.metadata.name, "namespace": wl.metadata.namespace}
+        if present:
+            meta["finalizers"] = [FINALIZER]
+        try:
+            await apply(self.client, NUSW, {"metadata": meta}, field_manager=FIELD_MANAGER)
+        except ApiException as exc:
+            if exc.status == 404 and not present:
+                return  # already gone
+            raise
+
+    async def _status(self, wl: Workload, status: Obj) -> None:
+        body = {
+            "metadata": {"name": wl.metadata.name, "namespace": wl.metadata.namespace},
+            "status": status,
+        }
+        try:
+            await apply_status(self.client, NUSW, body, field_manager=FIELD_MANAGER)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+
+    async def _node(self, write: NodeWrite, *, step: str) -> None:
+        """Write (or remove) the allocation record on a node, with its trace context.
+
+        A merge patch, not an apply: an apply to a Node that is gone would create an empty
+        Node object, while a patch answers 404, and a node that is gone holds nothing.
+        """
+        annotations: dict[str, str | None] = {}
+        if write.record is None:
+            annotations = {NODE_ALLOCATION: None, TRACEPARENT: None}
+        else:
+            annotations[NODE_ALLOCATION] = encode_node_allocation(write.record)
+            if write.traceparent:
+                annotations[TRACEPARENT] = write.traceparent
+        try:
+            await self.client.request(
+                "PATCH",
+                NODES.path(name=write.node),
+                body={"metadata": {"annotations": annotations}},
+                content_type="application/merge-patch+json",
+            )
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+        if step:
+            self._crash(step)
+
+    async def _delete_template(self, wl: Workload, name: str) -> bool:
+        """Delete the workload's template and the pods using it; True if it deleted the
+        template."""
+        ns = wl.metadata.namespace
+        deleted = False
+        try:
+            rct = await self.client.get(RESOURCE_CLAIM_TEMPLATES, name, namespace=ns)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+        else:
+            labels = (rct.get("metadata") or {}).get("labels") or {}
+            if labels.get(WORKLOAD_UID_LABEL) == wl.metadata.uid:
+                await self._delete(RESOURCE_CLAIM_TEMPLATES, name, ns)
+                deleted = True
+        pods, _ = await self.client.list(PODS, namespace=ns)
+        for pod in pods:
+            claims = (pod.get("spec") or {}).get("resourceClaims") or ()
+            if any(c.get("resourceClaimTemplateName") == name for c in claims):
+                meta = pod.get("metadata") or {}
+                if not meta.get("deletionTimestamp"):
+                    await self._delete(PODS, meta.get("name", ""), ns)
+        return deleted
+
+    async def _delete(self, resource: Resource, name: str, namespace: str) -> None:
+        try:
+            await self.client.delete(resource, name, namespace=namespace)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+
+    async def _claims(self, wl: Workload) -> tuple[str, ...]:
+        claims, _ = await self.client.list(
+            RESOURCE_CLAIMS,
+            namespace=wl.metadata.namespace,
+            label_selector=f"{WORKLOAD_UID_LABEL}={wl.metadata.uid}",
+        )
+        return tuple(sorted(str((c.get("metadata") or {}).get("name", "")) for c in claims))
+
+    async def _event(self, wl: Workload, *, reason: str, message: str, warn: bool) -> None:
+        """Record an Event on the workload (once per distinct reason and message in a row)."""
+        key = wl.metadata.uid
+        if self._last_event.get(key) == (reason, message):
+            return
+        self._last_event[key] = (reason, message)
+        now = stamp()
+        body = {
+            "metadata": {
+                "generateName": f"{wl.metadata.name}.",
+                "namespace": wl.metadata.namespace,
+            },
+            "involvedObject": {
+                "apiVersion": NUSW.api_version,
+                "kind": NUSW.kind,
+                "name": wl.metadata.name,
+                "namespace": wl.metadata.namespace,
+                "uid": wl.metadata.uid,
+            },
+            "reason": reason,
+            "message": message[:1024],
+            "type": "Warning" if warn else "Normal",
+            "source": {"component": FIELD_MANAGER},
+            "reportingComponent": FIELD_MANAGER,
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        }
+        try:
+            await self.client.request(
+                "POST", EVENTS.path(namespace=wl.metadata.namespace), body=body
+            )
+        except ApiException as exc:
+            # An Event is for people; losing one must not stall the reconcile.
+            log.warning("event not recorded", extra={"workload": wl.key, "error": str(exc)})
+
+
+def _ref(wl: Workload) -> ObjectRef:
+    return ObjectRef(namespace=wl.metadata.namespace, name=wl.metadata.name, uid=wl.metadata.uid)
+
+
+def _observe_allocation(wl: Workload, status: Obj, *, now: str) -> None:
+    """The first Allocated of a workload: how long it took from its creation."""
+    if status.get("state") != "Allocated" or wl.reported.get("allocationTime"):
+        return
+    if wl.metadata.creation_timestamp:
+        seconds = age_seconds(wl.metadata.creation_timestamp, now=now)
+        metrics.ALLOCATION_SECONDS.observe(max(seconds, 0.0))

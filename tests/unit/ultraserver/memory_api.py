@@ -1,0 +1,165 @@
+"""An in-memory stand-in for the API server (workloads, Nodes, templates, Events) and a
+world of UltraServers in which the workload reconciler runs, with the real allocator (its
+placement and request handling, without the bus)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+from neuron_dra_common.events import AnyEvent, Event
+from neuron_dra_common.ultraserver import node_allocation
+from neuron_dra_topology_allocator.allocator import Allocator
+from neuron_dra_topology_allocator.projection import Projection
+from neuron_dra_ultraserver_operator.discovery import Member, UltraServerView
+from neuron_dra_ultraserver_operator.reconciler import WorkloadReconciler
+from opentelemetry.trace import Tracer
+
+Obj = dict[str, Any]
+TYPE = "trn2u.48xlarge"
+KEY = "ml/train"
+
+
+class Sink:
+    async def publish(self, event: Event, *, msg_id: str | None = None) -> Any:
+        return None
+
+
+class Api:
+    """Just enough of the API server for the operator's writes."""
+
+    def __init__(self, servers: int) -> None:
+        self.nodes: dict[str, Obj] = {
+            f"us{u}-n{i}": {
+                "metadata": {"name": f"us{u}-n{i}", "annotations": {}},
+                "status": {"conditions": [{"type": "Ready", "status": "True"}]},
+            }
+            for u in range(servers)
+            for i in range(4)
+        }
+        self.workloads: dict[str, Obj] = {}
+        self.templates: dict[str, Obj] = {}
+        self.events: list[Obj] = []
+
+    async def request(self, method: str, path: str, **kw: Any) -> Obj:
+        body: Obj = kw.get("body") or {}
+        parts = path.strip("/").split("/")
+        if method == "POST" and parts[-1] == "events":
+            self.events.append(body)
+        elif "nodes" in parts:
+            # A merge patch of the annotations: null removes one.
+            notes = self.nodes[parts[-1]]["metadata"]["annotations"]
+            for key, value in (body["metadata"].get("annotations") or {}).items():
+                if value is None:
+                    notes.pop(key, None)
+                else:
+                    notes[key] = value
+        elif "resourceclaimtemplates" in parts:
+            self.templates[parts[-1]] = body
+        elif "neuronultraserverworkloads" in parts:
+            wl = self.workloads[KEY]
+            if parts[-1] == "status":
+                wl["status"] = body["status"]
+            else:
+                wl["metadata"]["finalizers"] = body["metadata"].get("finalizers", [])
+        return body
+
+    def not_ready(self, node: str) -> None:
+        self.nodes[node]["status"]["conditions"] = [{"type": "Ready", "status": "False"}]
+
+
+def views(servers: int) -> dict[str, UltraServerView]:
+    return {
+        f"us-{u}": UltraServerView(
+            name=f"us-{u}",
+            server_id=f"us{u}",
+            instance_type=TYPE,
+            members=tuple(
+                Member(node_name=f"us{u}-n{i}", node_id=i, server_id_2=f"us{u}-p{i // 2}")
+                for i in range(4)
+            ),
+        )
+        for u in range(servers)
+    }
+
+
+class World:
+    def __init__(
+        self,
+        servers: int,
+        *,
+        size: int,
+        count: int,
+        strategy: str,
+        tracer: Tracer | None = None,
+        on_allocate: Callable[[Event], None] = lambda event: None,
+    ) -> None:
+        self.api = Api(servers)
+        projection = Projection()
+        for u in range(servers):
+            for i in range(4):
+                projection.fleet.upsert_node(
+                    f"us{u}-n{i}",
+                    ultraserver=f"us{u}",
+                    instance_type=TYPE,
+                    node_id=i,
+                    server_id_2=f"us{u}-p{i // 2}",
+                )
+        projection.serving = True
+        self.allocator = Allocator(projection, sink=Sink())
+        self.api.workloads[KEY] = {
+            "metadata": {
+                "name": "train",
+                "namespace": "ml",
+                "uid": "uid-1",
+                "generation": 1,
+                "finalizers": [],
+            },
+            "spec": {
+                "instanceType": TYPE,
+                "topologySize": size,
+                "serverCount": count,
+                "allocationPolicy": {"failureStrategy": strategy},
+            },
+        }
+        _views = views(servers)
+
+        async def allocate(event: Event) -> AnyEvent:
+            on_allocate(event)
+            return await self.allocator.handle(event)  # type: ignore[arg-type,return-value]
+
+        self.reconciler = WorkloadReconciler(
+            client=self.api,  # type: ignore[arg-type]
+            workloads=self.api.workloads,
+            nodes=self.api.nodes,
+            fleet=lambda: _views,
+            allocate=allocate,
+            changed=lambda names: None,
+            requeue=lambda key, after: None,
+            released=lambda: None,
+            tracer=tracer,
+        )
+
+    def reconcile(self) -> None:
+        asyncio.run(self.reconciler.reconcile(KEY))
+
+    @property
+    def status(self) -> Obj:
+        return dict(self.api.workloads[KEY].get("status") or {})
+
+    def nodes(self) -> list[str]:
+        return [n["nodeName"] for a in self.status["allocations"] for n in a["nodes"]]
+
+    def recorded(self) -> set[str]:
+        return {
+            name
+            for name, node in self.api.nodes.items()
+            if node_allocation(name, node["metadata"]["annotations"]) is not None
+        }
+
+    def restricted_to(self) -> str:
+        return repr(self.api.templates["train"])
+
+    def reasons(self) -> list[str]:
+        return [e["reason"] for e in self.api.events]

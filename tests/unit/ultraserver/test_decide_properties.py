@@ -1,0 +1,423 @@
+"""The workload decider over random fleets and histories, without an API.
+
+A small in-memory world performs the decided actions the way the executor does (statuses,
+node records, templates, the finalizer) and answers allocator requests with the real
+allocator (its placement and request handling, without the bus). Nodes go NotReady, come
+back, or vanish; workloads are reconciled and deleted in any order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from collections.abc import Sequence
+from typing import Any
+
+import msgspec
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from neuron_dra_common.events import (
+    AllocationDecided,
+    AllocationReleased,
+    AllocationRequested,
+    Event,
+    ObjectRef,
+)
+from neuron_dra_common.ultraserver import WORKLOAD_UID_LABEL, ultraserver_name
+from neuron_dra_topology_allocator.allocator import Allocator
+from neuron_dra_topology_allocator.projection import Projection
+from neuron_dra_ultraserver_operator.actions import (
+    Action,
+    ApplyTemplate,
+    DeleteTemplate,
+    Emit,
+    ForgetEvents,
+    ListClaims,
+    Release,
+    RequestAllocation,
+    Requeue,
+    SetFinalizer,
+    WriteNodeRecords,
+    WriteStatus,
+    asks,
+)
+from neuron_dra_ultraserver_operator.decide import decide
+from neuron_dra_ultraserver_operator.discovery import Member
+from neuron_dra_ultraserver_operator.inputs import Facts, FleetView, Held
+from neuron_dra_ultraserver_operator.model import FINALIZER, TRACEPARENT, workload_from_api
+
+Obj = dict[str, Any]
+TYPE = "trn2u.48xlarge"
+NOW = "2026-01-01T00:00:00Z"
+TRACE = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+STRATEGIES = ("NoOp", "RestartAll", "ReplaceAffected", "MigrateAffected")
+
+
+class Sink:
+    async def publish(self, event: Event, *, msg_id: str | None = None) -> Any:
+        return None
+
+
+class World:
+    """Workloads, Nodes, templates and the allocator, changed only by decided actions."""
+
+    def __init__(self, servers: int) -> None:
+        self.servers = servers
+        self.nodes = [f"us{u}-n{i}" for u in range(servers) for i in range(4)]
+        self.ready: dict[str, bool] = dict.fromkeys(self.nodes, True)
+        self.held: dict[str, Held] = {}
+        self.workloads: dict[str, Obj] = {}
+        self.templates: dict[str, Obj] = {}
+        self.last_event: dict[str, tuple[str, str]] = {}
+        projection = Projection()
+        for node in self.nodes:
+            u, i = node[2:].split("-n")
+            projection.fleet.upsert_node(
+                node,
+                ultraserver=f"us{u}",
+                instance_type=TYPE,
+                node_id=int(i),
+                server_id_2=f"us{u}-p{int(i) // 2}",
+            )
+        projection.serving = True
+        self.allocator = Allocator(projection, sink=Sink())
+
+    # --- what the operator sees --------------------------------------------------------------
+
+    def fleet(self) -> FleetView:
+        members = {
+            n: Member(
+                node_name=n,
+                node_id=int(n.rsplit("-n", 1)[1]),
+                server_id_2=f"{n.split('-')[0]}-p{int(n.rsplit('-n', 1)[1]) // 2}",
+                healthy=ok,
+            )
+            for n, ok in self.ready.items()
+        }
+        return FleetView(
+            members=members,
+            names={n: ultraserver_name(n.split("-")[0]) for n in members},
+            server_ids={n: n.split("-")[0] for n in members},
+            servers={ultraserver_name(f"us{u}"): f"us{u}" for u in range(self.servers)},
+            ready=dict(self.ready),
+        )
+
+    def add(self, index: int, *, size: int, count: int, strategy: str) -> str:
+        name = f"w{index}"
+        self.workloads[f"ml/{name}"] = {
+            "metadata": {
+                "name": name,
+                "namespace": "ml",
+                "uid": f"uid-{index}",
+                "generation": 1,
+                "creationTimestamp": NOW,
+                "finalizers": [],
+            },
+            "spec": {
+                "instanceType": TYPE,
+                "topologySize": size,
+                "serverCount": count,
+                "allocationPolicy": {"failureStrategy": strategy},
+            },
+        }
+        return f"ml/{name}"
+
+    def delete(self, key: str) -> None:
+        obj = self.workloads.get(key)
+        if obj is None:
+            return
+        if obj["metadata"]["finalizers"]:
+            obj["metadata"]["deletionTimestamp"] = NOW
+        else:
+            del self.workloads[key]
+
+    def state(self) -> Any:
+        """Everything an action can change (Events aside: they are for people)."""
+        return copy.deepcopy(
+            (
+                self.workloads,
+                self.held,
+                self.templates,
+                [msgspec.to_builtins(a) for a in self.allocator.fleet.allocations()],
+            )
+        )
+
+    # --- a pass --------------------------------------------------------------------------------
+
+    async def reconcile(self, key: str) -> list[Action]:
+        """One pass over ``key``, as the reconciler runs it; the actions performed."""
+        obj = self.workloads.get(key)
+        if obj is None:
+            return []
+        workload = workload_from_api(copy.deepcopy(obj))
+        facts = Facts(now=NOW, traceparent=TRACE)
+        performed: list[Action] = []
+        for _ in range(4):
+            actions = decide(workload, self.fleet(), dict(self.held), facts)
+            performed += actions
+            for action in actions:
+                facts = await self.perform(key, obj, action, facts)
+            if not asks(actions):
+                break
+        return performed
+
+    async def perform(self, key: str, obj: Obj, action: Action, facts: Facts) -> Facts:
+        """Perform ``action`` for the workload ``obj`` (still the stored one until it goes)."""
+        meta = obj["metadata"]
+        ref = ObjectRef(namespace=meta["namespace"], name=meta["name"], uid=meta["uid"])
+        match action:
+            case RequestAllocation():
+                answer = await self.allocator.handle(
+                    AllocationRequested(
+                        request_id=f"{ref.uid}-1",
+                        workload=ref,
+                        topology_size=obj["spec"]["topologySize"],
+                        server_count=obj["spec"]["serverCount"],
+                        instance_type=TYPE,
+                        generation=1,
+                        nodes=action.nodes,
+                        exclude_ultraservers=action.exclude,
+                    )
+                )
+                assert isinstance(answer, AllocationDecided)
+                if action.purpose == "replace":
+                    return msgspec.structs.replace(facts, replacement=answer)
+                if action.purpose != "hold":
+                    return msgspec.structs.replace(facts, answer=answer)
+            case Release():
+                await self.allocator.handle(
+                    AllocationReleased(request_id=f"release-{ref.uid}", workload=ref)
+                )
+            case WriteStatus():
+                obj["status"] = copy.deepcopy(action.status)
+            case WriteNodeRecords():
+                for write in action.writes:
+                    if write.node not in self.ready:
+                        continue  # gone: the patch answers 404
+                    if write.record is None:
+                        self.held.pop(write.node, None)
+                    else:
+                        before = self.held.get(write.node)
+                        trace = write.traceparent or (before.traceparent if before else "")
+                        self.held[write.node] = Held(record=write.record, traceparent=trace)
+            case ApplyTemplate():
+                self.templates[f"ml/{action.template['metadata']['name']}"] = action.template
+            case DeleteTemplate():
+                template = self.templates.get(f"ml/{action.name}")
+                if template and template["metadata"]["labels"][WORKLOAD_UID_LABEL] == ref.uid:
+                    del self.templates[f"ml/{action.name}"]
+            case ListClaims():
+                return msgspec.structs.replace(facts, claims=())
+            case SetFinalizer():
+                meta["finalizers"] = [FINALIZER] if action.present else []
+                if not action.present and meta.get("deletionTimestamp"):
+                    del self.workloads[key]
+            case Emit():
+                self.last_event[ref.uid] = (action.reason, action.message)
+            case ForgetEvents():
+                self.last_event.pop(ref.uid, None)
+            case _:
+                pass  # queue hooks: the history below reconciles every workload anyway
+        return facts
+
+
+def repeated(world: World, key: str, action: Action) -> bool:
+    """Whether ``action`` only says again what holds already: a confirmation of the nodes
+    held, the template as it is, the last Event (the executor sends it once); or, for a
+    workload that waits for room, another try a while later."""
+    obj = world.workloads[key]
+    waits = status_of(world, key).get("state") == "Pending"
+    match action:
+        case RequestAllocation():
+            if action.purpose == "place":
+                return waits
+            return action.purpose == "confirm" and action.nodes == tuple(
+                nodes_of(status_of(world, key))
+            )
+        case Requeue():
+            return waits
+        case ApplyTemplate():
+            return world.templates.get(f"ml/{action.template['metadata']['name']}") == (
+                action.template
+            )
+        case Emit():
+            return world.last_event.get(obj["metadata"]["uid"]) == (action.reason, action.message)
+    return False
+
+
+def status_of(world: World, key: str) -> Obj:
+    status: Obj = world.workloads[key].get("status") or {}
+    return status
+
+
+def nodes_of(status: Obj) -> list[str]:
+    return [n["nodeName"] for a in status.get("allocations") or () for n in a["nodes"]]
+
+
+# --- histories ----------------------------------------------------------------------------------
+
+shapes = st.tuples(st.sampled_from((1, 2, 4)), st.integers(1, 2), st.sampled_from(STRATEGIES))
+steps = st.one_of(
+    st.tuples(st.just("pass"), st.integers(0, 2)),
+    st.tuples(st.sampled_from(("fail", "lose", "recover")), st.integers(0, 15)),
+    st.tuples(st.just("delete"), st.integers(0, 2)),
+)
+
+
+def check(world: World, replaced_from: dict[str, set[str]]) -> None:
+    """What holds after every pass, for every workload."""
+    owners: dict[str, str] = {}
+    for key, obj in world.workloads.items():
+        spec, status = obj["spec"], status_of(world, key)
+        allocations = status.get("allocations") or ()
+        assert len(allocations) <= spec["serverCount"], (key, status)
+        assert len(status.get("allocatedUltraServers") or ()) <= spec["serverCount"]
+        recorded = [
+            n for n, h in world.held.items() if h.record.workload_uid == obj["metadata"]["uid"]
+        ]
+        assert len(recorded) <= spec["serverCount"] * spec["topologySize"], (key, recorded)
+        # No node, hence no whole UltraServer, is held by two workloads.
+        for node in nodes_of(status):
+            assert owners.setdefault(node, key) == key, f"{node}: {owners[node]} and {key}"
+    for key, avoided in replaced_from.items():
+        if key in world.workloads:
+            assert not avoided & set(nodes_of(status_of(world, key))), (key, avoided)
+
+
+async def run(world: World, keys: Sequence[str], history: Sequence[tuple[str, int]]) -> None:
+    for kind, arg in history:
+        if kind == "pass":
+            for key in keys[arg % len(keys)], *keys:
+                replacing = key in world.workloads and world.workloads[key]["spec"][
+                    "allocationPolicy"
+                ]["failureStrategy"] in ("ReplaceAffected", "MigrateAffected")
+                before = set(nodes_of(status_of(world, key))) if replacing else set()
+                bad = {n for n in before if not world.ready.get(n, False)}
+                performed = await world.reconcile(key)
+                if any(isinstance(a, Emit) and a.reason == "Replaced" for a in performed):
+                    # The new units avoid the failed nodes and every node seen NotReady.
+                    unready = {n for n, ok in world.ready.items() if not ok}
+                    after = set(nodes_of(status_of(world, key)))
+                    assert not after & (bad | unready), (key, before, after, bad, unready)
+                check(world, {})
+        elif kind == "delete":
+            world.delete(keys[arg % len(keys)])
+        else:
+            node = world.nodes[arg % len(world.nodes)]
+            if kind == "fail" and node in world.ready:
+                world.ready[node] = False
+            elif kind == "lose":  # the Node object goes, and the record on it
+                world.ready.pop(node, None)
+                world.held.pop(node, None)
+            elif kind == "recover":
+                world.ready[node] = True
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    servers=st.integers(2, 4),
+    shapes_=st.lists(shapes, min_size=1, max_size=3),
+    history=st.lists(steps, max_size=14),
+)
+def test_passes_keep_the_invariants_and_a_settled_pass_changes_nothing(
+    servers: int, shapes_: list[tuple[int, int, str]], history: list[tuple[str, int]]
+) -> None:
+    world = World(servers)
+    keys = [
+        world.add(i, size=size, count=count, strategy=strategy)
+        for i, (size, count, strategy) in enumerate(shapes_)
+    ]
+
+    async def scenario() -> None:
+        await run(world, keys, history)
+        # Every node back: each workload settles, and then a pass over it changes nothing.
+        for node in world.nodes:
+            world.ready[node] = True
+        for _ in range(3):
+            for key in keys:
+                await world.reconcile(key)
+        for key in keys:
+            before = world.state()
+            performed = await world.reconcile(key)
+            assert world.state() == before, key
+            assert [a for a in performed if not repeated(world, key, a)] == [], key
+            check(world, {})
+
+    asyncio.run(scenario())
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    servers=st.integers(2, 4),
+    shapes_=st.lists(shapes, min_size=1, max_size=3),
+    history=st.lists(steps, max_size=10),
+)
+def test_a_deleted_workload_lets_go_of_everything(
+    servers: int, shapes_: list[tuple[int, int, str]], history: list[tuple[str, int]]
+) -> None:
+    world = World(servers)
+    keys = [
+        world.add(i, size=size, count=count, strategy=strategy)
+        for i, (size, count, strategy) in enumerate(shapes_)
+    ]
+
+    async def scenario() -> None:
+        await run(world, keys, history)
+        for key in keys:
+            uid = world.workloads[key]["metadata"]["uid"] if key in world.workloads else None
+            world.delete(key)
+            for _ in range(2):
+                await world.reconcile(key)
+            assert key not in world.workloads, status_of(world, key)
+            if uid is None:
+                continue
+            assert not [n for n, h in world.held.items() if h.record.workload_uid == uid]
+            assert world.allocator.fleet.allocation(uid) is None
+            assert not [
+                t
+                for t in world.templates.values()
+                if t["metadata"]["labels"][WORKLOAD_UID_LABEL] == uid
+            ]
+        assert world.allocator.fleet.allocations() == ()
+
+    asyncio.run(scenario())
+
+
+def test_a_workload_that_finds_no_replacement_keeps_its_nodes_from_others() -> None:
+    world = World(2)
+    replacing = world.add(0, size=4, count=1, strategy="ReplaceAffected")
+    pair = world.add(1, size=2, count=1, strategy="NoOp")
+    waiting = world.add(2, size=4, count=1, strategy="NoOp")
+
+    async def scenario() -> None:
+        for key in (replacing, pair, waiting):
+            await world.reconcile(key)
+        assert status_of(world, waiting)["state"] == "Pending"
+        held = nodes_of(status_of(world, replacing))
+        world.ready[held[0]] = False
+        await world.reconcile(replacing)  # no other UltraServer is free: nothing to replace
+        status = status_of(world, replacing)
+        assert status["state"] == "PartiallyAllocated"
+        assert "no replacement" in status["message"]
+        assert nodes_of(status) == held
+        await world.reconcile(waiting)
+        assert status_of(world, waiting)["state"] == "Pending"
+        assert all(world.allocator.fleet.holder(n) == "uid-0" for n in held)
+        check(world, {})
+
+    asyncio.run(scenario())
+
+
+def test_the_allocation_carries_the_trace_of_the_pass_that_made_it() -> None:
+    world = World(2)
+    key = world.add(0, size=4, count=1, strategy="NoOp")
+
+    async def scenario() -> None:
+        await world.reconcile(key)
+        nodes = nodes_of(status_of(world, key))
+        assert status_of(world, key)["state"] == "Allocated"
+        assert {world.held[n].traceparent for n in nodes} == {TRACE}
+        template = world.templates["ml/w0"]
+        assert template["spec"]["metadata"]["annotations"] == {TRACEPARENT: TRACE}
+
+    asyncio.run(scenario())
