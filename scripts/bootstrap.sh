@@ -12,7 +12,7 @@ if ! command -v uv >/dev/null 2>&1 || [ "$(uv --version | awk '{print $2}')" != 
   export PATH="$(python3 -m site --user-base)/bin:$PATH"
 fi
 if ! command -v go >/dev/null 2>&1; then
-  echo "neuron-dra: Go is required to build the Kubernetes binaries; install Go >= 1.25 and retry" >&2
+  echo "neuron-dra: Go is required to build the Kubernetes binaries; install Go >= 1.26 and retry" >&2
   exit 1
 fi
 echo "==> installing Python packages (uv sync)"
