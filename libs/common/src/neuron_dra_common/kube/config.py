@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Any, Final
 
 import msgspec
-import yaml
 
 __all__ = [
     "SERVICE_ACCOUNT_DIR",
@@ -250,6 +249,8 @@ def _private_file(path: Path, data: bytes) -> str:
 
 
 def _read_yaml(path: Path, *, must_exist: bool) -> Mapping[str, Any] | None:
+    import yaml  # only a kubeconfig needs it; a pod's own account does not
+
     try:
         text = path.read_text()
     except FileNotFoundError:
