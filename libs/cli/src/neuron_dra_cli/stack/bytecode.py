@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Final
 
@@ -67,19 +68,25 @@ class Warmup:
 
     def __init__(self, proc: subprocess.Popen[bytes]) -> None:
         self._proc = proc
+        self._t0 = time.monotonic()
+        self._seconds: float | None = None
 
     def stop(self) -> None:
         if self._proc.poll() is None:
             self._proc.kill()
             self._proc.wait()
 
-    def wait(self, *, timeout: float = 300.0) -> None:
-        """Wait until the bytecode is written; a failure only costs the services time."""
+    def wait(self, *, timeout: float = 300.0) -> float:
+        """Wait until the bytecode is written; return how long compiling took. A failure
+        only costs the services time."""
         try:
             self._proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             self._proc.kill()
             self._proc.wait()
+        if self._seconds is None:
+            self._seconds = time.monotonic() - self._t0
+        return self._seconds
 
 
 def start_warmup(packages: tuple[str, ...] = PACKAGES) -> Warmup:

@@ -16,8 +16,10 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import msgspec
+from neuron_dra_common.hardware.simulate import SimNode
 
 from neuron_dra_cli.errors import CliError
 from neuron_dra_cli.stack import bytecode, kubectl, plugin, process, services, state
@@ -29,6 +31,7 @@ from neuron_dra_cli.stack.pki import Pki, write_kubeconfig
 from neuron_dra_cli.stack.ultraserver import ultraserver_components
 
 Progress = Callable[[str], None]
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -174,7 +177,11 @@ def up(opts: UpOptions, *, progress: Progress = print) -> state.StackState:
     # Work that needs no control plane, or only the apiserver, runs beside the rest.
     background = ThreadPoolExecutor(max_workers=2, thread_name_prefix="stack-up")
     try:
-        hardware = background.submit(services.write_fleet_hardware, fleet=opts.fleet, layout=layout)
+
+        def write_hardware() -> dict[str, SimNode]:
+            return services.write_fleet_hardware(fleet=opts.fleet, layout=layout)
+
+        hardware = background.submit(_timed, write_hardware)
         progress("neuron-dra: starting the control plane and NATS")
         launcher.start(
             [
@@ -200,7 +207,11 @@ def up(opts: UpOptions, *, progress: Progress = print) -> state.StackState:
                 )
             ]
         )
-        plugin_kubeconfig = background.submit(_apply_cluster_objects, layout)
+
+        def apply_objects() -> Path:
+            return _apply_cluster_objects(layout)
+
+        plugin_kubeconfig = background.submit(_timed, apply_objects)
         kcm_cfg = write_kubeconfig(
             layout.component_kubeconfig("kube-controller-manager"),
             server=server,
@@ -247,6 +258,15 @@ def up(opts: UpOptions, *, progress: Progress = print) -> state.StackState:
             for n in opts.fleet.nodes
         ]
         launcher.start(nodes, timeout=60.0 + 5.0 * len(nodes))
+        t_wait = time.monotonic()
+        sims, t_hardware = hardware.result()
+        own_kubeconfig, t_objects = plugin_kubeconfig.result()
+        t_bytecode = warmup.wait()
+        progress(
+            f"  simulated hardware written in {t_hardware:.1f} s, cluster objects applied in "
+            f"{t_objects:.1f} s, bytecode compiled in {t_bytecode:.1f} s "
+            f"(beside the control plane; waited {time.monotonic() - t_wait:.1f} s more)"
+        )
         progress("neuron-dra: starting the neuron-dra services")
         agents = [
             *services.product_components(
@@ -254,18 +274,17 @@ def up(opts: UpOptions, *, progress: Progress = print) -> state.StackState:
                 layout=layout,
                 nats_url=current.nats_url,
                 kubeconfig=layout.kubeconfig,
-                hardware=hardware.result(),
+                hardware=sims,
             ),
             *plugin.plugin_components(
                 fleet=opts.fleet,
                 layout=layout,
                 nats_url=current.nats_url,
                 kubeconfig=layout.kubeconfig,
-                plugin_kubeconfig=plugin_kubeconfig.result(),
+                plugin_kubeconfig=own_kubeconfig,
             ),
             *ultraserver_components(nats_url=current.nats_url, kubeconfig=layout.kubeconfig),
         ]
-        warmup.wait()
         # Two starting per core: each imports for about half a second and then mostly waits
         # (for NATS, the apiserver, its kubelet's registration), so each is ready as soon as
         # it can be and the batch takes no longer than all at once would.
@@ -286,6 +305,11 @@ def up(opts: UpOptions, *, progress: Progress = print) -> state.StackState:
         raise
     background.shutdown()
     return launcher.current
+
+
+def _timed(work: Callable[[], T]) -> tuple[T, float]:
+    t0 = time.monotonic()
+    return work(), time.monotonic() - t0
 
 
 def _apply_cluster_objects(layout: Layout) -> Path:
