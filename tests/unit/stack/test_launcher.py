@@ -96,7 +96,9 @@ def test_services_share_compiled_bytecode_even_where_writing_it_is_off(
     monkeypatch.setenv("PYTHONPATH", str(source))
     monkeypatch.setenv("NEURON_DRA_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
+    assert not bytecode.is_warm(("agent",))
     bytecode.start_warmup(("agent",)).wait(timeout=120)
+    assert bytecode.is_warm(("agent",)), "the next start finds it done"
     prefix = bytecode.pycache_dir()
     compiled = {p.name.split(".")[0] for p in prefix.rglob("*.pyc")}
     assert {"__init__", "wiring", "colorsys"} <= compiled, "its modules and what they import"
@@ -105,3 +107,7 @@ def test_services_share_compiled_bytecode_even_where_writing_it_is_off(
     env = {**os.environ, **bytecode.python_env()}
     subprocess.run([sys.executable, "-c", "import late"], env=env, check=True, timeout=60)
     assert any(p.name.startswith("late.") for p in prefix.rglob("*.pyc"))
+
+    # A changed source (or a new module in a package) makes it compile again.
+    (source / "agent" / "more.py").write_text("Y = 2\n")
+    assert not bytecode.is_warm(("agent",))
