@@ -16,6 +16,10 @@ from neuron_dra_cli.stack.components import Component
 from neuron_dra_cli.stack.layout import Layout
 from neuron_dra_cli.stack.lifecycle import Launcher, stop_all
 
+# The launcher lets go of each process it starts (a detached stack outlives the command that
+# started it); Python reports such a handle as a ResourceWarning when it is collected.
+pytestmark = pytest.mark.filterwarnings("ignore:subprocess .* is still running:ResourceWarning")
+
 
 def marker_component(tmp: Path, name: str, *, delay: float, code: str = "") -> Component:
     """A process that is ready once it has written its marker file, ``delay`` s in."""

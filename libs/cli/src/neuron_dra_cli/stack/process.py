@@ -35,9 +35,6 @@ class Running:
 _LOWEST_PORT = 10_000
 _EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
 _handed_out: set[int] = set()
-# The started processes outlive this command (a detached stack): keep their handles, which
-# would otherwise warn when collected while the process still runs.
-_started: list[subprocess.Popen[bytes]] = []
 
 
 def _ephemeral_start() -> int:
@@ -114,7 +111,6 @@ def start(
             cwd=cwd,
             start_new_session=True,
         )
-    _started.append(proc)
     ticks = _start_ticks(proc.pid)
     return Running(pid=proc.pid, start_ticks=ticks if ticks is not None else -1)
 
