@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -108,25 +109,54 @@ def test_up_status_down_then_up_again_from_cache(tmp_path: Path) -> None:
     assert processes_mentioning(str(state_dir)) == []
 
 
-@pytest.mark.stack
-def test_default_fleet_comes_up_within_4_gib(tmp_path: Path) -> None:
-    import re
+#: What the default fleet may take, as ``dev status`` reports it. The proportional set
+#: sizes of all components add up to what the stack uses.
+FLEET_PSS_LIMIT = 2.5 * 2**30
+#: A kubelet plugin's own resident size, shared libraries (gRPC, OpenSSL) included.
+PLUGIN_RSS_LIMIT = 70 * 2**20
+#: Its proportional share: what each further node adds.
+PLUGIN_PSS_LIMIT = 50 * 2**20
 
+
+@pytest.mark.stack
+def test_default_fleet_comes_up_light_and_each_claim_change_goes_to_few_watchers(
+    tmp_path: Path,
+) -> None:
     from neuron_dra_cli.stack.fleet import load_fleet
 
+    from tests.e2e.stack.fanout import claim_change_fanout, claim_watchers
     from tests.fixtures.stack import REPO
 
     state_dir = tmp_path / "state"
     stack = start_stack(state_dir, fleet=REPO / "deploy" / "fleets" / "default.yaml")
     try:
-        expected = {n.name for n in load_fleet(REPO / "deploy" / "fleets" / "default.yaml").nodes}
+        fleet = load_fleet(REPO / "deploy" / "fleets" / "default.yaml")
+        expected = {n.name for n in fleet.nodes}
         nodes = stack.get_json("nodes")["items"]
         assert {n["metadata"]["name"] for n in nodes} == expected
-        status = neuron_dra("dev", "status", "--state-dir", str(state_dir))
+        status = neuron_dra("dev", "status", "--state-dir", str(state_dir), "-o", "json")
         assert status.returncode == 0, status.stdout
-        total = re.search(r"(\d+) MiB of memory in all", status.stdout)
-        assert total is not None, status.stdout
-        assert int(total.group(1)) < 4096, status.stdout
+        report = json.loads(status.stdout)
+        assert report["up"] == len(report["components"])
+        plugins = report["kinds"]["kubelet-plugin"]
+        assert plugins["up"] == len(expected)
+        shown = f"dev status -o json:\n{status.stdout}"
+        assert report["pss_bytes"] <= FLEET_PSS_LIMIT, shown
+        assert plugins["max_rss_bytes"] <= PLUGIN_RSS_LIMIT, shown
+        assert plugins["pss_bytes"] / plugins["count"] <= PLUGIN_PSS_LIMIT, shown
+        # How long each took to be ready is recorded (and printed) for every component.
+        assert all(c["ready_seconds"] is not None for c in report["components"]), shown
+
+        text = neuron_dra("dev", "status", "--state-dir", str(state_dir)).stdout
+        assert re.search(r"kubelet-plugin-trn2-48xl-0 +up +\d+ +\d+ MiB +\d+ MiB +[\d.]+ s", text)
+        assert "MiB of memory in all (proportional set size" in text
+
+        # Claims are followed by the control plane and the operator, not by every node's
+        # plugin: one claim change reaches the same few watchers on any size of fleet.
+        watchers = claim_watchers(stack)
+        fanout = claim_change_fanout(stack)
+        assert watchers <= 3, f"{watchers} watches of ResourceClaims"
+        assert fanout < 5, f"each claim change went to {fanout:.1f} watchers"
     finally:
         stop_stack(state_dir)
 

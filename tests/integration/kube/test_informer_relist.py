@@ -65,20 +65,16 @@ def crd(description: str) -> dict[str, Any]:
 
 
 class CutOffClient(KubeClient):
-    """The real client, whose informer can be cut off: its next watch waits until released
-    (a network partition), then resumes from where the informer left off."""
+    """A real client of the same apiserver, whose informer can be cut off: its next watch
+    waits until released (a network partition), then resumes from where the informer left
+    off."""
 
     def __init__(self, client: KubeClient) -> None:
-        super().__init__(client.api)
+        super().__init__(client.config)
         self.cut = False
         self.away = asyncio.Event()
         self.back = asyncio.Event()
         self.errors: list[Obj] = []
-
-    async def close(self) -> None:
-        """Closes this wrapper's own session only: the connections are ``client``'s."""
-        if self._session is not None:
-            await self._session.close()
 
     async def watch(
         self,

@@ -11,9 +11,7 @@ from collections.abc import Callable, Coroutine
 from datetime import UTC, datetime
 
 import pytest
-from kubernetes_asyncio import client as k8s
-from kubernetes_asyncio import config as k8s_config
-from neuron_dra_common.kube import LEASES, Elector, KubeClient
+from neuron_dra_common.kube import LEASES, Elector, KubeClient, load_kubeconfig
 from neuron_dra_common.kube.leader import read_lease
 
 from tests.fixtures.stack import KubeStack
@@ -147,14 +145,10 @@ async def test_a_leader_that_cannot_renew_stops_before_its_lease_ends(
     kube: KubeClient, kube_stack: KubeStack
 ) -> None:
     name = f"cut-{uuid.uuid4().hex[:8]}"
-    configuration = k8s.Configuration()
-    await k8s_config.load_kube_config(
-        config_file=str(kube_stack.kubeconfig), client_configuration=configuration
-    )
-    host, _, port = str(configuration.host).removeprefix("https://").rpartition(":")
+    config = load_kubeconfig(kube_stack.kubeconfig)
+    host, _, port = config.server.removeprefix("https://").rpartition(":")
     relay = Cuttable(host, int(port))
-    configuration.host = f"https://{host}:{await relay.start()}"
-    cut_off = KubeClient(k8s.ApiClient(configuration))
+    cut_off = KubeClient(config.with_server(f"https://{host}:{await relay.start()}"))
     a = elector(cut_off, name, "a")
     work = Work()
     run = asyncio.create_task(a.run(work.lead(), drain=work.drain))

@@ -92,39 +92,3 @@ def test_env_json_lists_each_container_with_its_devices_and_variables() -> None:
             }
         ],
     }
-
-
-def test_status_json_lists_each_component_and_the_memory_in_all(tmp_path: Path) -> None:
-    from neuron_dra_cli.dev import status_json
-    from neuron_dra_cli.stack.lifecycle import ComponentStatus
-    from neuron_dra_cli.stack.state import StackState
-
-    current = StackState(
-        k8s_version="1.36.3",
-        fleet="deploy/fleets/default.yaml",
-        kubeconfig=str(tmp_path / "kubeconfig"),
-        apiserver="https://127.0.0.1:6443",
-        nats_url="nats://127.0.0.1:4222",
-    )
-    comps = [
-        ComponentStatus(
-            name="nats",
-            kind="nats",
-            up=True,
-            pid=10,
-            ports={"client": 4222},
-            log="nats.log",
-            memory_bytes=30 * 2**20,
-        ),
-        ComponentStatus(
-            name="etcd", kind="etcd", up=False, pid=11, ports={}, log="etcd.log", memory_bytes=0
-        ),
-    ]
-    doc = json.loads(json.dumps(status_json(tmp_path, current, comps)))
-    assert doc["running"] is True
-    assert doc["kubernetesVersion"] == "1.36.3"
-    assert doc["memoryBytes"] == 30 * 2**20
-    assert [(c["name"], c["up"], c["ports"]) for c in doc["components"]] == [
-        ("nats", True, {"client": 4222}),
-        ("etcd", False, {}),
-    ]

@@ -38,35 +38,16 @@ class Reader:
         return self.answer
 
 
-class Cache:
-    def __init__(self, objects: dict[str, dict[str, Any]], *, synced: bool = True) -> None:
-        self.cache = objects
-        self.synced = synced
-
-
-async def test_a_current_cached_claim_needs_no_api_call() -> None:
-    reader = Reader(None)
-    source = ApiClaimSource(reader, cache=Cache({"default/claim-u1": claim_json("u1", [0])}))
-    claim = await source.get(REF)
-    assert claim is not None
-    assert claim.metadata.uid == "u1"
-    assert reader.calls == 0
-
-
-@pytest.mark.parametrize(
-    "cached",
-    [
-        claim_json("old-uid", [0], name="claim-u1"),  # recreated under the same name
-        {**claim_json("u1", [0]), "status": {}},  # the watch has not brought the allocation
-    ],
-)
-async def test_a_stale_cache_falls_back_to_a_get(cached: dict[str, Any]) -> None:
+async def test_each_claim_is_read_from_the_api_when_the_kubelet_names_it() -> None:
     reader = Reader(claim_json("u1", [0]))
-    source = ApiClaimSource(reader, cache=Cache({"default/claim-u1": cached}))
-    claim = await source.get(REF)
-    assert claim is not None
-    assert claim.status.allocation is not None
-    assert reader.calls == 1
+    source = ApiClaimSource(reader)
+    for _ in range(2):  # a retry reads the claim again: always current
+        claim = await source.get(REF)
+        assert claim is not None
+        assert claim.metadata.uid == "u1"
+        assert claim.status.allocation is not None
+    assert reader.calls == 2
+    assert source.stats.api_reads == 2
 
 
 async def test_a_missing_claim_is_none_and_an_api_failure_names_the_claim() -> None:

@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import json
 import os
 import signal
 import sys
 import time
 from pathlib import Path
 from types import FrameType
-from typing import Any
+
+import msgspec
 
 from neuron_dra_cli import env_cmd, paths
 from neuron_dra_cli.errors import CliError
@@ -80,7 +79,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     _add_state_dir(p)
     p.set_defaults(handler=cmd_down)
 
-    p = verbs.add_parser("status", help="each component, up or down, with pid, ports and log")
+    p = verbs.add_parser(
+        "status",
+        help="each component, up or down, with pid, memory, start-to-ready time and ports",
+        description="Each component of the stack: up or down, pid, resident and proportional "
+        "memory (RSS, PSS) of its processes, seconds from its start until it was ready, and "
+        "its ports; then the totals. The PSS of all components adds up to what the stack "
+        "uses (pages shared by many simulated nodes counted once).",
+    )
     _add_state_dir(p)
     add_output_option(p)
     p.set_defaults(handler=cmd_status)
@@ -232,52 +238,140 @@ def cmd_down(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_status(args: argparse.Namespace) -> int:
-    state_dir = _state_dir(args)
+class ComponentReport(msgspec.Struct, frozen=True, kw_only=True):
+    """One component in ``dev status -o json``."""
+
+    name: str
+    kind: str
+    up: bool
+    pid: int
+    rss_bytes: int
+    pss_bytes: int
+    ready_seconds: float | None
+    ports: dict[str, int]
+    log: str
+
+
+class KindTotals(msgspec.Struct, frozen=True, kw_only=True):
+    """The components of one kind: how many are up, their largest RSS, their slowest start."""
+
+    count: int
+    up: int
+    max_rss_bytes: int
+    max_ready_seconds: float | None
+    pss_bytes: int
+
+
+class StatusReport(msgspec.Struct, frozen=True, kw_only=True):
+    """``dev status -o json``: the stack, each component, totals per kind and in all."""
+
+    state_dir: str
+    k8s_version: str
+    kubeconfig: str
+    components: list[ComponentReport]
+    kinds: dict[str, KindTotals]
+    up: int
+    rss_bytes: int
+    pss_bytes: int
+    #: From the first component's start until the last one was ready.
+    ready_seconds: float | None
+
+
+def status_report(state_dir: Path) -> StatusReport | None:
+    """What ``dev status`` prints, as data; None when there is no stack in ``state_dir``."""
     found = lifecycle.status(state_dir)
     if found is None:
-        print(
-            json.dumps({"stateDir": str(state_dir), "running": False})
-            if args.output == "json"
-            else f"no stack in {state_dir}"
-        )
-        return 3
+        return None
     current, comps = found
-    if args.output == "json":
-        print(json.dumps(status_json(state_dir, current, comps), indent=2))
-        return 0 if all(c.up for c in comps) else 1
-    print(
-        f"stack in {state_dir} (Kubernetes {current.k8s_version}); KUBECONFIG={current.kubeconfig}"
+    reports = [
+        ComponentReport(
+            name=c.name,
+            kind=c.kind,
+            up=c.up,
+            pid=c.pid,
+            rss_bytes=c.rss_bytes,
+            pss_bytes=c.memory_bytes,
+            ready_seconds=c.ready_seconds,
+            ports=c.ports,
+            log=c.log,
+        )
+        for c in comps
+    ]
+    kinds: dict[str, KindTotals] = {}
+    for kind in dict.fromkeys(c.kind for c in reports):
+        of = [c for c in reports if c.kind == kind]
+        readies = [c.ready_seconds for c in of if c.ready_seconds is not None]
+        kinds[kind] = KindTotals(
+            count=len(of),
+            up=sum(c.up for c in of),
+            max_rss_bytes=max(c.rss_bytes for c in of),
+            max_ready_seconds=max(readies) if readies else None,
+            pss_bytes=sum(c.pss_bytes for c in of),
+        )
+    ends = [
+        s.started_at + s.ready_seconds
+        for s in current.components
+        if s.ready_seconds is not None and s.started_at
+    ]
+    starts = [s.started_at for s in current.components if s.started_at]
+    return StatusReport(
+        state_dir=str(state_dir),
+        k8s_version=current.k8s_version,
+        kubeconfig=current.kubeconfig,
+        components=reports,
+        kinds=kinds,
+        up=sum(c.up for c in reports),
+        rss_bytes=sum(c.rss_bytes for c in reports),
+        pss_bytes=sum(c.pss_bytes for c in reports),
+        ready_seconds=max(ends) - min(starts) if ends and starts else None,
     )
-    down_count = 0
-    for c in comps:
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:.0f} MiB"
+
+
+def _secs(s: float | None) -> str:
+    return "-" if s is None else f"{s:.2f} s"
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    state_dir = _state_dir(args)
+    report = status_report(state_dir)
+    if report is None:
+        if args.output == "json":
+            print("null")
+        else:
+            print(f"no stack in {state_dir}")
+        return 3
+    down_count = len(report.components) - report.up
+    if args.output == "json":
+        print(msgspec.json.format(msgspec.json.encode(report)).decode())
+        return 1 if down_count else 0
+    print(f"stack in {state_dir} (Kubernetes {report.k8s_version}); KUBECONFIG={report.kubeconfig}")
+    print(f"  {'COMPONENT':<32} {'STATE':<5} {'PID':<8} {'RSS':>8} {'PSS':>8} {'READY':>8}  PORTS")
+    for c in report.components:
         ports = " ".join(f"{k}={v}" for k, v in c.ports.items())
-        mem = f"{c.memory_bytes / 2**20:6.0f} MiB" if c.up else " " * 10
-        print(f"  {c.name:<30} {'up' if c.up else 'DOWN':<5} pid {c.pid:<8} {mem}  {ports}")
+        rss, pss = (_mib(c.rss_bytes), _mib(c.pss_bytes)) if c.up else ("", "")
+        print(
+            f"  {c.name:<32} {'up' if c.up else 'DOWN':<5} {c.pid:<8} {rss:>8} {pss:>8} "
+            f"{_secs(c.ready_seconds):>8}  {ports}"
+        )
         if not c.up:
-            down_count += 1
             print(_indent(process.tail(Path(c.log), lines=5)))
-    total = sum(c.memory_bytes for c in comps)
+    print("  by kind (largest RSS, slowest start to ready, PSS of all):")
+    for kind, t in report.kinds.items():
+        print(
+            f"    {kind:<26} {t.up}/{t.count} up  largest RSS {_mib(t.max_rss_bytes):>8}  "
+            f"slowest ready {_secs(t.max_ready_seconds):>8}  PSS {_mib(t.pss_bytes):>9}"
+        )
     print(
-        f"  {len(comps)} components, {len(comps) - down_count} up, {total / 2**20:.0f} MiB of memory in all (proportional set size)"
+        f"  {len(report.components)} components, {report.up} up, "
+        f"{report.pss_bytes / 2**20:.0f} MiB of memory in all (proportional set size; "
+        f"{_mib(report.rss_bytes)} resident set size summed), "
+        f"first start to last ready {_secs(report.ready_seconds)}"
     )
     return 1 if down_count else 0
-
-
-def status_json(
-    state_dir: Path, current: state.StackState, comps: list[lifecycle.ComponentStatus]
-) -> dict[str, Any]:
-    """The ``dev status -o json`` document."""
-    return {
-        "stateDir": str(state_dir),
-        "running": True,
-        "kubernetesVersion": current.k8s_version,
-        "kubeconfig": current.kubeconfig,
-        "apiserver": current.apiserver,
-        "nats": current.nats_url,
-        "components": [dataclasses.asdict(c) for c in comps],
-        "memoryBytes": sum(c.memory_bytes for c in comps),
-    }
 
 
 def cmd_kubeconfig(args: argparse.Namespace) -> int:

@@ -1,23 +1,34 @@
-"""``neuron-dra-discovery``: settings, wiring, run."""
+"""``neuron-dra-discovery``: settings, wiring, run.
+
+The settings are read before anything else is imported: ``--help`` and a bad setting answer
+at once, without loading the bus or the HTTP server.
+"""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-from neuron_dra_common.bus import Bus
-from neuron_dra_common.driver import package_version
-from neuron_dra_common.runtime import Service, serve
+if TYPE_CHECKING:
+    from neuron_dra_common.runtime import Service
 
-from neuron_dra_discovery.agent import Agent, hardware_reader, make_tracker
-from neuron_dra_discovery.settings import DiscoverySettings
+    from neuron_dra_discovery.settings import DiscoverySettings
 
 __all__ = ["build", "main"]
 
 NAME = "discovery"
+PROG = "neuron-dra-discovery"
 
 
 async def build(settings: DiscoverySettings) -> Service:
     """Connect to the bus and wire the agent into a service."""
+    from neuron_dra_common.bus import Bus
+    from neuron_dra_common.driver import package_version
+    from neuron_dra_common.runtime import Service
+
+    from neuron_dra_discovery.agent import Agent, hardware_reader, make_tracker
+
     bus = await Bus.connect(settings.nats_servers, name=f"{NAME}-{settings.node_name}")
     # Streams are declared in one place; reconciling them is idempotent and cheap.
     await bus.reconcile()
@@ -37,4 +48,19 @@ async def build(settings: DiscoverySettings) -> Service:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return serve(DiscoverySettings, build, name=NAME, prog="neuron-dra-discovery", argv=argv)
+    from neuron_dra_common.settings import SettingsError, load
+
+    from neuron_dra_discovery.settings import DiscoverySettings
+
+    try:
+        settings = load(DiscoverySettings, argv=sys.argv[1:] if argv is None else argv, prog=PROG)
+    except SettingsError as exc:
+        print(f"{PROG}: {exc}", file=sys.stderr)
+        return 2
+
+    from neuron_dra_common.runtime.process import run
+
+    async def wire() -> Service:
+        return await build(settings)
+
+    return run(wire, name=NAME, settings=settings)

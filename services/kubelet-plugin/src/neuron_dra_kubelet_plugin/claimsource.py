@@ -1,9 +1,11 @@
-"""Reading the claims the kubelet names: the informer's cache first, the API when it lags.
+"""Reading the claims the kubelet names, one GET each: this node's claims and no others.
 
-The kubelet calls NodePrepareResources right after the scheduler wrote the allocation, so
-the watch may not have delivered it yet. A cached claim is only trusted when it is the same
-object (UID) and already allocated; anything else is read again with a GET, which is always
-current. A claim the API does not know (404) is ``None``.
+The plugin does not watch ResourceClaims. The apiserver can select claims only by name and
+namespace (nothing says which node a claim is allocated on), so a watch would bring every
+claim of the cluster to every node: at 10,000 nodes each claim change would be sent 10,000
+times. The kubelet names the claims it wants prepared, right after the scheduler wrote
+their allocation; a GET of each is always current, so no cache can be stale either. A
+claim the API does not know (404) is ``None``.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from neuron_dra_common.kube import RESOURCE_CLAIMS, ApiException
 from neuron_dra_kubelet_plugin.claims import ClaimRef, ResourceClaim, claim_from_api
 from neuron_dra_kubelet_plugin.plan import PrepareError
 
-__all__ = ["ApiClaimSource", "ClaimCache", "ClaimReader", "SourceStats"]
+__all__ = ["ApiClaimSource", "ClaimReader", "SourceStats"]
 
 log = logging.getLogger(__name__)
 
@@ -28,72 +30,25 @@ class ClaimReader(Protocol):
     async def get(self, resource: Any, name: str, *, namespace: str | None = None) -> Any: ...
 
 
-class ClaimCache(Protocol):
-    """What the source reads of an informer: its cache and whether the first list is in."""
-
-    @property
-    def synced(self) -> bool: ...
-
-    @property
-    def cache(self) -> dict[str, dict[str, Any]]: ...
-
-
 class SourceStats(msgspec.Struct, kw_only=True):
-    """How claims were found, for metrics and tests."""
+    """How many claims were read, for metrics and tests."""
 
-    cache_hits: int = 0
     api_reads: int = 0
 
 
 class ApiClaimSource:
     """A :class:`~neuron_dra_kubelet_plugin.preparer.ClaimSource` over the Kubernetes API.
 
-    >>> source = ApiClaimSource(client, cache=Informer(client, RESOURCE_CLAIMS))
+    >>> source = ApiClaimSource(client)
     >>> claim = await source.get(ClaimRef(namespace="default", name="pod0-neurons", uid="u1"))
     """
 
-    def __init__(self, reader: ClaimReader, *, cache: ClaimCache | None = None) -> None:
+    def __init__(self, reader: ClaimReader) -> None:
         self._reader = reader
-        self._cache = cache
         self.stats = SourceStats()
-        # Each version of a claim is decoded once (the kubelet asks again on every retry).
-        self._decoded: dict[str, tuple[str, ResourceClaim]] = {}
-
-    def _remember(self, key: str, version: str | None, claim: ResourceClaim) -> None:
-        if not version or self._cache is None:
-            return
-        if len(self._decoded) > 2 * len(self._cache.cache) + 1024:
-            live = self._cache.cache
-            self._decoded = {k: v for k, v in self._decoded.items() if k in live}
-        self._decoded[key] = (version, claim)
-
-    def _cached(self, ref: ClaimRef) -> ResourceClaim | None:
-        if self._cache is None or not self._cache.synced:
-            return None
-        key = f"{ref.namespace}/{ref.name}"
-        obj = self._cache.cache.get(key)
-        if obj is None:
-            return None
-        version = (obj.get("metadata") or {}).get("resourceVersion")
-        known = self._decoded.get(key)
-        if known is not None and version and known[0] == version:
-            claim = known[1]
-        else:
-            try:
-                claim = claim_from_api(obj)
-            except msgspec.ValidationError:
-                return None
-            self._remember(key, version, claim)
-        if claim.metadata.uid != ref.uid or claim.status.allocation is None:
-            return None
-        return claim
 
     async def get(self, ref: ClaimRef) -> ResourceClaim | None:
         """The claim ``ref`` names, or ``None`` when the API has no claim of that name."""
-        cached = self._cached(ref)
-        if cached is not None:
-            self.stats.cache_hits += 1
-            return cached
         self.stats.api_reads += 1
         try:
             obj = await self._reader.get(RESOURCE_CLAIMS, ref.name, namespace=ref.namespace)

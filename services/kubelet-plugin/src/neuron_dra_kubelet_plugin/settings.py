@@ -40,9 +40,6 @@ class PluginSettings(NodeHardwareSettings, frozen=True, kw_only=True):
     kubeconfig: Annotated[
         str, msgspec.Meta(description="kubeconfig file; empty: $KUBECONFIG or the pod's account")
     ] = ""
-    claim_cache: Annotated[
-        bool, msgspec.Meta(description="Watch ResourceClaims into a cache (else GET each claim)")
-    ] = True
     probe_interval: Annotated[
         float, msgspec.Meta(gt=0, description="Seconds between liveness calls on both sockets")
     ] = 10.0

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from neuron_dra_cli.stack import probes, process
+from neuron_dra_cli.stack import bytecode, probes, process
 from neuron_dra_cli.stack.pki import CertPair, Pki
 
 SERVICE_CIDR = "10.0.0.0/24"
@@ -55,7 +55,12 @@ def python_service(
             if ready_path
             else (lambda: probes.tcp_open(port))
         ),
-        env={**env, "NEURON_DRA_HTTP_HOST": "127.0.0.1", "NEURON_DRA_HTTP_PORT": str(port)},
+        env={
+            **bytecode.python_env(),
+            **env,
+            "NEURON_DRA_HTTP_HOST": "127.0.0.1",
+            "NEURON_DRA_HTTP_PORT": str(port),
+        },
     )
 
 

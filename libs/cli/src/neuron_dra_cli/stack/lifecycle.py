@@ -9,17 +9,21 @@ which component failed, with the tail of its log.
 
 from __future__ import annotations
 
+import os
 import signal
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import msgspec
+from neuron_dra_common.hardware.simulate import SimNode
 
 from neuron_dra_cli.errors import CliError
+from neuron_dra_cli.stack import bytecode, kubectl, plugin, process, services, state, tracing
 from neuron_dra_cli.stack import components as comp
-from neuron_dra_cli.stack import kubectl, plugin, process, services, state, tracing
 from neuron_dra_cli.stack.fleet import Fleet
 from neuron_dra_cli.stack.layout import Layout
 from neuron_dra_cli.stack.nodes import node_component
@@ -27,6 +31,7 @@ from neuron_dra_cli.stack.pki import Pki, write_kubeconfig
 from neuron_dra_cli.stack.ultraserver import ultraserver_components
 
 Progress = Callable[[str], None]
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -52,48 +57,82 @@ class Launcher:
         #: Added to every component's environment (the trace backend's address, with tracing).
         self.env: dict[str, str] = {}
 
-    def start(self, items: Sequence[comp.Component], *, timeout: float = 90.0) -> None:
-        """Start ``items`` together, then wait until each one is ready."""
-        t0 = time.monotonic()
-        started: list[tuple[comp.Component, process.Running]] = []
-        for c in items:
-            log = self.layout.log(c.name)
-            running = process.start(c.argv, log_path=log, env={**self.env, **c.env})
-            entry = state.ComponentState(
-                name=c.name,
-                kind=c.kind,
-                pid=running.pid,
-                start_ticks=running.start_ticks,
-                log=str(log),
-                ports=c.ports,
-            )
-            self.current = msgspec.structs.replace(
-                self.current, components=(*self.current.components, entry)
-            )
-            started.append((c, running))
-        # Recorded before waiting, so `dev down` finds them even if this command dies now.
-        state.save(self.layout.root, self.current)
-        deadline = t0 + timeout
-        for c, running in started:
-            log = self.layout.log(c.name)
-            while not c.ready():
-                if not process.alive(running):
-                    raise CliError(
-                        f"{c.name} exited while starting; last lines of {log}:\n"
-                        + process.tail(log, lines=15)
-                    )
-                if time.monotonic() > deadline:
-                    raise CliError(
-                        f"{c.name} was not ready after {timeout:.0f} s; last lines of {log}:\n"
-                        + process.tail(log, lines=15)
-                    )
-                time.sleep(0.2)
-        names = (
-            ", ".join(c.name for c, _ in started)
-            if len(started) <= 3
-            else f"{len(started)} components"
+    def _record(self, entry: state.ComponentState) -> None:
+        """Add ``entry``, or replace the one of its name where it stands."""
+        old = self.current.components
+        if any(c.name == entry.name for c in old):
+            new = tuple(entry if c.name == entry.name else c for c in old)
+        else:
+            new = (*old, entry)
+        self.current = msgspec.structs.replace(self.current, components=new)
+
+    def _launch(self, c: comp.Component) -> _Starting:
+        log = self.layout.log(c.name)
+        running = process.start(c.argv, log_path=log, env={**self.env, **c.env})
+        entry = state.ComponentState(
+            name=c.name,
+            kind=c.kind,
+            pid=running.pid,
+            start_ticks=running.start_ticks,
+            log=str(log),
+            ports=c.ports,
+            started_at=time.time(),
         )
+        self._record(entry)
+        # Recorded before waiting, so `dev down` finds it even if this command dies now.
+        state.save(self.layout.root, self.current)
+        return _Starting(component=c, running=running, entry=entry, t0=time.monotonic())
+
+    def start(
+        self, items: Sequence[comp.Component], *, timeout: float = 90.0, parallel: int = 0
+    ) -> None:
+        """Start ``items`` and wait until each one is ready, within ``timeout`` seconds of
+        its own start.
+
+        ``parallel`` > 0 keeps at most that many starting at once: Python services spend
+        their first second importing, and dozens of them at once on a few cores would each
+        take the whole batch's time (every one ready late, none early).
+        """
+        t0 = time.monotonic()
+        pending = list(items)
+        starting: list[_Starting] = []
+        while pending or starting:
+            while pending and (parallel <= 0 or len(starting) < parallel):
+                starting.append(self._launch(pending.pop(0)))
+            waiting: list[_Starting] = []
+            for s in starting:
+                if s.component.ready():
+                    self._record(
+                        msgspec.structs.replace(s.entry, ready_seconds=time.monotonic() - s.t0)
+                    )
+                    continue
+                log = self.layout.log(s.component.name)
+                if not process.alive(s.running):
+                    raise CliError(
+                        f"{s.component.name} exited while starting; last lines of {log}:\n"
+                        + process.tail(log, lines=15)
+                    )
+                if time.monotonic() - s.t0 > timeout:
+                    raise CliError(
+                        f"{s.component.name} was not ready {timeout:.0f} s after its start; "
+                        f"last lines of {log}:\n" + process.tail(log, lines=15)
+                    )
+                waiting.append(s)
+            if len(waiting) < len(starting):
+                state.save(self.layout.root, self.current)
+            starting = waiting
+            if starting:
+                time.sleep(0.05)
+        names = ", ".join(c.name for c in items) if len(items) <= 3 else f"{len(items)} components"
         self.progress(f"  {names} ready in {time.monotonic() - t0:.1f} s")
+
+
+@dataclass
+class _Starting:
+    component: comp.Component
+    running: process.Running
+    entry: state.ComponentState
+    t0: float
 
 
 def up(opts: UpOptions, *, progress: Progress = print) -> state.StackState:
@@ -112,6 +151,8 @@ def up(opts: UpOptions, *, progress: Progress = print) -> state.StackState:
             )
         state.clear(layout.root)
 
+    # Compiles the services' Python modules while the control plane starts.
+    warmup = bytecode.start_warmup()
     progress(f"neuron-dra: Kubernetes {opts.k8s_version} binaries")
     bins = kubebuild.ensure_binaries(opts.k8s_version, progress=lambda m: progress("  " + m))
     jaeger_binary = None
@@ -142,7 +183,14 @@ def up(opts: UpOptions, *, progress: Progress = print) -> state.StackState:
     )
     state.save(layout.root, current)
     launcher = Launcher(layout, current, progress)
+    # Work that needs no control plane, or only the apiserver, runs beside the rest.
+    background = ThreadPoolExecutor(max_workers=2, thread_name_prefix="stack-up")
     try:
+
+        def write_hardware() -> dict[str, SimNode]:
+            return services.write_fleet_hardware(fleet=opts.fleet, layout=layout)
+
+        hardware = background.submit(_timed, write_hardware)
         progress("neuron-dra: starting the control plane and NATS")
         launcher.start(
             [
@@ -172,6 +220,11 @@ def up(opts: UpOptions, *, progress: Progress = print) -> state.StackState:
                 )
             ]
         )
+
+        def apply_objects() -> Path:
+            return _apply_cluster_objects(layout)
+
+        plugin_kubeconfig = background.submit(_timed, apply_objects)
         kcm_cfg = write_kubeconfig(
             layout.component_kubeconfig("kube-controller-manager"),
             server=server,
@@ -218,41 +271,64 @@ def up(opts: UpOptions, *, progress: Progress = print) -> state.StackState:
             for n in opts.fleet.nodes
         ]
         launcher.start(nodes, timeout=60.0 + 5.0 * len(nodes))
+        t_wait = time.monotonic()
+        sims, t_hardware = hardware.result()
+        own_kubeconfig, t_objects = plugin_kubeconfig.result()
+        t_bytecode = warmup.wait()
+        progress(
+            f"  simulated hardware written in {t_hardware:.1f} s, cluster objects applied in "
+            f"{t_objects:.1f} s, bytecode compiled in {t_bytecode:.1f} s "
+            f"(beside the control plane; waited {time.monotonic() - t_wait:.1f} s more)"
+        )
+        progress("neuron-dra: starting the neuron-dra services")
+        agents = [
+            *services.product_components(
+                fleet=opts.fleet,
+                layout=layout,
+                nats_url=current.nats_url,
+                kubeconfig=layout.kubeconfig,
+                hardware=sims,
+            ),
+            *plugin.plugin_components(
+                fleet=opts.fleet,
+                layout=layout,
+                nats_url=current.nats_url,
+                kubeconfig=layout.kubeconfig,
+                plugin_kubeconfig=own_kubeconfig,
+            ),
+            *ultraserver_components(nats_url=current.nats_url, kubeconfig=layout.kubeconfig),
+        ]
+        # Two starting per core: each imports for about half a second and then mostly waits
+        # (for NATS, the apiserver, its kubelet's registration), so each is ready as soon as
+        # it can be and the batch takes no longer than all at once would.
+        launcher.start(agents, timeout=60.0, parallel=2 * (os.cpu_count() or 2))
         progress("neuron-dra: waiting for every node to be Ready")
+        t_nodes = time.monotonic()
         wait_nodes_ready(
             layout.kubeconfig, [n.name for n in opts.fleet.nodes], timeout=120.0 + 2.0 * len(nodes)
         )
-        progress("neuron-dra: starting the neuron-dra services")
-        services.apply_cluster_objects(layout.kubeconfig)
-        launcher.start(
-            services.product_components(
-                fleet=opts.fleet,
-                layout=layout,
-                nats_url=current.nats_url,
-                kubeconfig=layout.kubeconfig,
-            ),
-            timeout=60.0 + 2.0 * len(opts.fleet.nodes),
-        )
-        launcher.start(
-            plugin.plugin_components(
-                fleet=opts.fleet,
-                layout=layout,
-                nats_url=current.nats_url,
-                kubeconfig=layout.kubeconfig,
-            ),
-            timeout=60.0 + 2.0 * len(opts.fleet.nodes),
-        )
-        launcher.start(
-            ultraserver_components(nats_url=current.nats_url, kubeconfig=layout.kubeconfig),
-            timeout=60,
-        )
+        progress(f"  {len(nodes)} nodes Ready in {time.monotonic() - t_nodes:.1f} s")
     except BaseException:
         progress("neuron-dra: start failed; stopping what was started")
+        warmup.stop()
+        background.shutdown(wait=True, cancel_futures=True)
         # A second Ctrl-C must not cut the clean-up short and leave processes behind.
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         stop_all(launcher.current)
         raise
+    background.shutdown()
     return launcher.current
+
+
+def _timed(work: Callable[[], T]) -> tuple[T, float]:
+    t0 = time.monotonic()
+    return work(), time.monotonic() - t0
+
+
+def _apply_cluster_objects(layout: Layout) -> Path:
+    """The local overlay and the plugins' RBAC; returns the plugins' own kubeconfig."""
+    services.apply_cluster_objects(layout.kubeconfig)
+    return plugin.apply_plugin_rbac(layout=layout, kubeconfig=layout.kubeconfig)
 
 
 def wait_nodes_ready(kubeconfig: Path, names: Sequence[str], *, timeout: float) -> None:
@@ -305,7 +381,12 @@ class ComponentStatus:
     pid: int
     ports: dict[str, int]
     log: str
+    #: Proportional set size of its process group (shared pages divided among sharers).
     memory_bytes: int
+    #: Resident set size of its process group (shared pages counted in full).
+    rss_bytes: int
+    #: Seconds from its start until it was first ready (None: not known).
+    ready_seconds: float | None
 
 
 def status(state_dir: Path) -> tuple[state.StackState, list[ComponentStatus]] | None:
@@ -313,15 +394,21 @@ def status(state_dir: Path) -> tuple[state.StackState, list[ComponentStatus]] | 
     current = state.load(state_dir)
     if current is None:
         return None
-    return current, [
-        ComponentStatus(
-            c.name,
-            c.kind,
-            up := process.alive(_running(c)),
-            c.pid,
-            dict(c.ports),
-            c.log,
-            process.group_memory_bytes(c.pid) if up else 0,
+    found = []
+    for c in current.components:
+        up = process.alive(_running(c))
+        memory = process.group_memory(c.pid) if up else process.Memory(rss=0, pss=0)
+        found.append(
+            ComponentStatus(
+                name=c.name,
+                kind=c.kind,
+                up=up,
+                pid=c.pid,
+                ports=dict(c.ports),
+                log=c.log,
+                memory_bytes=memory.pss,
+                rss_bytes=memory.rss,
+                ready_seconds=c.ready_seconds,
+            )
         )
-        for c in current.components
-    ]
+    return current, found

@@ -127,15 +127,21 @@ def plugin_component(
 
 
 def plugin_components(
-    *, fleet: Fleet, layout: Layout, nats_url: str, kubeconfig: Path
+    *,
+    fleet: Fleet,
+    layout: Layout,
+    nats_url: str,
+    kubeconfig: Path,
+    plugin_kubeconfig: Path | None = None,
 ) -> list[Component]:
     """One kubelet plugin per node of ``fleet``.
 
     Call it once the apiserver is up and the nodes' hardware is written (after
     ``services.product_components``); ``kubeconfig`` is the admin one, used only to bind the
-    plugins' own identity to the DaemonSet's ClusterRole.
+    plugins' own identity to the DaemonSet's ClusterRole, unless ``plugin_kubeconfig`` is
+    what :func:`apply_plugin_rbac` returned already.
     """
-    own = apply_plugin_rbac(layout=layout, kubeconfig=kubeconfig)
+    own = plugin_kubeconfig or apply_plugin_rbac(layout=layout, kubeconfig=kubeconfig)
     return [
         plugin_component(node=node, layout=layout, nats_url=nats_url, kubeconfig=own)
         for node in fleet.nodes

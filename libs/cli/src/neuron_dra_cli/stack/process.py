@@ -170,12 +170,23 @@ def tail(path: Path, *, lines: int = 20) -> str:
     return "\n".join(data.splitlines()[-lines:])
 
 
-def group_memory_bytes(pgid: int) -> int:
-    """Memory used by every process in the process group ``pgid``, as proportional set
-    size: pages shared between processes (the same binary run by many simulated nodes)
-    are divided among them, so the sum over all components is what the stack really uses.
+@dataclass(frozen=True)
+class Memory:
+    """Bytes a process group holds: ``rss`` counts every resident page of each process
+    (shared ones too), ``pss`` divides a shared page among the processes that map it."""
+
+    rss: int
+    pss: int
+
+
+def group_memory(pgid: int) -> Memory:
+    """Memory of every process in the process group ``pgid``.
+
+    The proportional set size of all components adds up to what the stack really uses (the
+    same binary run by many simulated nodes is counted once); the resident set size is what
+    each process would take alone.
     """
-    total = 0
+    rss = pss = 0
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -184,9 +195,10 @@ def group_memory_bytes(pgid: int) -> int:
             if int(stat[stat.rindex(")") + 2 :].split()[2]) != pgid:
                 continue
             for line in (entry / "smaps_rollup").read_text().splitlines():
-                if line.startswith("Pss:"):
-                    total += int(line.split()[1]) * 1024
-                    break
+                if line.startswith("Rss:"):
+                    rss += int(line.split()[1]) * 1024
+                elif line.startswith("Pss:"):
+                    pss += int(line.split()[1]) * 1024
         except (OSError, ValueError, IndexError):
             continue
-    return total
+    return Memory(rss=rss, pss=pss)

@@ -7,6 +7,7 @@ control plane is up, and starts the components with its launcher like any other.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 from neuron_dra_common.hardware.simulate import SimNode
@@ -22,6 +23,7 @@ __all__ = [
     "apply_cluster_objects",
     "hardware_root",
     "product_components",
+    "write_fleet_hardware",
 ]
 
 REPO = Path(__file__).resolve().parents[5]
@@ -59,10 +61,22 @@ def _write_hardware(layout: Layout, node: NodeSpec) -> SimNode:
     return sim
 
 
+def write_fleet_hardware(*, fleet: Fleet, layout: Layout) -> dict[str, SimNode]:
+    """Write the simulated hardware of every managed node (a few thousand small files per
+    node, so ``lifecycle.up`` does it while the control plane starts)."""
+    return {node.name: _write_hardware(layout, node) for node in fleet.nodes if node.managed}
+
+
 def product_components(
-    *, fleet: Fleet, layout: Layout, nats_url: str, kubeconfig: Path
+    *,
+    fleet: Fleet,
+    layout: Layout,
+    nats_url: str,
+    kubeconfig: Path,
+    hardware: Mapping[str, SimNode] | None = None,
 ) -> list[Component]:
-    """Write every node's simulated hardware; return one discovery per node and the publisher.
+    """One discovery per node and the publisher, with every node's simulated hardware
+    written (unless ``hardware`` holds what :func:`write_fleet_hardware` wrote).
 
     Nodes labelled ``neuron.aws.com/driver: "false"`` in the fleet are skipped. Discovery
     polls every second on the stack so that a hardware edit shows within seconds.
@@ -71,7 +85,7 @@ def product_components(
     for node in fleet.nodes:
         if not node.managed:
             continue
-        sim = _write_hardware(layout, node)
+        sim = hardware[node.name] if hardware is not None else _write_hardware(layout, node)
         items.append(
             python_service(
                 name=f"discovery-{node.name}",

@@ -19,6 +19,9 @@ class ComponentState(msgspec.Struct, frozen=True, kw_only=True):
     start_ticks: int
     log: str
     ports: dict[str, int] = msgspec.field(default_factory=dict)
+    #: When it was started (Unix time) and how long after that it was first ready.
+    started_at: float = 0.0
+    ready_seconds: float | None = None
 
 
 class StackState(msgspec.Struct, frozen=True, kw_only=True):

@@ -12,10 +12,12 @@ from neuron_dra_common.kube.client import (
     RESOURCE_SLICES,
     ApiException,
     KubeClient,
+    KubeConfig,
     Resource,
     connect,
     object_key,
 )
+from neuron_dra_common.kube.config import ConfigError, load_in_cluster, load_kubeconfig
 from neuron_dra_common.kube.informer import EventType, Informer, Transform
 from neuron_dra_common.kube.leader import LEASES, Elector
 from neuron_dra_common.kube.workqueue import QueueShutDown, WorkQueue, run_workers
@@ -30,10 +32,12 @@ __all__ = [
     "RESOURCE_CLAIMS",
     "RESOURCE_SLICES",
     "ApiException",
+    "ConfigError",
     "Elector",
     "EventType",
     "Informer",
     "KubeClient",
+    "KubeConfig",
     "QueueShutDown",
     "Resource",
     "Transform",
@@ -41,6 +45,8 @@ __all__ = [
     "apply",
     "apply_status",
     "connect",
+    "load_in_cluster",
+    "load_kubeconfig",
     "object_key",
     "run_workers",
 ]

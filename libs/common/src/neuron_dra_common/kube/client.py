@@ -12,11 +12,10 @@ from urllib.parse import unquote, urlencode, urlsplit
 
 import aiohttp
 import msgspec
-from kubernetes_asyncio import client as k8s
-from kubernetes_asyncio import config as k8s_config
-from kubernetes_asyncio.client.exceptions import ApiException
 from opentelemetry import trace
 
+from neuron_dra_common.kube.auth import Credentials
+from neuron_dra_common.kube.config import KubeConfig, load_in_cluster, load_kubeconfig, ssl_context
 from neuron_dra_common.kube.metrics import REQUESTS, resource_of
 from neuron_dra_common.telemetry.propagation import kube_trace_headers
 from neuron_dra_common.telemetry.tracing import get_tracer
@@ -31,12 +30,28 @@ __all__ = [
     "RESOURCE_SLICES",
     "ApiException",
     "KubeClient",
+    "KubeConfig",
     "Resource",
     "connect",
     "object_key",
 ]
 
 Obj = dict[str, Any]
+
+
+class ApiException(Exception):
+    """The apiserver answered with an error: ``status`` (HTTP), ``reason`` (what was asked
+    and the server's message) and the raw ``body`` (a Status object, usually)."""
+
+    def __init__(self, status: int = 0, reason: str = "", body: bytes = b"") -> None:
+        super().__init__(status, reason)
+        self.status = status
+        self.reason = reason
+        self.body = body
+
+    def __str__(self) -> str:
+        return f"({self.status}) {self.reason}"
+
 
 # Request bodies are encoded here, once, and sent as bytes: the generated client would walk
 # every value of a large object (sanitize_for_serialization) and then json.dumps it.
@@ -93,6 +108,7 @@ class _WatchEvent(msgspec.Struct):
 _decode_partial: Final = msgspec.json.Decoder(_PartialObject).decode
 _decode_partial_list: Final = msgspec.json.Decoder(_PartialObjectList).decode
 _decode_event: Final = msgspec.json.Decoder(_WatchEvent).decode
+_USER_AGENT: Final = "neuron-dra"
 
 
 def _decode_metadata(data: bytes) -> Obj:
@@ -166,53 +182,59 @@ class KubeClient:
 
     Every call runs in a client span and sends ``traceparent``, so an apiserver with tracing
     on joins the caller's trace.
+
+    >>> client = KubeClient(load_kubeconfig("~/.kube/config"))  # doctest: +SKIP
     """
 
-    def __init__(self, api: k8s.ApiClient) -> None:
-        self.api = api
+    def __init__(self, config: KubeConfig, *, pool_size: int = 100) -> None:
+        self.config = config
         self._tracer = get_tracer()
-        rest = api.rest_client
-        # The generated client's session trusts the environment, which makes aiohttp look up
-        # proxy variables and ~/.netrc in a worker thread on every request (two thread hops,
-        # about 0.35 ms each call). This client sends its own Authorization and reads the
-        # environment's proxy once, here; a kubeconfig proxy-url still wins.
+        self._credentials = Credentials(config)
+        self._ssl = ssl_context(config) if config.server.startswith("https:") else None
+        self._pool_size = pool_size
+        # The environment's proxy is read once, here: a session that trusts the environment
+        # would look up proxy variables and ~/.netrc in a worker thread on every request.
+        # A kubeconfig proxy-url wins.
         self._extra: dict[str, Any] = {}
         proxy, proxy_headers = (
-            (rest.proxy, dict(rest.proxy_headers or {}))
-            if rest.proxy
-            else proxy_from_env(api.configuration.host or "")
+            (config.proxy_url, {}) if config.proxy_url else proxy_from_env(config.server)
         )
         if proxy:
             self._extra["proxy"] = proxy
             if proxy_headers:
                 self._extra["proxy_headers"] = proxy_headers
-        if rest.server_hostname:
-            self._extra["server_hostname"] = rest.server_hostname
+        if config.tls_server_name:
+            self._extra["server_hostname"] = config.tls_server_name
         self._session: aiohttp.ClientSession | None = None
 
+    @property
+    def server(self) -> str:
+        return self.config.server
+
     def _http(self) -> aiohttp.ClientSession:
-        # Made on first use, inside the event loop; it shares the generated client's
-        # connections (and their TLS settings).
+        # Made on first use, inside the event loop.
         if self._session is None:
             self._session = aiohttp.ClientSession(
-                connector=self.api.rest_client.pool_manager.connector,
-                connector_owner=False,
+                connector=aiohttp.TCPConnector(
+                    limit=self._pool_size, ssl=self._ssl if self._ssl is not None else True
+                ),
                 trust_env=False,
-                # Watch events of large objects are long lines (as the generated client).
+                # Watch events of large objects are long lines (etcd takes up to 1.5 MiB).
                 read_bufsize=2**21,
             )
         return self._session
 
     async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
+        session, self._session = self._session, None
+        if session is None:
+            return
         # Connections are dropped, not shut down politely: a TLS close waits for the peer's
         # reply, and a caller that closes its loop right after would leave the socket open.
         # The connector's close returns once every connection it holds has gone.
-        connector = self.api.rest_client.pool_manager.connector
+        connector = session.connector
         if connector is not None:
             await connector.close(abort_ssl=True)
-        await self.api.close()
+        await session.close()
         # A connection whose opening was cancelled (a watch stopped during its TLS handshake)
         # is not the connector's yet; asyncio closes it in a callback. Let those run before
         # the caller may close the loop, so no socket outlives the client.
@@ -306,18 +328,15 @@ class KubeClient:
         request_timeout: float | aiohttp.ClientTimeout | None,
         accept: str = JSON,
     ) -> aiohttp.ClientResponse:
-        headers = {
-            **self.api.default_headers,
-            "Accept": accept,
-            "Content-Type": content_type,
-        }
+        headers = {"Accept": accept, "Content-Type": content_type, "User-Agent": _USER_AGENT}
         headers.update(kube_trace_headers())
         params = list(query)
         watching = ("watch", "1") in params
         REQUESTS.labels("WATCH" if watching else method, resource_of(path)).inc()
-        # Auth as the generated client does it (a refreshed token included).
-        await self.api.update_params_for_auth(headers, params, ["BearerToken"])
-        url = f"{self.api.configuration.host}{path}"
+        authorization = await self._credentials.authorization()
+        if authorization is not None:
+            headers["Authorization"] = authorization
+        url = f"{self.config.server}{path}"
         if params:
             url += "?" + urlencode(params)
         if isinstance(request_timeout, aiohttp.ClientTimeout):
@@ -333,9 +352,10 @@ class KubeClient:
             **self._extra,
         )
         if resp.status >= 400:
-            # The generated client only raises when it reads the body itself.
             text = await resp.read()
             resp.release()
+            if resp.status == 401:
+                self._credentials.expire()
             raise _api_error(resp.status, method, path, text)
         return resp
 
@@ -439,21 +459,22 @@ def _drop(resp: aiohttp.ClientResponse) -> None:
 async def connect(
     *, kubeconfig: Path | str | None = None, context: str | None = None
 ) -> KubeClient:
-    """A client from ``kubeconfig`` (or ``$KUBECONFIG``), else the pod's service account."""
+    """A client from ``kubeconfig`` (or ``$KUBECONFIG``), else the pod's service account.
+
+    Raises :class:`~neuron_dra_common.kube.config.ConfigError` naming the file and field
+    that cannot be used.
+    """
     path = kubeconfig or os.environ.get("KUBECONFIG")
-    configuration = k8s.Configuration()
     if path:
-        await k8s_config.load_kube_config(
-            config_file=str(path), context=context, client_configuration=configuration
-        )
+        config = load_kubeconfig(path, context=context)
     elif os.environ.get("KUBERNETES_SERVICE_HOST"):
-        k8s_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+        config = load_in_cluster()
     else:
         raise RuntimeError(
             "Kubernetes client: no kubeconfig given, KUBECONFIG unset, and not in a pod "
             "(KUBERNETES_SERVICE_HOST unset)"
         )
-    return KubeClient(k8s.ApiClient(configuration))
+    return KubeClient(config)
 
 
 def proxy_from_env(url: str) -> tuple[str | None, dict[str, str]]:
@@ -482,9 +503,7 @@ def _api_error(status: int, method: str, path: str, body: bytes) -> ApiException
         message = str(_decode(body).get("message", ""))
     except (ValueError, AttributeError):
         message = body[:200].decode(errors="replace")
-    error = ApiException(status=status, reason=f"{method} {path}: {message or status}")
-    error.body = body
-    return error
+    return ApiException(status=status, reason=f"{method} {path}: {message or status}", body=body)
 
 
 def object_key(obj: Mapping[str, Any]) -> str:

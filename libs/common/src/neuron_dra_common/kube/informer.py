@@ -13,9 +13,7 @@ import logging
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import Any, Final, Literal
 
-from kubernetes_asyncio.client.exceptions import ApiException
-
-from neuron_dra_common.kube.client import KubeClient, Resource, object_key
+from neuron_dra_common.kube.client import ApiException, KubeClient, Resource, object_key
 
 __all__ = ["EventType", "Informer", "Transform"]
 

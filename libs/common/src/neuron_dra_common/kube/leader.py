@@ -27,9 +27,8 @@ from typing import Any, Final
 
 import aiohttp
 import msgspec
-from kubernetes_asyncio.client.exceptions import ApiException
 
-from neuron_dra_common.kube.client import KubeClient, Resource
+from neuron_dra_common.kube.client import ApiException, KubeClient, Resource
 from neuron_dra_common.kube.metrics import LEADING
 
 __all__ = ["LEASES", "Elector", "LeaseState", "decide", "read_lease"]

@@ -1,0 +1,264 @@
+"""Reading kubeconfigs and the pod's service account: the kubeconfigs the local stack writes
+(certificates from its own PKI), their inline and token variants, and the errors a user sees
+for a file that cannot be used."""
+
+from __future__ import annotations
+
+import base64
+import ssl
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from neuron_dra_cli.stack.pki import CertPair, Pki, write_kubeconfig
+from neuron_dra_common.kube import ConfigError, KubeClient, load_in_cluster, load_kubeconfig
+from neuron_dra_common.kube.auth import Credentials
+from neuron_dra_common.kube.config import ssl_context
+
+SERVER = "https://127.0.0.1:6443"
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> tuple[Pki, CertPair]:
+    pki = Pki(tmp_path_factory.mktemp("pki"))
+    return pki, pki.client("admin", user="kubernetes-admin", groups=("system:masters",))
+
+
+@pytest.fixture
+def stack_kubeconfig(tmp_path: Path, pki: tuple[Pki, CertPair]) -> Path:
+    """The admin kubeconfig exactly as ``neuron-dra dev up`` writes it."""
+    ca, pair = pki
+    return write_kubeconfig(
+        tmp_path / "kubeconfig", server=SERVER, ca=ca.ca.cert, pair=pair, user="kubernetes-admin"
+    )
+
+
+def rewrite(path: Path, change: Any) -> Path:
+    doc = yaml.safe_load(path.read_text())
+    change(doc)
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def user_of(doc: dict[str, Any]) -> dict[str, Any]:
+    user: dict[str, Any] = doc["users"][0]["user"]
+    return user
+
+
+def cluster_of(doc: dict[str, Any]) -> dict[str, Any]:
+    cluster: dict[str, Any] = doc["clusters"][0]["cluster"]
+    return cluster
+
+
+def test_the_stacks_kubeconfig_gives_its_server_ca_and_client_certificate(
+    stack_kubeconfig: Path, pki: tuple[Pki, CertPair]
+) -> None:
+    ca, pair = pki
+    config = load_kubeconfig(stack_kubeconfig)
+    assert config.server == SERVER
+    assert config.ca_file == str(ca.ca.cert.resolve())
+    assert (config.cert_file, config.key_file) == (
+        str(pair.cert.resolve()),
+        str(pair.key.resolve()),
+    )
+    assert not config.token
+    context = ssl_context(config)
+    assert context.verify_mode == ssl.CERT_REQUIRED
+    assert context.check_hostname
+    assert Credentials(config).needs_header is False
+
+
+def test_inline_data_is_the_same_as_the_files(
+    stack_kubeconfig: Path, pki: tuple[Pki, CertPair]
+) -> None:
+    ca, pair = pki
+
+    def inline(doc: dict[str, Any]) -> None:
+        cluster, user = cluster_of(doc), user_of(doc)
+        del cluster["certificate-authority"], user["client-certificate"], user["client-key"]
+        cluster["certificate-authority-data"] = base64.b64encode(ca.ca.cert.read_bytes()).decode()
+        user["client-certificate-data"] = base64.b64encode(pair.cert.read_bytes()).decode()
+        user["client-key-data"] = base64.b64encode(pair.key.read_bytes()).decode()
+
+    config = load_kubeconfig(rewrite(stack_kubeconfig, inline))
+    assert config.ca_data == ca.ca.cert.read_bytes()
+    assert config.cert_data == pair.cert.read_bytes()
+    assert config.key_data == pair.key.read_bytes()
+    # Loads the chain from a private directory that is gone afterwards.
+    assert ssl_context(config).cert_store_stats()["x509_ca"] >= 1
+
+
+def test_relative_paths_are_relative_to_the_kubeconfig(
+    tmp_path: Path, pki: tuple[Pki, CertPair]
+) -> None:
+    ca, pair = pki
+    here = tmp_path / "conf"
+    here.mkdir()
+    for src, name in ((ca.ca.cert, "ca.crt"), (pair.cert, "c.crt"), (pair.key, "c.key")):
+        (here / name).write_bytes(src.read_bytes())
+    path = write_kubeconfig(here / "config", server=SERVER, ca=ca.ca.cert, pair=pair, user="u")
+
+    def relative(doc: dict[str, Any]) -> None:
+        cluster_of(doc)["certificate-authority"] = "ca.crt"
+        user_of(doc).update({"client-certificate": "c.crt", "client-key": "c.key"})
+
+    config = load_kubeconfig(rewrite(path, relative))
+    assert config.ca_file == str(here / "ca.crt")
+    assert config.cert_file == str(here / "c.crt")
+    ssl_context(config)
+
+
+async def test_token_and_token_file(tmp_path: Path, stack_kubeconfig: Path) -> None:
+    token_file = tmp_path / "token"
+    token_file.write_text("from-file\n")
+
+    def token(doc: dict[str, Any]) -> None:
+        doc["users"][0]["user"] = {"token": "abc"}
+
+    config = load_kubeconfig(rewrite(stack_kubeconfig, token))
+    assert await Credentials(config).authorization() == "Bearer abc"
+
+    def token_file_only(doc: dict[str, Any]) -> None:
+        doc["users"][0]["user"] = {"tokenFile": str(token_file)}
+
+    config = load_kubeconfig(rewrite(stack_kubeconfig, token_file_only))
+    credentials = Credentials(config)
+    assert await credentials.authorization() == "Bearer from-file"
+    token_file.write_text("rotated")
+    credentials.expire()  # as after a 401
+    assert await credentials.authorization() == "Bearer rotated"
+
+
+async def test_exec_plugin_token(tmp_path: Path, stack_kubeconfig: Path) -> None:
+    plugin = tmp_path / "get-token"
+    plugin.write_text(
+        "#!/bin/sh\n"
+        'echo "{\\"apiVersion\\": \\"client.authentication.k8s.io/v1\\", '
+        '\\"kind\\": \\"ExecCredential\\", \\"status\\": {\\"token\\": \\"$WHO\\"}}"\n'
+    )
+    plugin.chmod(0o755)
+
+    def exec_user(doc: dict[str, Any]) -> None:
+        doc["users"][0]["user"] = {
+            "exec": {
+                "apiVersion": "client.authentication.k8s.io/v1",
+                "command": str(plugin),
+                "env": [{"name": "WHO", "value": "plugin-token"}],
+            }
+        }
+
+    config = load_kubeconfig(rewrite(stack_kubeconfig, exec_user))
+    assert await Credentials(config).authorization() == "Bearer plugin-token"
+
+
+def test_context_by_name_and_several_files(tmp_path: Path, stack_kubeconfig: Path) -> None:
+    other = tmp_path / "other"
+    other.write_text(
+        yaml.safe_dump(
+            {
+                "clusters": [{"name": "far", "cluster": {"server": "https://far:443/"}}],
+                "users": [{"name": "t", "user": {"token": "x"}}],
+                "contexts": [{"name": "far", "context": {"cluster": "far", "user": "t"}}],
+                "current-context": "far",
+            }
+        )
+    )
+    both = f"{stack_kubeconfig}:{other}"
+    assert load_kubeconfig(both).server == SERVER, "the first current-context counts"
+    far = load_kubeconfig(both, context="far")
+    assert (far.server, far.token) == ("https://far:443", "x")
+    missing = tmp_path / "missing"
+    assert load_kubeconfig(f"{missing}:{other}").server == "https://far:443"
+
+
+def test_in_cluster_reads_the_service_account(tmp_path: Path, pki: tuple[Pki, CertPair]) -> None:
+    ca, _ = pki
+    (tmp_path / "token").write_text("sa-token")
+    (tmp_path / "ca.crt").write_bytes(ca.ca.cert.read_bytes())
+    env = {"KUBERNETES_SERVICE_HOST": "10.0.0.1", "KUBERNETES_SERVICE_PORT": "443"}
+    config = load_in_cluster(env=env, account_dir=tmp_path)
+    assert config.server == "https://10.0.0.1:443"
+    assert config.token_file == str(tmp_path / "token")
+    assert ssl_context(config).verify_mode == ssl.CERT_REQUIRED
+    v6 = load_in_cluster(env={**env, "KUBERNETES_SERVICE_HOST": "fd00::1"}, account_dir=tmp_path)
+    assert v6.server == "https://[fd00::1]:443"
+
+
+def test_in_cluster_errors_say_what_is_missing(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT"):
+        load_in_cluster(env={"KUBERNETES_SERVICE_HOST": "10.0.0.1"}, account_dir=tmp_path)
+    env = {"KUBERNETES_SERVICE_HOST": "10.0.0.1", "KUBERNETES_SERVICE_PORT": "443"}
+    with pytest.raises(ConfigError, match=f"{tmp_path}/token does not exist"):
+        load_in_cluster(env=env, account_dir=tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda d: d.pop("current-context"), "current-context is not set"),
+        (
+            lambda d: d.update({"current-context": "nope"}),
+            "context 'nope' is not in contexts",
+        ),
+        (
+            lambda d: d["contexts"][0]["context"].update({"cluster": "gone"}),
+            "names cluster 'gone', which is not in clusters",
+        ),
+        (
+            lambda d: cluster_of(d).pop("server"),
+            r"clusters\['neuron-dra'\].cluster.server is missing",
+        ),
+        (
+            lambda d: cluster_of(d).update({"certificate-authority": "/no/ca.crt"}),
+            r"clusters\['neuron-dra'\].cluster.certificate-authority: /no/ca.crt does not exist",
+        ),
+        (
+            lambda d: cluster_of(d).update({"certificate-authority-data": "not base64!"}),
+            "certificate-authority-data is not base64",
+        ),
+        (
+            lambda d: cluster_of(d).update({"insecure-skip-tls-verify": "yes"}),
+            "insecure-skip-tls-verify is 'yes', not true or false",
+        ),
+        (
+            lambda d: user_of(d).pop("client-key"),
+            r"users\['kubernetes-admin'\].user.client-key\(-data\) is missing",
+        ),
+        (
+            lambda d: user_of(d).update({"auth-provider": {"name": "oidc"}}),
+            "auth-provider is not supported",
+        ),
+        (lambda d: user_of(d).update({"exec": {"args": []}}), "exec.command is missing"),
+    ],
+)
+def test_errors_name_the_file_and_field(stack_kubeconfig: Path, change: Any, message: str) -> None:
+    rewrite(stack_kubeconfig, change)
+    with pytest.raises(ConfigError, match=message) as caught:
+        load_kubeconfig(stack_kubeconfig)
+    assert str(stack_kubeconfig) in str(caught.value)
+
+
+def test_unreadable_files(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=f"kubeconfig {tmp_path}/none: no such file"):
+        load_kubeconfig(tmp_path / "none")
+    bad = tmp_path / "bad"
+    bad.write_text("clusters: [unclosed")
+    with pytest.raises(ConfigError, match=f"kubeconfig {bad}: not valid YAML"):
+        load_kubeconfig(bad)
+
+
+def test_insecure_skips_verification(stack_kubeconfig: Path) -> None:
+    def insecure(doc: dict[str, Any]) -> None:
+        cluster_of(doc).pop("certificate-authority")
+        cluster_of(doc)["insecure-skip-tls-verify"] = True
+
+    context = ssl_context(load_kubeconfig(rewrite(stack_kubeconfig, insecure)))
+    assert context.verify_mode == ssl.CERT_NONE
+    assert not context.check_hostname
+
+
+async def test_a_client_is_made_without_network(stack_kubeconfig: Path) -> None:
+    client = KubeClient(load_kubeconfig(stack_kubeconfig))
+    assert client.server == SERVER
+    await client.close()
