@@ -9,8 +9,6 @@ release into ``<cache>/kube/<version>/bin`` and reused from there.
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import json
 import os
@@ -19,11 +17,12 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from neuron_dra_cli import paths
+from neuron_dra_cli.cachelock import duration, locked
 from neuron_dra_cli.errors import CliError
 
 Progress = Callable[[str], None]
@@ -196,26 +195,6 @@ def _missing(release: Release, bdir: Path, module_dir: Path) -> list[tuple[_Bina
     return out
 
 
-@contextlib.contextmanager
-def _locked(path: Path, progress: Progress) -> Iterator[None]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a") as fh:
-        try:
-            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            progress(f"waiting for another build of the same version ({path})")
-            fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
-
-
-def _fmt(seconds: float) -> str:
-    m, s = divmod(int(seconds), 60)
-    return f"{m}m{s:02d}s" if m else f"{s}s"
-
-
 def _watch(
     tmp: Path,
     todo: list[_Binary],
@@ -237,12 +216,12 @@ def _watch(
                 continue
             if size and sizes.get(b.name) == size:
                 done.add(b.name)
-                progress(f"{b.name} built ({_fmt(time.monotonic() - t0)})")
+                progress(f"{b.name} built ({duration(time.monotonic() - t0)})")
             sizes[b.name] = size
         now = time.monotonic()
         if now - last_note >= 60 and len(done) < len(todo):
             last_note = now
-            progress(f"still compiling ({_fmt(now - t0)}, {len(done)}/{len(todo)} done)")
+            progress(f"still compiling ({duration(now - t0)}, {len(done)}/{len(todo)} done)")
 
 
 def _go() -> str:
@@ -264,7 +243,7 @@ def ensure_binaries(version: str = DEFAULT_VERSION, *, progress: Progress = prin
     if not _missing(release, bdir, module_dir):
         return result
 
-    with _locked(bdir.parent / ".lock", progress):
+    with locked(bdir.parent / ".lock", progress=progress, what="another build of the same version"):
         todo = _missing(release, bdir, module_dir)  # another process may have built them
         if not todo:
             return result
@@ -326,13 +305,13 @@ def ensure_binaries(version: str = DEFAULT_VERSION, *, progress: Progress = prin
                         f"go build did not produce {b.name} ({b.package}) for v{release.version}"
                     )
                 if b.name not in done:
-                    progress(f"{b.name} built ({_fmt(time.monotonic() - t0)})")
+                    progress(f"{b.name} built ({duration(time.monotonic() - t0)})")
                 os.replace(built, bdir / b.name)
                 keys[b.name] = key
             tmp_keys = keys_path.with_suffix(".tmp")
             tmp_keys.write_text(json.dumps(keys, indent=2, sort_keys=True) + "\n")
             os.replace(tmp_keys, keys_path)
         progress(
-            f"Kubernetes v{release.version} binaries ready in {bdir} ({_fmt(time.monotonic() - t0)})"
+            f"Kubernetes v{release.version} binaries ready in {bdir} ({duration(time.monotonic() - t0)})"
         )
     return result

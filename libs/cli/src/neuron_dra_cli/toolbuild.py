@@ -15,8 +15,6 @@ as the Kubernetes build does), and reused. ``python -m neuron_dra_cli.toolbuild`
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import json
 import os
@@ -26,10 +24,11 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 from neuron_dra_cli import paths
+from neuron_dra_cli.cachelock import duration, locked
 from neuron_dra_cli.errors import CliError
 
 __all__ = [
@@ -75,27 +74,6 @@ def _jaeger_key(module_dir: Path) -> str:
     return h.hexdigest()
 
 
-@contextlib.contextmanager
-def _locked(path: Path, progress: Progress) -> Iterator[None]:
-    """Hold an exclusive lock on ``path`` (say so when another process holds it)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a") as fh:
-        try:
-            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            progress(f"waiting for another process making the same tool ({path})")
-            fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
-
-
-def _fmt(seconds: float) -> str:
-    m, s = divmod(int(seconds), 60)
-    return f"{m}m{s:02d}s" if m else f"{s}s"
-
-
 def _current(binary: Path, key: str) -> bool:
     try:
         return (binary.parent.parent / _KEY_FILE).read_text().strip() == key and os.access(
@@ -114,7 +92,7 @@ def ensure_jaeger(*, progress: Progress = print) -> Path:
     key = _jaeger_key(module_dir)
     if _current(binary, key):
         return binary
-    with _locked(root / ".lock", progress):
+    with locked(root / ".lock", progress=progress, what="another process making the same tool"):
         if _current(binary, key):  # another process built it meanwhile
             return binary
         go = shutil.which("go")
@@ -154,7 +132,7 @@ def ensure_jaeger(*, progress: Progress = print) -> Path:
                 )
             os.replace(out, binary)
         (root / _KEY_FILE).write_text(key + "\n")
-        progress(f"Jaeger {version} ready in {binary} ({_fmt(time.monotonic() - t0)})")
+        progress(f"Jaeger {version} ready in {binary} ({duration(time.monotonic() - t0)})")
     return binary
 
 
@@ -173,7 +151,7 @@ def ensure_promtool(*, progress: Progress = print) -> Path:
     found = _promtool_cached(root)
     if found is not None:
         return found
-    with _locked(root / ".lock", progress):
+    with locked(root / ".lock", progress=progress, what="another process making the same tool"):
         found = _promtool_cached(root)
         if found is not None:
             return found
