@@ -78,7 +78,7 @@ def describe_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeSta
 def ns(describe_stack: KubeStack) -> Iterator[str]:
     """A namespace of the test's own; its pods and claims are gone before the next test."""
     name = f"t-{uuid.uuid4().hex[:8]}"
-    describe_stack.kubectl("create", "namespace", name)
+    describe_stack.create_namespace(name)
     try:
         yield name
     finally:

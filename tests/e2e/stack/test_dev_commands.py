@@ -141,11 +141,11 @@ def test_default_fleet_comes_up_light_and_each_claim_change_goes_to_few_watchers
         plugins = report["kinds"]["kubelet-plugin"]
         assert plugins["up"] == len(expected)
         shown = f"dev status -o json:\n{status.stdout}"
-        assert report["pss_bytes"] <= FLEET_PSS_LIMIT, shown
-        assert plugins["max_rss_bytes"] <= PLUGIN_RSS_LIMIT, shown
-        assert plugins["pss_bytes"] / plugins["count"] <= PLUGIN_PSS_LIMIT, shown
+        assert report["pssBytes"] <= FLEET_PSS_LIMIT, shown
+        assert plugins["maxRssBytes"] <= PLUGIN_RSS_LIMIT, shown
+        assert plugins["pssBytes"] / plugins["count"] <= PLUGIN_PSS_LIMIT, shown
         # How long each took to be ready is recorded (and printed) for every component.
-        assert all(c["ready_seconds"] is not None for c in report["components"]), shown
+        assert all(c["readySeconds"] is not None for c in report["components"]), shown
 
         text = neuron_dra("dev", "status", "--state-dir", str(state_dir)).stdout
         assert re.search(r"kubelet-plugin-trn2-48xl-0 +up +\d+ +\d+ MiB +\d+ MiB +[\d.]+ s", text)

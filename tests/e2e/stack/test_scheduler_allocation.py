@@ -82,7 +82,7 @@ def bare_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeStack]:
 def test_guide_1x4_template_gets_one_connected_row(bare_stack: KubeStack) -> None:
     kube_stack = bare_stack
     node = "bare-trn2-0"
-    kube_stack.kubectl("create", "namespace", NS)
+    kube_stack.create_namespace(NS)
     kube_stack.kubectl("apply", "-f", str(DEVICE_CLASS))
     kube_stack.kubectl("apply", "-f", "-", input=hand_written_slice(node))
     # Another workload first takes neurondevice0, so the first four free devices (1-4)

@@ -238,7 +238,7 @@ def cmd_down(args: argparse.Namespace) -> int:
     return 0
 
 
-class ComponentReport(msgspec.Struct, frozen=True, kw_only=True):
+class ComponentReport(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     """One component in ``dev status -o json``."""
 
     name: str
@@ -252,7 +252,7 @@ class ComponentReport(msgspec.Struct, frozen=True, kw_only=True):
     log: str
 
 
-class KindTotals(msgspec.Struct, frozen=True, kw_only=True):
+class KindTotals(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     """The components of one kind: how many are up, their largest RSS, their slowest start."""
 
     count: int
@@ -262,10 +262,11 @@ class KindTotals(msgspec.Struct, frozen=True, kw_only=True):
     pss_bytes: int
 
 
-class StatusReport(msgspec.Struct, frozen=True, kw_only=True):
+class StatusReport(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     """``dev status -o json``: the stack, each component, totals per kind and in all."""
 
     state_dir: str
+    running: bool = True
     k8s_version: str
     kubeconfig: str
     components: list[ComponentReport]
@@ -340,7 +341,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     report = status_report(state_dir)
     if report is None:
         if args.output == "json":
-            print("null")
+            print(msgspec.json.encode({"stateDir": str(state_dir), "running": False}).decode())
         else:
             print(f"no stack in {state_dir}")
         return 3
