@@ -3,11 +3,16 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/bootstrap.sh
-export PATH="$PWD/.venv/bin:$PATH"
 
 echo "==> Kubernetes binaries (built once, cached under ${XDG_CACHE_HOME:-$HOME/.cache}/neuron-dra)"
 neuron-dra dev build
-neuron-dra dev build --k8s-version "$(python -c 'from neuron_dra_cli.kubebuild import FLOOR_VERSION; print(FLOOR_VERSION)')"
+# The oldest supported release only when a selected test runs on it (`-m 'not floor'` skips it).
+floor_needed="$(mktemp)"
+trap 'rm -f "$floor_needed"' EXIT
+pytest --collect-only -q "$@" --floor-needed-file "$floor_needed" >/dev/null
+if [ "$(cat "$floor_needed")" = "yes" ]; then
+  neuron-dra dev build --k8s-version "$(python -c 'from neuron_dra_cli.kubebuild import FLOOR_VERSION; print(FLOOR_VERSION)')"
+fi
 
 echo "==> trace backend (Jaeger) and promtool (built or fetched once, same cache)"
 python -m neuron_dra_cli.toolbuild
