@@ -26,7 +26,8 @@ pytestmark = [pytest.mark.stack, pytest.mark.timeout(1200)]
 #: programs the product brings itself.
 NOT_ON_A_FRESH_MACHINE = re.compile(r"^(pip.*|uv|uvx|kubectl|nats-server|python(?!3(\.\d+)?$).*)$")
 SYSTEM_PYTHON = Path("/usr/bin/python3")
-GO_BIN = Path("/usr/local/go/bin")
+#: The folder of the go command (its GOROOT's bin, so nothing else comes with it).
+GO_BIN = Path(shutil.which("go") or "/usr/local/go/bin/go").resolve().parent
 
 
 def base_system_bin(into: Path) -> Path:
