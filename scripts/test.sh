@@ -9,7 +9,7 @@ neuron-dra dev build
 # The oldest supported release only when a selected test runs on it (`-m 'not floor'` skips it).
 floor_needed="$(mktemp)"
 trap 'rm -f "$floor_needed"' EXIT
-pytest --collect-only -q "$@" --floor-needed-file "$floor_needed" >/dev/null
+pytest --collect-only -q "$@" --floor-needed-file="$floor_needed" >/dev/null
 if [ "$(cat "$floor_needed")" = "yes" ]; then
   neuron-dra dev build --k8s-version "$(python -c 'from neuron_dra_cli.kubebuild import FLOOR_VERSION; print(FLOOR_VERSION)')"
 fi
