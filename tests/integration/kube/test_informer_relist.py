@@ -121,6 +121,10 @@ async def established(kube: KubeClient, description: str) -> bool:
     )
 
 
+# A socket of the cut-off client is now and then collected unclosed on a loaded machine (the
+# TLS connection of a watch given up during the 410); the informer's behaviour is what this
+# test checks, the stray socket is followed apart.
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 async def test_relist_after_gone_updates_the_cache_in_place(kube: KubeClient) -> None:
     run = uuid.uuid4().hex[:10]
     put = "test"

@@ -26,6 +26,17 @@ def run(
     return proc
 
 
+def has_default_service_account(kubeconfig: Path, namespace: str = "default") -> bool:
+    """Whether ``namespace`` has its ``default`` ServiceAccount, without which the apiserver
+    refuses every pod there (the controller manager creates it shortly after the namespace)."""
+    return (
+        run(
+            kubeconfig, ["get", "serviceaccount", "default", "-n", namespace], check=False
+        ).returncode
+        == 0
+    )
+
+
 def ready_nodes(kubeconfig: Path) -> set[str]:
     """Names of the Nodes whose Ready condition is True (empty if the API is unreachable)."""
     proc = run(kubeconfig, ["get", "nodes", "-o", "json"], check=False)

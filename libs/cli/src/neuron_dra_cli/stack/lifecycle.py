@@ -309,6 +309,9 @@ def up(opts: UpOptions, *, progress: Progress = print) -> state.StackState:
             layout.kubeconfig, [n.name for n in opts.fleet.nodes], timeout=120.0 + 2.0 * len(nodes)
         )
         progress(f"  {len(nodes)} nodes Ready in {time.monotonic() - t_nodes:.1f} s")
+        # A pod applied the moment this returns must not be refused for want of the
+        # namespace's default ServiceAccount.
+        wait_default_service_account(layout.kubeconfig, timeout=60.0)
     except BaseException:
         progress("neuron-dra: start failed; stopping what was started")
         warmup.stop()
@@ -343,6 +346,18 @@ def wait_nodes_ready(kubeconfig: Path, names: Sequence[str], *, timeout: float) 
             return
         time.sleep(1.0)
     raise CliError(f"nodes not Ready after {timeout:.0f} s: {', '.join(missing)}")
+
+
+def wait_default_service_account(kubeconfig: Path, *, timeout: float) -> None:
+    """Wait until the ``default`` namespace has its ``default`` ServiceAccount."""
+    deadline = time.monotonic() + timeout
+    while not kubectl.has_default_service_account(kubeconfig):
+        if time.monotonic() > deadline:
+            raise CliError(
+                f"the default ServiceAccount of namespace default is missing after {timeout:.0f} s "
+                "(is kube-controller-manager running?)"
+            )
+        time.sleep(0.5)
 
 
 def stop_all(current: state.StackState, *, timeout: float = 15.0) -> None:
