@@ -13,6 +13,7 @@ from neuron_dra_common.ultraserver import node_allocation
 from neuron_dra_topology_allocator.allocator import Allocator
 from neuron_dra_topology_allocator.projection import Projection
 from neuron_dra_ultraserver_operator.discovery import Member, UltraServerView
+from neuron_dra_ultraserver_operator.fleet import FleetIndex
 from neuron_dra_ultraserver_operator.reconciler import WorkloadReconciler
 from opentelemetry.trace import Tracer
 
@@ -133,7 +134,7 @@ class World:
             client=self.api,  # type: ignore[arg-type]
             workloads=self.api.workloads,
             nodes=self.api.nodes,
-            fleet=lambda: _views,
+            fleet=FleetIndex(lambda: _views, self.api.nodes),
             allocate=allocate,
             changed=lambda names: None,
             requeue=lambda key, after: None,

@@ -53,12 +53,14 @@ async def build(settings: OperatorSettings) -> Service:
     nodes_inf = Informer(client, NODES)
     slices_inf = Informer(client, RESOURCE_SLICES, transform=node_devices_only)
     fleet = Fleet(nodes_inf.cache, slices_inf.cache)
+    # One by-node index of the fleet, rebuilt once per fleet change, for triggers and reconciler.
+    index = FleetIndex(fleet, nodes_inf.cache)
     wq: WorkQueue[str] = WorkQueue(name="workloads", qps=50.0, burst=200)
     uq: WorkQueue[str] = WorkQueue(name="ultraservers", qps=50.0, burst=200)
     triggers = Triggers(
         workloads=workloads_inf.cache,
         fleet=fleet,
-        index=FleetIndex(fleet, nodes_inf.cache),
+        index=index,
         workload_queue=wq,
         ultraserver_queue=uq,
     )
@@ -72,7 +74,7 @@ async def build(settings: OperatorSettings) -> Service:
         client=client,
         workloads=workloads_inf.cache,
         nodes=nodes_inf.cache,
-        fleet=fleet,
+        fleet=index,
         allocate=allocate,
         changed=triggers.ultraservers_changed,
         requeue=wq.add_after,

@@ -23,7 +23,6 @@ from opentelemetry.trace import Span, Tracer
 from neuron_dra_ultraserver_operator import metrics
 from neuron_dra_ultraserver_operator.actions import asks
 from neuron_dra_ultraserver_operator.decide import decide
-from neuron_dra_ultraserver_operator.discovery import UltraServerView
 from neuron_dra_ultraserver_operator.executor import Allocate, Executor
 from neuron_dra_ultraserver_operator.faults import CrashPoint, no_crash
 from neuron_dra_ultraserver_operator.fleet import FleetIndex, NodeRecords
@@ -51,7 +50,7 @@ class WorkloadReconciler:
         client: KubeClient,
         workloads: Mapping[str, Obj],
         nodes: Mapping[str, Obj],
-        fleet: Callable[[], Mapping[str, UltraServerView]],
+        fleet: FleetIndex,
         allocate: Allocate,
         changed: Callable[[Iterable[str]], None],
         requeue: Callable[[str, float], None],
@@ -62,7 +61,7 @@ class WorkloadReconciler:
     ) -> None:
         self._workloads = workloads
         self._tracer = tracer or get_tracer(__name__)
-        self._fleet = FleetIndex(fleet, nodes)
+        self._fleet = fleet
         self._records = NodeRecords(nodes)
         self._claim_wait = claim_wait_seconds
         self._executor = Executor(
