@@ -91,9 +91,9 @@ def test_slice_publisher_rules_are_least_privilege(base: list[dict[str, Any]]) -
     ]
 
 
-def test_local_overlay_is_namespace_device_class_and_crds_only() -> None:
-    # The local stack runs every service as a process: no workloads, no RBAC.
-    docs = render(KUSTOMIZE / "overlays" / "local")
+def test_process_stack_overlay_is_namespace_device_class_and_crds_only() -> None:
+    # The default local stack runs every service as a process: no workloads, no RBAC.
+    docs = render(KUSTOMIZE / "overlays" / "local-processes")
     assert sorted((d["kind"], d["metadata"]["name"]) for d in docs) == [
         ("CustomResourceDefinition", "neuronultraservers.neuron.aws.com"),
         ("CustomResourceDefinition", "neuronultraserverworkloads.neuron.aws.com"),

@@ -56,6 +56,14 @@ class ServiceSettings(msgspec.Struct, frozen=True, kw_only=True):
     nats_servers: Annotated[
         tuple[str, ...], msgspec.Meta(min_length=1, description="NATS URLs, comma-separated")
     ] = ("nats://127.0.0.1:4222",)
+    stream_replicas: Annotated[
+        int,
+        msgspec.Meta(
+            ge=1,
+            le=5,
+            description="Copies of each JetStream stream: the NATS cluster's size (1, 3 or 5)",
+        ),
+    ] = 1
     otlp_endpoint: Annotated[
         str, msgspec.Meta(description="OTLP gRPC endpoint for traces; empty: no export")
     ] = ""

@@ -31,7 +31,7 @@ async def build(settings: DiscoverySettings) -> Service:
 
     bus = await Bus.connect(settings.nats_servers, name=f"{NAME}-{settings.node_name}")
     # Streams are declared in one place; reconciling them is idempotent and cheap.
-    await bus.reconcile()
+    await bus.reconcile(replicas=settings.stream_replicas)
     agent = Agent(
         publisher=bus.publisher(source=f"/neuron-dra/{NAME}/{settings.node_name}"),
         tracker=make_tracker(

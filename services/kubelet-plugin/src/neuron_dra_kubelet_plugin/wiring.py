@@ -70,7 +70,7 @@ async def _keep_bus(
     while bus is None and not stopped.is_set():
         try:
             bus = await Bus.connect(settings.nats_servers, name=f"{NAME}-{settings.node_name}")
-            await bus.reconcile()
+            await bus.reconcile(replicas=settings.stream_replicas)
         except Exception as exc:  # any failure to reach the bus is retried, never fatal
             if bus is not None:
                 await bus.close()

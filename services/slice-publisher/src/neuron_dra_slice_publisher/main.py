@@ -35,7 +35,7 @@ async def build(settings: SlicePublisherSettings) -> Service:
     """Connect to the API and the bus; lead (consume and write) only while holding the Lease."""
     kube = await connect(kubeconfig=settings.kubeconfig or None)
     bus = await Bus.connect(settings.nats_servers, name=NAME)
-    await bus.reconcile(consumers=[consumer(DURABLE)])
+    await bus.reconcile(consumers=[consumer(DURABLE)], replicas=settings.stream_replicas)
     mode = await detect_mode(kube, settings.node_device)
     # A Node's labels, UID and the operator's record are all metadata: its status (images,
     # conditions, heartbeats) is never sent to the publisher.

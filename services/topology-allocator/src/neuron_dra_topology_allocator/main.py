@@ -22,7 +22,7 @@ NAME = "topology-allocator"
 async def build(settings: AllocatorSettings) -> Service:
     """Connect, replay the fleet, then answer requests once the view is complete."""
     bus = await Bus.connect(settings.nats_servers, name=NAME)
-    await bus.reconcile()
+    await bus.reconcile(replicas=settings.stream_replicas)
     projection = Projection()
     allocator = Allocator(
         projection, sink=bus.publisher(source=f"/neuron-dra/{NAME}"), strategy=settings.strategy

@@ -27,7 +27,7 @@ __all__ = [
 ]
 
 REPO = Path(__file__).resolve().parents[5]
-LOCAL_OVERLAY = REPO / "deploy" / "kustomize" / "overlays" / "local"
+LOCAL_OVERLAY = REPO / "deploy" / "kustomize" / "overlays" / "local-processes"
 
 
 def hardware_root(layout: Layout, node: str) -> Path:

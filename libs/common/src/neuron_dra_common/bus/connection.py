@@ -80,9 +80,13 @@ class Bus:
         *,
         streams: Iterable[StreamSpec] = STREAMS,
         consumers: Iterable[ConsumerSpec] = (),
+        replicas: int = 1,
     ) -> dict[str, Change]:
-        """Make streams and consumers match their declarations (idempotent)."""
-        return await reconcile(self.js, streams=streams, consumers=consumers)
+        """Make streams and consumers match their declarations (idempotent).
+
+        ``replicas``: the least number of copies of each stream (``stream_replicas``).
+        """
+        return await reconcile(self.js, streams=streams, consumers=consumers, replicas=replicas)
 
     def publisher(self, *, source: str, ack_timeout: float = 5.0) -> Publisher:
         """A publisher whose events carry ``source`` as their CloudEvents source."""

@@ -6,6 +6,7 @@ import logging
 from collections.abc import Iterable
 from typing import Any, Literal
 
+import msgspec
 from nats.js import JetStreamContext, api
 from nats.js.errors import NotFoundError
 
@@ -87,14 +88,20 @@ def _consumer_view(config: api.ConsumerConfig) -> dict[str, Any]:
 
 
 async def reconcile_stream(js: JetStreamContext, spec: StreamSpec) -> Change:
-    """Create ``spec``'s stream, or update it if the server's differs; otherwise do nothing."""
+    """Create ``spec``'s stream, or update it if the server's differs; otherwise do nothing.
+
+    Replicas only ever grow: how many copies a stream keeps is a property of the NATS
+    cluster (``NEURON_DRA_STREAM_REPLICAS``), so a process configured for fewer never takes
+    copies away from a stream another raised.
+    """
     desired = _stream_config(spec)
     try:
         info = await js.stream_info(spec.name)
     except NotFoundError:
         await js.add_stream(desired)
-        log.info("stream created", extra={"stream": spec.name})
+        log.info("stream created", extra={"stream": spec.name, "replicas": spec.replicas})
         return "created"
+    desired.num_replicas = max(spec.replicas, info.config.num_replicas or 1)
     if _stream_view(info.config) == _stream_view(desired):
         return "unchanged"
     await js.update_stream(desired)
@@ -125,10 +132,17 @@ async def reconcile(
     *,
     streams: Iterable[StreamSpec],
     consumers: Iterable[ConsumerSpec] = (),
+    replicas: int = 1,
 ) -> dict[str, Change]:
-    """Reconcile streams first (in order), then consumers; returns what happened per name."""
+    """Reconcile streams first (in order), then consumers; returns what happened per name.
+
+    ``replicas`` is the least number of copies of each stream (the NATS cluster's size, up
+    to 5); a declaration asking for more keeps its own.
+    """
     changes: dict[str, Change] = {}
     for stream in streams:
+        if replicas > stream.replicas:
+            stream = msgspec.structs.replace(stream, replicas=replicas)
         changes[stream.name] = await reconcile_stream(js, stream)
     for spec in consumers:
         changes[f"{spec.stream}/{spec.durable}"] = await reconcile_consumer(js, spec)
