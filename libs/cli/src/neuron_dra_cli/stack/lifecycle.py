@@ -22,7 +22,16 @@ import msgspec
 from neuron_dra_common.hardware.simulate import SimNode
 
 from neuron_dra_cli.errors import CliError
-from neuron_dra_cli.stack import bytecode, kubectl, plugin, process, services, state, tracing
+from neuron_dra_cli.stack import (
+    accounts,
+    bytecode,
+    kubectl,
+    plugin,
+    process,
+    services,
+    state,
+    tracing,
+)
 from neuron_dra_cli.stack import components as comp
 from neuron_dra_cli.stack.fleet import Fleet
 from neuron_dra_cli.stack.layout import Layout
@@ -221,10 +230,10 @@ def up(opts: UpOptions, *, progress: Progress = print) -> state.StackState:
             ]
         )
 
-        def apply_objects() -> Path:
+        def apply_objects() -> dict[str, Path]:
             return _apply_cluster_objects(layout)
 
-        plugin_kubeconfig = background.submit(_timed, apply_objects)
+        service_kubeconfigs = background.submit(_timed, apply_objects)
         kcm_cfg = write_kubeconfig(
             layout.component_kubeconfig("kube-controller-manager"),
             server=server,
@@ -273,7 +282,7 @@ def up(opts: UpOptions, *, progress: Progress = print) -> state.StackState:
         launcher.start(nodes, timeout=60.0 + 5.0 * len(nodes))
         t_wait = time.monotonic()
         sims, t_hardware = hardware.result()
-        own_kubeconfig, t_objects = plugin_kubeconfig.result()
+        own_kubeconfigs, t_objects = service_kubeconfigs.result()
         t_bytecode = warmup.wait()
         progress(
             f"  simulated hardware written in {t_hardware:.1f} s, cluster objects applied in "
@@ -286,7 +295,7 @@ def up(opts: UpOptions, *, progress: Progress = print) -> state.StackState:
                 fleet=opts.fleet,
                 layout=layout,
                 nats_url=current.nats_url,
-                kubeconfig=layout.kubeconfig,
+                kubeconfig=own_kubeconfigs["slice-publisher"],
                 hardware=sims,
             ),
             *plugin.plugin_components(
@@ -294,9 +303,11 @@ def up(opts: UpOptions, *, progress: Progress = print) -> state.StackState:
                 layout=layout,
                 nats_url=current.nats_url,
                 kubeconfig=layout.kubeconfig,
-                plugin_kubeconfig=own_kubeconfig,
+                plugin_kubeconfig=own_kubeconfigs[plugin.KIND],
             ),
-            *ultraserver_components(nats_url=current.nats_url, kubeconfig=layout.kubeconfig),
+            *ultraserver_components(
+                nats_url=current.nats_url, kubeconfig=own_kubeconfigs["ultraserver-operator"]
+            ),
         ]
         # One starting per core: each spends about half a second importing on a core of its
         # own and then mostly waits (for NATS, the apiserver, its kubelet's registration).
@@ -329,10 +340,11 @@ def _timed(work: Callable[[], T]) -> tuple[T, float]:
     return work(), time.monotonic() - t0
 
 
-def _apply_cluster_objects(layout: Layout) -> Path:
-    """The local overlay and the plugins' RBAC; returns the plugins' own kubeconfig."""
+def _apply_cluster_objects(layout: Layout) -> dict[str, Path]:
+    """The local overlay, then every service's ServiceAccount and RBAC from the base; returns
+    each API-calling service's own kubeconfig (a token of its ServiceAccount), by kind."""
     services.apply_cluster_objects(layout.kubeconfig)
-    return plugin.apply_plugin_rbac(layout=layout, kubeconfig=layout.kubeconfig)
+    return accounts.service_kubeconfigs(layout, layout.kubeconfig)
 
 
 def wait_nodes_ready(kubeconfig: Path, names: Sequence[str], *, timeout: float) -> None:

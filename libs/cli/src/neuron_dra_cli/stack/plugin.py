@@ -4,10 +4,10 @@ Each plugin serves its node's kubelet root (the hollow kubelet finds it under
 ``plugins_registry`` and calls it exactly as a kubelet on EKS does), reads the node's
 simulated hardware, and writes CDI specs under ``<state>/nodes/<name>/cdi``.
 
-API access: on a cluster the plugin runs as the ``neuron-dra-kubelet-plugin``
-ServiceAccount bound to the ClusterRole in ``deploy/kustomize/base/kubelet-plugin``. Here it
-gets a client certificate for the user :data:`PLUGIN_USER`, bound to that same ClusterRole,
-so the local stack exercises the DaemonSet's least-privilege RBAC rather than admin rights.
+API access: as on a cluster, the plugin runs as the ``neuron-dra-kubelet-plugin``
+ServiceAccount bound to the ClusterRole in ``deploy/kustomize/base/kubelet-plugin``, with a
+token of that account (``stack.accounts``), so the local stack exercises the DaemonSet's
+least-privilege RBAC rather than admin rights.
 """
 
 from __future__ import annotations
@@ -15,19 +15,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Final
 
-import yaml
-
-from neuron_dra_cli.stack import kubectl
+from neuron_dra_cli.stack import accounts
 from neuron_dra_cli.stack.components import Component, python_service
 from neuron_dra_cli.stack.fleet import Fleet, NodeSpec
 from neuron_dra_cli.stack.layout import Layout
 from neuron_dra_cli.stack.nodes import kubelet_root
-from neuron_dra_cli.stack.pki import Pki, write_kubeconfig
 
 __all__ = [
-    "CLUSTER_ROLE",
     "KIND",
-    "PLUGIN_USER",
     "apply_plugin_rbac",
     "cdi_root",
     "hardware_root",
@@ -36,9 +31,6 @@ __all__ = [
 ]
 
 KIND: Final = "kubelet-plugin"
-PLUGIN_USER: Final = "neuron-dra:kubelet-plugin"
-REPO: Final = Path(__file__).resolve().parents[5]
-CLUSTER_ROLE: Final = REPO / "deploy" / "kustomize" / "base" / "kubelet-plugin" / "clusterrole.yaml"
 
 
 def hardware_root(layout: Layout, node: str) -> Path:
@@ -51,40 +43,14 @@ def cdi_root(layout: Layout, node: str) -> Path:
     return layout.node_dir(node) / "cdi"
 
 
-def _server(kubeconfig: Path) -> str:
-    config = yaml.safe_load(kubeconfig.read_text())
-    return str(config["clusters"][0]["cluster"]["server"])
-
-
 def apply_plugin_rbac(*, layout: Layout, kubeconfig: Path) -> Path:
-    """Bind :data:`PLUGIN_USER` to the DaemonSet's ClusterRole; return its kubeconfig.
+    """Apply the services' accounts and RBAC from the base; return the plugins' kubeconfig
+    (a token of the ``neuron-dra-kubelet-plugin`` ServiceAccount).
 
-    ``kubeconfig`` is the admin one (to apply the RBAC objects).
+    ``kubeconfig`` is the admin one (to apply the RBAC objects and request the token).
     """
-    pki = Pki(layout.pki)
-    pair = pki.client("kubelet-plugin", user=PLUGIN_USER)
-    binding = {
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "ClusterRoleBinding",
-        "metadata": {"name": "neuron-dra-kubelet-plugin-local"},
-        "roleRef": {
-            "apiGroup": "rbac.authorization.k8s.io",
-            "kind": "ClusterRole",
-            "name": "neuron-dra-kubelet-plugin",
-        },
-        "subjects": [
-            {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": PLUGIN_USER}
-        ],
-    }
-    kubectl.run(kubeconfig, ["apply", "-f", str(CLUSTER_ROLE)])
-    kubectl.run(kubeconfig, ["apply", "-f", "-"], input=yaml.safe_dump(binding))
-    return write_kubeconfig(
-        layout.component_kubeconfig(KIND),
-        server=_server(kubeconfig),
-        ca=pki.ca.cert,
-        pair=pair,
-        user=PLUGIN_USER,
-    )
+    accounts.apply_accounts(kubeconfig)
+    return accounts.service_kubeconfig(layout, kubeconfig, KIND)
 
 
 def plugin_component(

@@ -77,6 +77,7 @@ def product_components(
 ) -> list[Component]:
     """One discovery per node and the publisher, with every node's simulated hardware
     written (unless ``hardware`` holds what :func:`write_fleet_hardware` wrote).
+    ``kubeconfig`` is the slice publisher's own (``stack.accounts``).
 
     Nodes labelled ``neuron.aws.com/driver: "false"`` in the fleet are skipped. Discovery
     polls every second on the stack so that a hardware edit shows within seconds.
