@@ -91,14 +91,19 @@ def test_slice_publisher_rules_are_least_privilege(base: list[dict[str, Any]]) -
     ]
 
 
-def test_process_stack_overlay_is_namespace_device_class_and_crds_only() -> None:
-    # The default local stack runs every service as a process: no workloads, no RBAC.
+def test_process_stack_overlay_is_cluster_objects_only() -> None:
+    # The default local stack runs every service as a process: no workloads (their accounts
+    # and RBAC come from the base, see neuron_dra_cli.stack.accounts).
     docs = render(KUSTOMIZE / "overlays" / "local-processes")
     assert sorted((d["kind"], d["metadata"]["name"]) for d in docs) == [
         ("CustomResourceDefinition", "neuronultraservers.neuron.aws.com"),
         ("CustomResourceDefinition", "neuronultraserverworkloads.neuron.aws.com"),
         ("DeviceClass", "neuron.aws.com"),
         ("Namespace", "neuron-dra-driver"),
+        ("ValidatingAdmissionPolicy", "neuron-dra-operator-nodes"),
+        ("ValidatingAdmissionPolicy", "neuron-dra-resourceslices"),
+        ("ValidatingAdmissionPolicyBinding", "neuron-dra-operator-nodes"),
+        ("ValidatingAdmissionPolicyBinding", "neuron-dra-resourceslices"),
     ]
 
 
