@@ -14,6 +14,8 @@ from neuron_dra_common.events import (
     Event,
     NodeHeartbeat,
     NodeInventory,
+    NodeLost,
+    NodeRecovered,
     ObjectRef,
     WorkloadStateChanged,
 )
@@ -101,4 +103,15 @@ def samples() -> list[Event]:
         ),
         ClaimUnprepared(node="ip-10-0-0-1.ec2.internal", claim=CLAIM, devices=("neurondevice0",)),
         WorkloadStateChanged(workload=WORKLOAD, state="Running", previous="Pending"),
+        NodeLost(
+            node="ip-10-0-0-1.ec2.internal",
+            last_heartbeat_at=datetime(2026, 3, 1, 11, 59, 58, tzinfo=UTC),
+            detected_at=datetime(2026, 3, 1, 12, 0, 1, tzinfo=UTC),
+            reason="no heartbeat for 3.0 s",
+        ),
+        NodeRecovered(
+            node="ip-10-0-0-1.ec2.internal",
+            detected_at=datetime(2026, 3, 1, 12, 5, 0, tzinfo=UTC),
+            lost_for_seconds=299.0,
+        ),
     ]

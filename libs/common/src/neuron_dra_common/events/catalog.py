@@ -25,6 +25,8 @@ __all__ = [
     "DeviceHealthChanged",
     "NodeHeartbeat",
     "NodeInventory",
+    "NodeLost",
+    "NodeRecovered",
     "ObjectRef",
     "UltraServerGrant",
     "UltraServerRefusal",
@@ -97,6 +99,16 @@ class DeviceHealthChanged(Event, frozen=True, kw_only=True, tag="device.health.v
     reason: str = ""
     error_code: str = ""
     observed_at: datetime | None = None
+    #: The kernel log's error TYPE where one exists (``SRAM_UNCORRECTABLE_ERROR``, ...).
+    error_type: str = ""
+    #: "" when healthy; "degraded" or "uncorrectable" otherwise.
+    severity: Literal["", "degraded", "uncorrectable"] = ""
+    #: The kernel-log line or counter delta that proves it.
+    evidence: str = ""
+    #: What to do: "reload-driver-or-reboot", "replace-instance" or "".
+    action: str = ""
+    #: The NeuronCore (nc-id) when the kernel line gives one.
+    core: int | None = None
 
     @property
     def subject(self) -> str:
@@ -105,6 +117,39 @@ class DeviceHealthChanged(Event, frozen=True, kw_only=True, tag="device.health.v
     @property
     def ce_subject(self) -> str:
         return f"nodes/{self.node}/devices/{self.device}"
+
+
+class NodeLost(Event, frozen=True, kw_only=True, tag="node.lost.v1"):
+    """The failure detector declared a node lost (its heartbeats stopped)."""
+
+    node: str
+    last_heartbeat_at: datetime | None
+    detected_at: datetime
+    reason: str
+
+    @property
+    def subject(self) -> str:
+        return f"{SUBJECT_ROOT}.health.{subject_token(self.node)}.node"
+
+    @property
+    def ce_subject(self) -> str:
+        return f"nodes/{self.node}"
+
+
+class NodeRecovered(Event, frozen=True, kw_only=True, tag="node.recovered.v1"):
+    """A node declared lost is back (its heartbeats resumed and held)."""
+
+    node: str
+    detected_at: datetime
+    lost_for_seconds: float
+
+    @property
+    def subject(self) -> str:
+        return f"{SUBJECT_ROOT}.health.{subject_token(self.node)}.node"
+
+    @property
+    def ce_subject(self) -> str:
+        return f"nodes/{self.node}"
 
 
 class AllocationRequested(Event, frozen=True, kw_only=True, tag="allocation.requested.v1"):

@@ -16,6 +16,8 @@ from neuron_dra_common.events.catalog import (
     DeviceHealthChanged,
     NodeHeartbeat,
     NodeInventory,
+    NodeLost,
+    NodeRecovered,
     WorkloadStateChanged,
 )
 
@@ -31,6 +33,8 @@ AnyEvent = (
     | ClaimPrepared
     | ClaimUnprepared
     | WorkloadStateChanged
+    | NodeLost
+    | NodeRecovered
 )
 
 #: Tag -> class, for every event in the union.
@@ -46,6 +50,8 @@ EVENT_TYPES: Final[dict[str, type[Event]]] = {
         ClaimPrepared,
         ClaimUnprepared,
         WorkloadStateChanged,
+        NodeLost,
+        NodeRecovered,
     )
 }
 
