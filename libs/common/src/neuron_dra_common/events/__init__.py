@@ -2,6 +2,8 @@
 
 from neuron_dra_common.events.base import SUBJECT_ROOT, Event, subject_token
 from neuron_dra_common.events.catalog import (
+    AlertStateChanged,
+    AlertStatus,
     AllocationDecided,
     AllocationReleased,
     AllocationRequested,
@@ -23,6 +25,8 @@ from neuron_dra_common.events.codec import EVENT_TYPES, AnyEvent, DecodeError, d
 __all__ = [
     "EVENT_TYPES",
     "SUBJECT_ROOT",
+    "AlertStateChanged",
+    "AlertStatus",
     "AllocationDecided",
     "AllocationReleased",
     "AllocationRequested",

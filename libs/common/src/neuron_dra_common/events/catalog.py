@@ -7,6 +7,7 @@ else is a new tag (``...v2``) added to the union beside the old one.
 
 from __future__ import annotations
 
+import hashlib
 from datetime import datetime
 from typing import Literal
 
@@ -16,6 +17,8 @@ from neuron_dra_common.events.base import SUBJECT_ROOT, Event, subject_token
 from neuron_dra_common.hardware.model import NodeHardware
 
 __all__ = [
+    "AlertStateChanged",
+    "AlertStatus",
     "AllocationDecided",
     "AllocationReleased",
     "AllocationRequested",
@@ -303,3 +306,35 @@ class WorkloadStateChanged(Event, frozen=True, kw_only=True, tag="workload.state
     @property
     def ce_subject(self) -> str:
         return f"neuronultraserverworkloads/{self.workload.namespace}/{self.workload.name}"
+
+
+AlertStatus = Literal["firing", "resolved"]
+
+
+class AlertStateChanged(Event, frozen=True, kw_only=True, tag="alert.state.v1"):
+    """The alerts service fired or resolved an alert (what it sent to Alertmanager).
+
+    ``key`` names the alert (``alertname`` and what it is about); ``labels`` and
+    ``annotations`` are as sent. ``cause_sequence`` is the audit stream's sequence of the
+    event that changed the alert: an older event delivered again never changes it back.
+    The latest state per alert is kept, so the alerts service rebuilds what is firing from it.
+    """
+
+    key: str
+    alertname: str
+    status: AlertStatus
+    labels: dict[str, str]
+    annotations: dict[str, str] = msgspec.field(default_factory=dict)
+    starts_at: datetime
+    ends_at: datetime | None = None
+    cause_sequence: int = 0
+    cause_id: str = ""
+
+    @property
+    def subject(self) -> str:
+        digest = hashlib.sha256(self.key.encode()).hexdigest()[:16]
+        return f"{SUBJECT_ROOT}.alert.{subject_token(self.alertname)}.{digest}"
+
+    @property
+    def ce_subject(self) -> str:
+        return f"alerts/{self.key}"

@@ -8,6 +8,7 @@ import msgspec
 
 from neuron_dra_common.events.base import Event
 from neuron_dra_common.events.catalog import (
+    AlertStateChanged,
     AllocationDecided,
     AllocationReleased,
     AllocationRequested,
@@ -35,6 +36,7 @@ AnyEvent = (
     | WorkloadStateChanged
     | NodeLost
     | NodeRecovered
+    | AlertStateChanged
 )
 
 #: Tag -> class, for every event in the union.
@@ -52,6 +54,7 @@ EVENT_TYPES: Final[dict[str, type[Event]]] = {
         WorkloadStateChanged,
         NodeLost,
         NodeRecovered,
+        AlertStateChanged,
     )
 }
 
