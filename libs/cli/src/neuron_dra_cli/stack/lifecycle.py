@@ -22,7 +22,16 @@ import msgspec
 from neuron_dra_common.hardware.simulate import SimNode
 
 from neuron_dra_cli.errors import CliError
-from neuron_dra_cli.stack import bytecode, kubectl, plugin, process, services, state, tracing
+from neuron_dra_cli.stack import (
+    alerting,
+    bytecode,
+    kubectl,
+    plugin,
+    process,
+    services,
+    state,
+    tracing,
+)
 from neuron_dra_cli.stack import components as comp
 from neuron_dra_cli.stack.fleet import Fleet
 from neuron_dra_cli.stack.layout import Layout
@@ -162,6 +171,11 @@ def up(opts: UpOptions, *, progress: Progress = print) -> state.StackState:
         progress("neuron-dra: Jaeger, the trace backend")
         jaeger_binary = toolbuild.ensure_jaeger(progress=lambda m: progress("  " + m))
 
+    from neuron_dra_cli import toolbuild
+
+    progress("neuron-dra: Alertmanager, the alert receiver")
+    alertmanager_binary = toolbuild.ensure_alertmanager(progress=lambda m: progress("  " + m))
+
     progress(f"neuron-dra: certificates in {layout.pki}")
     pki = Pki(layout.pki)
     admin = pki.client("admin", user="kubernetes-admin", groups=("system:masters",))
@@ -205,6 +219,8 @@ def up(opts: UpOptions, *, progress: Progress = print) -> state.StackState:
                 ),
             ]
         )
+        receiver = alerting.alertmanager(binary=alertmanager_binary, state_dir=layout.root)
+        launcher.start([receiver])
         if jaeger_binary is not None:
             backend = tracing.jaeger(binary=jaeger_binary, state_dir=layout.root)
             launcher.start([backend])
@@ -297,6 +313,11 @@ def up(opts: UpOptions, *, progress: Progress = print) -> state.StackState:
                 plugin_kubeconfig=own_kubeconfig,
             ),
             *ultraserver_components(nats_url=current.nats_url, kubeconfig=layout.kubeconfig),
+            *alerting.subscriber_components(
+                nats_url=current.nats_url,
+                state_dir=layout.root,
+                alertmanager_url=alerting.ui_url(receiver.ports).rstrip("/"),
+            ),
         ]
         # One starting per core: each spends about half a second importing on a core of its
         # own and then mostly waits (for NATS, the apiserver, its kubelet's registration).
