@@ -32,12 +32,19 @@ from neuron_dra_common.events import (
     Event,
     ObjectRef,
 )
+from neuron_dra_common.runtime.faults import CrashPoint, no_crash
 from prometheus_client import Counter, Gauge
 
 from neuron_dra_alerts.alertmanager import AlertmanagerError, PostableAlert
 from neuron_dra_alerts.rules import Desired, evaluate
 
-__all__ = ["AlertSink", "Alerter", "Recorder"]
+__all__ = ["CRASH_STEPS", "CRASH_VARIABLE", "AlertSink", "Alerter", "Recorder"]
+
+#: For crash tests: ``NEURON_DRA_ALERTS_CRASH_AT=after-send`` kills the process (SIGKILL) once
+#: a change was recorded and sent, before its event is acknowledged; ``after-record`` once it
+#: was recorded, before it was sent.
+CRASH_VARIABLE = "NEURON_DRA_ALERTS_CRASH_AT"
+CRASH_STEPS = ("after-record", "after-send")
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +77,9 @@ class Alerter:
         ttl_seconds: float,
         generator_url: str = "",
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        crash: CrashPoint = no_crash,
     ) -> None:
+        self._crash = crash
         self._sink = sink
         self._record = record
         self._ttl = timedelta(seconds=ttl_seconds)
@@ -137,7 +146,9 @@ class Alerter:
                 )
             if changes:
                 self._gauge()
+                self._crash("after-record")
                 await self._send(changes)
+                self._crash("after-send")
 
     def _changes(
         self, current: AlertStateChanged | None, desired: Desired, *, sequence: int, cause: str

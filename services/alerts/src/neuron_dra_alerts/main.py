@@ -56,10 +56,11 @@ async def build(settings: AlertsSettings) -> Service:
     from neuron_dra_common.bus.declarations import ALERTS, ALLOCATION, DEADLETTER
     from neuron_dra_common.events import AlertStateChanged
     from neuron_dra_common.runtime import Service
+    from neuron_dra_common.runtime.faults import crash_point
 
     from neuron_dra_alerts.alertmanager import AlertmanagerClient
     from neuron_dra_alerts.deadletters import DeadLetterWatch
-    from neuron_dra_alerts.engine import Alerter
+    from neuron_dra_alerts.engine import CRASH_STEPS, CRASH_VARIABLE, Alerter
 
     bus = await Bus.connect(settings.nats_servers, name=NAME)
     spec = consumer(CONSUMER)
@@ -75,6 +76,7 @@ async def build(settings: AlertsSettings) -> Service:
         record=record,
         ttl_seconds=settings.alert_ttl_seconds,
         generator_url=settings.generator_url,
+        crash=crash_point(CRASH_VARIABLE, CRASH_STEPS),
     )
     alerter.restore(
         await replay(bus, stream=ALERTS.name, subject=ALERTS.subjects[0], last_per_subject=True),

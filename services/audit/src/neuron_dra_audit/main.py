@@ -29,9 +29,10 @@ async def build(settings: AuditSettings) -> Service:
 
     from neuron_dra_common.bus import Bus, consumer
     from neuron_dra_common.runtime import Service
+    from neuron_dra_common.runtime.faults import crash_point
 
     from neuron_dra_audit.auditlog import AuditLog
-    from neuron_dra_audit.writer import AuditWriter
+    from neuron_dra_audit.writer import CRASH_STEPS, CRASH_VARIABLE, AuditWriter
 
     audit_log = None
     if settings.audit_file:
@@ -43,7 +44,11 @@ async def build(settings: AuditSettings) -> Service:
             remember=settings.dedupe_lines,
         )
         audit_log.open()
-    writer = AuditWriter(audit_log=audit_log, stdout=sys.stdout.buffer if settings.stdout else None)
+    writer = AuditWriter(
+        audit_log=audit_log,
+        stdout=sys.stdout.buffer if settings.stdout else None,
+        crash=crash_point(CRASH_VARIABLE, CRASH_STEPS),
+    )
     bus = await Bus.connect(settings.nats_servers, name=NAME)
     spec = consumer(CONSUMER)
     await bus.reconcile(consumers=[spec])

@@ -10,11 +10,17 @@ from typing import BinaryIO
 
 from neuron_dra_common.bus import Delivery, encode_line, structured
 from neuron_dra_common.events import AnyEvent, encode
+from neuron_dra_common.runtime.faults import CrashPoint, no_crash
 from prometheus_client import Counter, Gauge
 
 from neuron_dra_audit.auditlog import AuditLog
 
-__all__ = ["AuditWriter"]
+__all__ = ["CRASH_STEPS", "CRASH_VARIABLE", "AuditWriter"]
+
+#: For crash tests: ``NEURON_DRA_AUDIT_CRASH_AT=after-write`` kills the process (SIGKILL)
+#: once the first line is written and before its message is acknowledged.
+CRASH_VARIABLE = "NEURON_DRA_AUDIT_CRASH_AT"
+CRASH_STEPS = ("after-write",)
 
 WRITTEN = Counter(
     "neuron_dra_audit_events_written",
@@ -32,7 +38,14 @@ FILE_BYTES = Gauge("neuron_dra_audit_file_bytes", "Size of the current audit fil
 class AuditWriter:
     """Writes each delivered event to the audit file (if any) and to ``stdout`` (if any)."""
 
-    def __init__(self, *, audit_log: AuditLog | None, stdout: BinaryIO | None) -> None:
+    def __init__(
+        self,
+        *,
+        audit_log: AuditLog | None,
+        stdout: BinaryIO | None,
+        crash: CrashPoint = no_crash,
+    ) -> None:
+        self._crash = crash
         self._log = audit_log
         self._stdout = stdout
         self._rotations = 0
@@ -59,3 +72,4 @@ class AuditWriter:
             self._stdout.write(line)
             self._stdout.flush()
         WRITTEN.labels(event.event_type()).inc()
+        self._crash("after-write")

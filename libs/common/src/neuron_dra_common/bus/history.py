@@ -65,7 +65,10 @@ async def read_history(
         )
     try:
         info = await sub.consumer_info()
-        done = info.num_pending == 0 and not follow
+        # A push consumer may have delivered messages already (pending 0, delivered > 0):
+        # then the last one's own pending count says when everything was read.
+        empty = info.num_pending == 0 and (info.delivered is None or not info.delivered.stream_seq)
+        done = empty and not follow
         while not done:
             try:
                 msg = await sub.next_msg(timeout=poll)
