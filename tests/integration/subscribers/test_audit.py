@@ -4,6 +4,7 @@ and ``neuron-dra events`` showing what a person asked for."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
@@ -44,12 +45,12 @@ def lines(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
-def wait_lines(path: Path, count: int, within: float = 20) -> list[dict[str, Any]]:
+async def wait_lines(path: Path, count: int, within: float = 20) -> list[dict[str, Any]]:
     deadline = time.monotonic() + within
     while len(found := lines(path)) < count:
         if time.monotonic() > deadline:
             raise AssertionError(f"{path}: {len(found)} lines after {within}s, wanted {count}")
-        time.sleep(0.05)
+        await asyncio.sleep(0.05)
     return found
 
 
@@ -80,7 +81,7 @@ async def test_each_event_is_one_valid_cloudevents_line_in_file_and_stdout(
         ),
     ]
     results = [await publisher.publish(e) for e in sent]
-    written = wait_lines(alerting.audit_file(tmp_path), 2)
+    written = await wait_lines(alerting.audit_file(tmp_path), 2)
     for line, event, result in zip(written, sent, results, strict=True):
         assert set(REQUIRED) <= set(line)
         assert line["specversion"] == "1.0"
@@ -92,7 +93,7 @@ async def test_each_event_is_one_valid_cloudevents_line_in_file_and_stdout(
         assert line["data"]["type"] == event.event_type()
         datetime.fromisoformat(line["time"])
     assert written[0]["data"]["error_type"] == "SRAM_UNCORRECTABLE_ERROR"
-    assert wait_lines(tmp_path / "stdout", 2) == written
+    assert await wait_lines(tmp_path / "stdout", 2) == written
 
 
 async def test_kill9_after_write_before_ack_writes_nothing_twice_and_loses_nothing(
@@ -110,8 +111,8 @@ async def test_kill9_after_write_before_ack_writes_nothing_twice_and_loses_nothi
     audit.start()
     # What the killed process had fetched comes back once the consumer's ack wait (30 s)
     # has passed.
-    wait_lines(file, 5, within=90)
-    time.sleep(1.0)  # give a duplicate the time to show up
+    await wait_lines(file, 5, within=90)
+    await asyncio.sleep(1.0)  # give a duplicate the time to show up
     ids = [line["id"] for line in lines(file)]
     assert sorted(ids) == sorted(r.msg_id for r in first + later)
     assert len(ids) == len(set(ids)) == 5
@@ -122,7 +123,8 @@ async def test_an_undecodable_message_goes_to_the_dead_letter_with_its_reason(
 ) -> None:
     audit.start()
     await nats_bus.js.publish(
-        "neuron.health.trn2-a.neurondevice1", b'{"type":"device.health.v9"}',
+        "neuron.health.trn2-a.neurondevice1",
+        b'{"type":"device.health.v9"}',
         headers={"Nats-Msg-Id": "bad-1"},
     )
     good = await nats_bus.publisher(source="/test").publish(unhealthy("trn2-a", "neurondevice2"))
@@ -131,7 +133,7 @@ async def test_an_undecodable_message_goes_to_the_dead_letter_with_its_reason(
     assert record.kind == "decode"
     assert "device.health.v9" in record.reason
     assert record.payload == b'{"type":"device.health.v9"}'
-    [line] = wait_lines(alerting.audit_file(tmp_path), 1)
+    [line] = await wait_lines(alerting.audit_file(tmp_path), 1)
     assert line["id"] == good.msg_id
 
 
@@ -150,18 +152,29 @@ async def test_neuron_dra_events_shows_one_nodes_events_as_cloudevents(
     deadline = time.monotonic() + 10
     while (await nats_bus.js.stream_info("NEURON_AUDIT")).state.messages < 3:
         assert time.monotonic() < deadline, "audit stream did not fill"
-        time.sleep(0.05)
+        await asyncio.sleep(0.05)
     cli = [sys.executable, "-m", "neuron_dra_cli", "events", "--nats-servers", nats_server.url]
-    out = subprocess.run(
+    out = await asyncio.to_thread(
+        subprocess.run,
         [*cli, "--node", "trn2-x", "--since", "1h", "-o", "json"],
-        capture_output=True, text=True, timeout=60, check=True,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
     ).stdout
     got = [json.loads(line) for line in out.splitlines()]
     assert [g["id"] for g in got] == [mine.msg_id, claim.msg_id]
     assert all(set(REQUIRED) <= set(g) for g in got)
     assert {g["data"]["node"] for g in got} == {"trn2-x"}
-    text = subprocess.run(
-        [*cli, "--claim", "ml/c"], capture_output=True, text=True, timeout=60, check=True
+    text = (
+        await asyncio.to_thread(
+            subprocess.run,
+            [*cli, "--claim", "ml/c"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
     ).stdout.splitlines()
     assert len(text) == 1
     assert "resourceclaims/ml/c" in text[0]
