@@ -14,6 +14,7 @@ from neuron_dra_common.events import (
     AlertStateChanged,
     AllocationDecided,
     AnyEvent,
+    DeviceHealth,
     DeviceHealthChanged,
     ObjectRef,
 )
@@ -56,13 +57,13 @@ def delivery(seq: int) -> Delivery:
     )
 
 
-def health(state: str, dev: str = "d0") -> DeviceHealthChanged:
+def health(state: DeviceHealth, dev: str = "d0") -> DeviceHealthChanged:
     return DeviceHealthChanged(
         node="n1",
         device=dev,
         health=state,
         severity="uncorrectable" if state == "Unhealthy" else "",
-    )  # type: ignore[arg-type]
+    )
 
 
 async def feed(a: Alerter, *events: tuple[int, AnyEvent]) -> None:
