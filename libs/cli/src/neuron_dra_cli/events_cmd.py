@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import os
 import re
 import sys
@@ -244,6 +245,8 @@ async def _read(
     from neuron_dra_common.bus.declarations import AUDIT
 
     stream = out or sys.stdout
+    # The connection's reconnect and drain messages are for services' logs, not this output.
+    logging.getLogger("neuron_dra_common.bus").setLevel(logging.ERROR)
     try:
         bus = await asyncio.wait_for(Bus.connect(servers, name="neuron-dra-events"), 10)
     except Exception as exc:
