@@ -14,7 +14,7 @@ if [ "$(cat "$floor_needed")" = "yes" ]; then
   neuron-dra dev build --k8s-version "$(python -c 'from neuron_dra_cli.kubebuild import FLOOR_VERSION; print(FLOOR_VERSION)')"
 fi
 
-echo "==> trace backend (Jaeger) and promtool (built or fetched once, same cache)"
+echo "==> trace backend (Jaeger), Alertmanager and promtool (built or fetched once, same cache)"
 python -m neuron_dra_cli.toolbuild
 
 echo "==> lint"

@@ -66,3 +66,47 @@ def test_dev_up_takes_tracing() -> None:
     args = build_parser().parse_args(["dev", "up", "--tracing"])
     assert args.tracing is True
     assert build_parser().parse_args(["dev", "up"]).tracing is False
+
+
+def test_alertmanager_is_pinned_and_the_stack_runs_it_on_loopback(tmp_path: Path) -> None:
+    from neuron_dra_cli.stack import alerting
+    from neuron_dra_cli.toolbuild import ALERTMANAGER, ALERTMANAGER_PACKAGE
+
+    version = ALERTMANAGER.version(REPO / "tools" / "alertmanager")
+    sums = (REPO / "tools" / "alertmanager" / "go.sum").read_text()
+    assert f"github.com/prometheus/alertmanager {version} h1:" in sums
+    assert (
+        f'_ "{ALERTMANAGER_PACKAGE}"' in (REPO / "tools" / "alertmanager" / "tools.go").read_text()
+    )
+    component = alerting.alertmanager(binary=Path("/bin/true"), state_dir=tmp_path)
+    port = component.ports["web"]
+    assert f"--web.listen-address=127.0.0.1:{port}" in component.argv
+    assert "--cluster.listen-address=" in component.argv  # no gossip port on the network
+    assert yaml.safe_load((tmp_path / "alertmanager" / "alertmanager.yml").read_text())["route"]
+
+
+def test_dev_up_prints_the_alerts_ui_and_the_audit_log(tmp_path: Path) -> None:
+    base = StackState(
+        k8s_version="1.36.3",
+        fleet="fleet.yaml",
+        kubeconfig="kubeconfig",
+        apiserver="https://127.0.0.1:6443",
+        nats_url="nats://127.0.0.1:4222",
+    )
+    am = ComponentState(
+        name="alertmanager",
+        kind="alertmanager",
+        pid=1,
+        start_ticks=1,
+        log="a.log",
+        ports={"web": 9093},
+    )
+    audit = ComponentState(name="audit", kind="audit", pid=2, start_ticks=1, log="b.log")
+    text = summary(
+        msgspec.structs.replace(base, components=(am, audit)),
+        state_dir=tmp_path,
+        seconds=1.0,
+        detached=True,
+    )
+    assert "  alerts UI    http://127.0.0.1:9093/   (Alertmanager; API under /api/v2)" in text
+    assert f"  audit log    {tmp_path / 'audit' / 'audit.jsonl'}" in text

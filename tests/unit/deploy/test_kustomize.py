@@ -355,3 +355,32 @@ def test_every_service_knows_its_pod_for_its_spans(base: list[dict[str, Any]]) -
         assert fields["K8S_POD_NAMESPACE"] == "metadata.namespace", name
         node = fields.get("K8S_NODE_NAME") or fields.get("NEURON_DRA_NODE_NAME")
         assert node == "spec.nodeName", name
+
+
+def test_audit_and_alerts_run_alone_without_api_access(base: list[dict[str, Any]]) -> None:
+    for name, command in (
+        ("neuron-dra-audit", "neuron-dra-audit"),
+        ("neuron-dra-alerts", "neuron-dra-alerts"),
+    ):
+        deploy = by_kind(base, "Deployment")[name]
+        assert deploy["metadata"]["namespace"] == "neuron-dra-driver"
+        assert deploy["spec"]["replicas"] == 1
+        assert deploy["spec"]["strategy"] == {"type": "Recreate"}
+        pod = deploy["spec"]["template"]["spec"]
+        assert pod["serviceAccountName"] == name
+        assert pod["automountServiceAccountToken"] is False
+        assert by_kind(base, "ServiceAccount")[name]["automountServiceAccountToken"] is False
+        assert _bindings(base, name) == []
+        [container] = pod["containers"]
+        assert container["command"] == [command]
+    audit = by_kind(base, "Deployment")["neuron-dra-audit"]["spec"]["template"]["spec"]
+    [mount] = audit["containers"][0]["volumeMounts"]
+    env = {e["name"]: e.get("value") for e in audit["containers"][0]["env"]}
+    assert env["NEURON_DRA_AUDIT_FILE"].startswith(mount["mountPath"] + "/")
+    alerts = by_kind(base, "Deployment")["neuron-dra-alerts"]["spec"]["template"]["spec"]
+    [url] = [
+        e for e in alerts["containers"][0]["env"] if e["name"] == "NEURON_DRA_ALERTMANAGER_URL"
+    ]
+    ref = url["valueFrom"]["configMapKeyRef"]
+    config = by_kind(base, "ConfigMap")[ref["name"]]
+    assert config["data"][ref["key"]].startswith("http")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from neuron_dra_common.events import (
+    AlertStateChanged,
     AllocationDecided,
     AllocationReleased,
     AllocationRequested,
@@ -14,6 +15,8 @@ from neuron_dra_common.events import (
     Event,
     NodeHeartbeat,
     NodeInventory,
+    NodeLost,
+    NodeRecovered,
     ObjectRef,
     WorkloadStateChanged,
 )
@@ -101,4 +104,30 @@ def samples() -> list[Event]:
         ),
         ClaimUnprepared(node="ip-10-0-0-1.ec2.internal", claim=CLAIM, devices=("neurondevice0",)),
         WorkloadStateChanged(workload=WORKLOAD, state="Running", previous="Pending"),
+        NodeLost(
+            node="ip-10-0-0-1.ec2.internal",
+            last_heartbeat_at=datetime(2026, 3, 1, 11, 59, 58, tzinfo=UTC),
+            detected_at=datetime(2026, 3, 1, 12, 0, 1, tzinfo=UTC),
+            reason="no heartbeat for 3.0 s",
+        ),
+        NodeRecovered(
+            node="ip-10-0-0-1.ec2.internal",
+            detected_at=datetime(2026, 3, 1, 12, 5, 0, tzinfo=UTC),
+            lost_for_seconds=299.0,
+        ),
+        AlertStateChanged(
+            key="NeuronDeviceUnhealthy/ip-10-0-0-1.ec2.internal/neurondevice3",
+            alertname="NeuronDeviceUnhealthy",
+            status="firing",
+            labels={
+                "alertname": "NeuronDeviceUnhealthy",
+                "severity": "critical",
+                "node": "ip-10-0-0-1.ec2.internal",
+                "device": "neurondevice3",
+            },
+            annotations={"summary": "neurondevice3 on ip-10-0-0-1.ec2.internal is unhealthy"},
+            starts_at=datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC),
+            cause_sequence=42,
+            cause_id="9f0c1d2e3a4b5c6d7e8f901234567890",
+        ),
     ]

@@ -130,6 +130,12 @@ class World:
             on_allocate(event)
             return await self.allocator.handle(event)  # type: ignore[arg-type,return-value]
 
+        #: Events the operator published (workload state changes), with their msg ids.
+        self.published: list[tuple[Event, str]] = []
+
+        async def publish(event: Event, msg_id: str) -> None:
+            self.published.append((event, msg_id))
+
         self.reconciler = WorkloadReconciler(
             client=self.api,  # type: ignore[arg-type]
             workloads=self.api.workloads,
@@ -140,6 +146,7 @@ class World:
             requeue=lambda key, after: None,
             released=lambda: None,
             tracer=tracer,
+            publish=publish,
         )
 
     def reconcile(self) -> None:

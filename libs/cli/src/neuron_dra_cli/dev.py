@@ -207,6 +207,7 @@ def summary(current: state.StackState, *, state_dir: Path, seconds: float, detac
         f"  NATS         {current.nats_url}",
         f"  logs         {state_dir / 'logs'}",
         *_traces_line(current),
+        *_alerts_lines(current, state_dir=state_dir),
         "",
         "Use it:",
         f"  export KUBECONFIG={current.kubeconfig}",
@@ -229,6 +230,19 @@ def _traces_line(current: state.StackState) -> list[str]:
         for c in current.components
         if c.kind == tracing.JAEGER
     ]
+
+
+def _alerts_lines(current: state.StackState, *, state_dir: Path) -> list[str]:
+    from neuron_dra_cli.stack import alerting
+
+    lines = [
+        f"  alerts UI    {alerting.ui_url(c.ports)}   (Alertmanager; API under /api/v2)"
+        for c in current.components
+        if c.kind == alerting.ALERTMANAGER
+    ]
+    if any(c.kind == "audit" for c in current.components):
+        lines.append(f"  audit log    {alerting.audit_file(state_dir)}   (`neuron-dra events`)")
+    return lines
 
 
 def cmd_down(args: argparse.Namespace) -> int:

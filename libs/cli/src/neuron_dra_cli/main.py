@@ -23,9 +23,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="group", metavar="GROUP")
     sub.required = True
-    from neuron_dra_cli import dev, topology_cmd
+    from neuron_dra_cli import dev, events_cmd, topology_cmd
 
     dev.register(sub)
+    events_cmd.register(sub)
     topology_cmd.register(sub)
     return parser
 

@@ -4,13 +4,18 @@
   query API and UI), the trace backend of ``neuron-dra dev up --tracing`` and of the tracing
   tests. Built from its Go module at the version ``tools/jaeger/go.mod`` pins, stripped
   (``-trimpath -ldflags=-s -w``), into ``<cache>/jaeger/<version>/bin/jaeger``.
+- **Alertmanager**, which receives the alerts of ``neuron-dra-alerts`` on the local stack and
+  in the alerting tests. Built from its Go module (``tools/alertmanager/go.mod``) the same way,
+  into ``<cache>/alertmanager/<version>/bin/alertmanager``, web UI included. (Debian's
+  ``prometheus-alertmanager`` ships without the UI and reads its default notification template
+  from a fixed path under ``/usr/share``, so it cannot run from an unpacked copy.)
 - **promtool**, which checks and unit-tests the alerting rules of the monitoring component.
   Taken from Debian's ``prometheus`` package without root: ``apt-get download`` then
   ``dpkg-deb -x``, into ``<cache>/promtool/<package version>/promtool``.
 
-Both are made once, under a file lock (two test runs starting together wait for each other,
-as the Kubernetes build does), and reused. ``python -m neuron_dra_cli.toolbuild`` makes both
-(``scripts/test.sh`` runs it before the tests).
+Each is made once, under a file lock (two test runs starting together wait for each other,
+as the Kubernetes build does), and reused. ``python -m neuron_dra_cli.toolbuild`` makes all
+three (``scripts/test.sh`` runs it before the tests).
 """
 
 from __future__ import annotations
@@ -32,8 +37,14 @@ from neuron_dra_cli.cachelock import duration, locked
 from neuron_dra_cli.errors import CliError
 
 __all__ = [
+    "ALERTMANAGER",
+    "ALERTMANAGER_PACKAGE",
+    "JAEGER",
     "JAEGER_PACKAGE",
+    "GoTool",
     "ToolBuildError",
+    "ensure_alertmanager",
+    "ensure_go_tool",
     "ensure_jaeger",
     "ensure_promtool",
     "jaeger_module_version",
@@ -43,7 +54,8 @@ Progress = Callable[[str], None]
 
 JAEGER_PACKAGE = "github.com/jaegertracing/jaeger/cmd/jaeger"
 _JAEGER_MODULE = "github.com/jaegertracing/jaeger"
-_JAEGER_FLAGS = ("-mod=readonly", "-trimpath", "-ldflags=-s -w")
+ALERTMANAGER_PACKAGE = "github.com/prometheus/alertmanager/cmd/alertmanager"
+_GO_FLAGS = ("-mod=readonly", "-trimpath", "-ldflags=-s -w")
 _KEY_FILE = "build-key"
 _PROMTOOL_PACKAGE = "prometheus"
 
@@ -52,23 +64,53 @@ class ToolBuildError(CliError):
     """A tool could not be built or fetched."""
 
 
-def _module_dir() -> Path:
-    return paths.repo_root() / "tools" / "jaeger"
+class GoTool:
+    """A program built from a Go module that ``tools/<name>/go.mod`` pins."""
+
+    def __init__(self, *, name: str, module: str, package: str, what: str, minutes: str) -> None:
+        self.name = name
+        self.module = module
+        self.package = package
+        self.what = what
+        self.minutes = minutes
+
+    def module_dir(self) -> Path:
+        return paths.repo_root() / "tools" / self.name
+
+    def version(self, module_dir: Path | None = None) -> str:
+        """The module version ``tools/<name>/go.mod`` requires."""
+        text = ((module_dir or self.module_dir()) / "go.mod").read_text()
+        found = re.search(rf"^\s*(?:require\s+)?{re.escape(self.module)}\s+(v\S+)", text, re.M)
+        if found is None:
+            raise ToolBuildError(f"tools/{self.name}/go.mod does not require {self.module}")
+        return found.group(1)
+
+
+JAEGER = GoTool(
+    name="jaeger",
+    module=_JAEGER_MODULE,
+    package=JAEGER_PACKAGE,
+    what="Jaeger",
+    minutes="about 6 CPU-minutes (3 minutes on 2 idle cores)",
+)
+ALERTMANAGER = GoTool(
+    name="alertmanager",
+    module="github.com/prometheus/alertmanager",
+    package=ALERTMANAGER_PACKAGE,
+    what="Alertmanager",
+    minutes="about 3 CPU-minutes",
+)
 
 
 def jaeger_module_version(module_dir: Path | None = None) -> str:
     """The Jaeger module version ``tools/jaeger/go.mod`` requires (``v1.76.0``: Jaeger
     tags each v2 release with a v1 module version too, and Go resolves those)."""
-    text = ((module_dir or _module_dir()) / "go.mod").read_text()
-    found = re.search(rf"^\s*(?:require\s+)?{re.escape(_JAEGER_MODULE)}\s+(v\S+)", text, re.M)
-    if found is None:
-        raise ToolBuildError(f"tools/jaeger/go.mod does not require {_JAEGER_MODULE}")
-    return found.group(1)
+    return JAEGER.version(module_dir)
 
 
-def _jaeger_key(module_dir: Path) -> str:
+def _build_key(module_dir: Path) -> str:
     h = hashlib.sha256()
-    h.update(json.dumps(_JAEGER_FLAGS).encode())
+    h.update(json.dumps(_GO_FLAGS).encode())
     for name in ("go.mod", "go.sum"):
         h.update(name.encode() + b"\0" + (module_dir / name).read_bytes() + b"\0")
     return h.hexdigest()
@@ -83,13 +125,13 @@ def _current(binary: Path, key: str) -> bool:
         return False
 
 
-def ensure_jaeger(*, progress: Progress = print) -> Path:
-    """The cached Jaeger binary, built first if missing or built from other pins."""
-    module_dir = _module_dir()
-    version = jaeger_module_version(module_dir)
-    root = paths.cache_dir() / "jaeger" / version
-    binary = root / "bin" / "jaeger"
-    key = _jaeger_key(module_dir)
+def ensure_go_tool(tool: GoTool, *, progress: Progress = print) -> Path:
+    """The cached binary of ``tool``, built first if missing or built from other pins."""
+    module_dir = tool.module_dir()
+    version = tool.version(module_dir)
+    root = paths.cache_dir() / tool.name / version
+    binary = root / "bin" / tool.name
+    key = _build_key(module_dir)
     if _current(binary, key):
         return binary
     with locked(root / ".lock", progress=progress, what="another process making the same tool"):
@@ -98,18 +140,18 @@ def ensure_jaeger(*, progress: Progress = print) -> Path:
         go = shutil.which("go")
         if go is None:
             raise ToolBuildError(
-                "`go` is not on PATH; Jaeger is built from its Go module (tools/jaeger) and "
-                "needs Go 1.26 or newer (https://go.dev/dl/)"
+                f"`go` is not on PATH; {tool.what} is built from its Go module "
+                f"(tools/{tool.name}) and needs Go 1.26 or newer (https://go.dev/dl/)"
             )
         progress(
-            f"building Jaeger {version} ({JAEGER_PACKAGE}) with {go}; a first build takes "
-            "about 6 CPU-minutes (3 minutes on 2 idle cores)"
+            f"building {tool.what} {version} ({tool.package}) with {go}; a first build takes "
+            f"{tool.minutes}"
         )
         t0 = time.monotonic()
         (root / "bin").mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(prefix=".build-", dir=root) as tmp:
-            out = Path(tmp) / "jaeger"
-            argv = [go, "build", *_JAEGER_FLAGS, "-o", str(out), JAEGER_PACKAGE]
+            out = Path(tmp) / tool.name
+            argv = [go, "build", *_GO_FLAGS, "-o", str(out), tool.package]
             env = {
                 **os.environ,
                 "CGO_ENABLED": "0",
@@ -127,13 +169,24 @@ def ensure_jaeger(*, progress: Progress = print) -> Path:
             )
             if proc.returncode != 0 or not out.is_file():
                 raise ToolBuildError(
-                    f"building Jaeger {version} failed (go build exited {proc.returncode}; "
-                    f"command, run in {module_dir}: {' '.join(argv)}):\n{proc.stdout.strip()}"
+                    f"building {tool.what} {version} failed (go build exited "
+                    f"{proc.returncode}; command, run in {module_dir}: {' '.join(argv)}):\n"
+                    f"{proc.stdout.strip()}"
                 )
             os.replace(out, binary)
         (root / _KEY_FILE).write_text(key + "\n")
-        progress(f"Jaeger {version} ready in {binary} ({duration(time.monotonic() - t0)})")
+        progress(f"{tool.what} {version} ready in {binary} ({duration(time.monotonic() - t0)})")
     return binary
+
+
+def ensure_jaeger(*, progress: Progress = print) -> Path:
+    """The cached Jaeger binary, built first if missing or built from other pins."""
+    return ensure_go_tool(JAEGER, progress=progress)
+
+
+def ensure_alertmanager(*, progress: Progress = print) -> Path:
+    """The cached Alertmanager binary, built first if missing or built from other pins."""
+    return ensure_go_tool(ALERTMANAGER, progress=progress)
 
 
 def _promtool_cached(root: Path) -> Path | None:
@@ -194,14 +247,15 @@ def _run(argv: list[str], *, cwd: Path) -> None:
 
 
 def main() -> int:
-    """Make both tools; print where they are."""
+    """Make every tool; print where they are."""
     try:
         jaeger = ensure_jaeger()
+        alertmanager = ensure_alertmanager()
         promtool = ensure_promtool()
     except CliError as exc:
         print(f"neuron-dra: {exc}", file=sys.stderr)
         return 2
-    print(f"jaeger   {jaeger}\npromtool {promtool}")
+    print(f"jaeger       {jaeger}\nalertmanager {alertmanager}\npromtool     {promtool}")
     return 0
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, Protocol
 
 import msgspec
@@ -20,6 +20,7 @@ from neuron_dra_common.events import (
     AnyEvent,
     Event,
     ObjectRef,
+    WorkloadStateChanged,
 )
 from neuron_dra_common.kube import (
     NODES,
@@ -83,6 +84,10 @@ class Allocate(Protocol):
     async def __call__(self, event: Event) -> AnyEvent: ...
 
 
+#: Publishes an event with its de-duplication id (the bus publisher's ``publish``).
+Publish = Callable[[Event, str], Awaitable[object]]
+
+
 class Executor:
     """Performs actions for one workload at a time, in the order given."""
 
@@ -95,8 +100,11 @@ class Executor:
         wake: Callable[[], None],
         touch: Callable[[Iterable[str]], None],
         crash: CrashPoint = no_crash,
+        publish: Publish | None = None,
     ) -> None:
         self.client = client
+        self._publish = publish
+        self._states: dict[str, str] = {}
         self._allocate = allocate
         self._requeue = requeue
         self._wake = wake
@@ -106,6 +114,8 @@ class Executor:
 
     async def perform(self, workload: Workload, actions: Sequence[Action], facts: Facts) -> Facts:
         """Perform ``actions`` for ``workload``; ``facts`` with what the queries learned."""
+        # The state as the API showed it, then as this call wrote it (several writes a call).
+        self._states[workload.metadata.uid] = str(workload.reported.get("state") or "")
         for action in actions:
             facts = await self._perform(workload, action, facts)
         return facts
@@ -125,6 +135,7 @@ class Executor:
                 return msgspec.structs.replace(facts, claims=await self._claims(wl))
             case WriteStatus():
                 await self._status(wl, action.status)
+                await self._state_changed(wl, action.status)
                 self._touch(action.touch)
                 _observe_allocation(wl, action.status, now=facts.now)
             case WriteNodeRecords():
@@ -150,6 +161,7 @@ class Executor:
                 )
             case ForgetEvents():
                 self._last_event.pop(wl.metadata.uid, None)
+                self._states.pop(wl.metadata.uid, None)
             case Requeue():
                 self._requeue(wl.key, action.after)
             case WakeWaiting():
@@ -207,6 +219,32 @@ class Executor:
         except ApiException as exc:
             if exc.status != 404:
                 raise
+
+    async def _state_changed(self, wl: Workload, status: Obj) -> None:
+        """Put a state change on the bus for audit and alerts (never holds the reconcile up)."""
+        state = str(status.get("state") or "")
+        previous = self._states.get(wl.metadata.uid, "")
+        if self._publish is None or not state or state == previous:
+            return
+        self._states[wl.metadata.uid] = state
+        servers = tuple(status.get("allocatedUltraServers") or ())
+        event = WorkloadStateChanged(
+            workload=_ref(wl),
+            state=state,
+            previous=previous,
+            reason=str(status.get("reason") or ""),
+            ultraservers=servers,
+        )
+        # The same transition written again (a retry, a restart) is stored once.
+        msg_id = f"wl:{wl.metadata.uid}:{wl.metadata.generation}:{previous}:{state}:" + ",".join(
+            servers
+        )
+        try:
+            await self._publish(event, msg_id)
+        except Exception as exc:  # an audit event must not fail the reconcile
+            log.warning(
+                "workload state not published", extra={"workload": wl.key, "error": repr(exc)}
+            )
 
     async def _node(self, write: NodeWrite, *, step: str) -> None:
         """Write (or remove) the allocation record on a node, with its trace context.

@@ -70,6 +70,11 @@ async def build(settings: OperatorSettings) -> Service:
             bus, settings.allocator_subject, event, wait=settings.allocator_timeout
         )
 
+    publisher = bus.publisher(source=f"/neuron-dra/{NAME}")
+
+    async def publish(event: Event, msg_id: str) -> object:
+        return await publisher.publish(event, msg_id=msg_id)
+
     workloads = WorkloadReconciler(
         client=client,
         workloads=workloads_inf.cache,
@@ -81,6 +86,7 @@ async def build(settings: OperatorSettings) -> Service:
         released=triggers.capacity_released,
         claim_wait_seconds=settings.claim_wait_seconds,
         crash=crash,
+        publish=publish,
     )
     ultraservers = UltraServerReconciler(
         client=client,

@@ -23,7 +23,7 @@ from opentelemetry.trace import Span, Tracer
 from neuron_dra_ultraserver_operator import metrics
 from neuron_dra_ultraserver_operator.actions import asks
 from neuron_dra_ultraserver_operator.decide import decide
-from neuron_dra_ultraserver_operator.executor import Allocate, Executor
+from neuron_dra_ultraserver_operator.executor import Allocate, Executor, Publish
 from neuron_dra_ultraserver_operator.faults import CrashPoint, no_crash
 from neuron_dra_ultraserver_operator.fleet import FleetIndex, NodeRecords
 from neuron_dra_ultraserver_operator.inputs import Facts
@@ -58,6 +58,7 @@ class WorkloadReconciler:
         claim_wait_seconds: float = 300.0,
         crash: CrashPoint = no_crash,
         tracer: Tracer | None = None,
+        publish: Publish | None = None,
     ) -> None:
         self._workloads = workloads
         self._tracer = tracer or get_tracer(__name__)
@@ -71,6 +72,7 @@ class WorkloadReconciler:
             wake=released,
             touch=changed,
             crash=crash,
+            publish=publish,
         )
 
     async def reconcile(self, key: str) -> None:

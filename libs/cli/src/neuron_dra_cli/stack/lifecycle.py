@@ -24,6 +24,7 @@ from neuron_dra_common.hardware.simulate import SimNode
 from neuron_dra_cli.errors import CliError
 from neuron_dra_cli.stack import (
     accounts,
+    alerting,
     bytecode,
     kubectl,
     plugin,
@@ -171,6 +172,11 @@ def up(opts: UpOptions, *, progress: Progress = print) -> state.StackState:
         progress("neuron-dra: Jaeger, the trace backend")
         jaeger_binary = toolbuild.ensure_jaeger(progress=lambda m: progress("  " + m))
 
+    from neuron_dra_cli import toolbuild
+
+    progress("neuron-dra: Alertmanager, the alert receiver")
+    alertmanager_binary = toolbuild.ensure_alertmanager(progress=lambda m: progress("  " + m))
+
     progress(f"neuron-dra: certificates in {layout.pki}")
     pki = Pki(layout.pki)
     admin = pki.client("admin", user="kubernetes-admin", groups=("system:masters",))
@@ -214,6 +220,8 @@ def up(opts: UpOptions, *, progress: Progress = print) -> state.StackState:
                 ),
             ]
         )
+        receiver = alerting.alertmanager(binary=alertmanager_binary, state_dir=layout.root)
+        launcher.start([receiver])
         if jaeger_binary is not None:
             backend = tracing.jaeger(binary=jaeger_binary, state_dir=layout.root)
             launcher.start([backend])
@@ -307,6 +315,11 @@ def up(opts: UpOptions, *, progress: Progress = print) -> state.StackState:
             ),
             *ultraserver_components(
                 nats_url=current.nats_url, kubeconfig=own_kubeconfigs["ultraserver-operator"]
+            ),
+            *alerting.subscriber_components(
+                nats_url=current.nats_url,
+                state_dir=layout.root,
+                alertmanager_url=alerting.ui_url(receiver.ports).rstrip("/"),
             ),
         ]
         # One starting per core: each spends about half a second importing on a core of its

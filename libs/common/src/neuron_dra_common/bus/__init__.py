@@ -1,5 +1,6 @@
 """The only module of common that talks to NATS: streams, publishing, consumer runners."""
 
+from neuron_dra_common.bus.cloudevents import CloudEvent, cloud_event_id, encode_line, structured
 from neuron_dra_common.bus.connection import Bus
 from neuron_dra_common.bus.deadletter import DeadLetterRecord, read_dead_letter
 from neuron_dra_common.bus.declarations import (
@@ -14,6 +15,7 @@ from neuron_dra_common.bus.declarations import (
 from neuron_dra_common.bus.errors import PermanentError, PublishError
 from neuron_dra_common.bus.follow import Follower, ProjectionHandler, replay
 from neuron_dra_common.bus.headers import CloudEventAttributes, cloud_event_attributes
+from neuron_dra_common.bus.history import StoredMessage, read_history
 from neuron_dra_common.bus.publisher import Publisher, PublishResult
 from neuron_dra_common.bus.reconcile import reconcile, reconcile_consumer, reconcile_stream
 from neuron_dra_common.bus.rpc import ALLOCATOR_SUBJECT, Responder, RpcError, request
@@ -25,6 +27,7 @@ __all__ = [
     "DEAD_LETTER_PREFIX",
     "STREAMS",
     "Bus",
+    "CloudEvent",
     "CloudEventAttributes",
     "ConsumerRunner",
     "ConsumerSpec",
@@ -40,14 +43,19 @@ __all__ = [
     "Responder",
     "RpcError",
     "RunnerOptions",
+    "StoredMessage",
     "StreamSpec",
     "cloud_event_attributes",
+    "cloud_event_id",
     "consumer",
     "dead_letter_subject",
+    "encode_line",
     "read_dead_letter",
+    "read_history",
     "reconcile",
     "reconcile_consumer",
     "reconcile_stream",
     "replay",
     "request",
+    "structured",
 ]

@@ -13,6 +13,7 @@ import msgspec
 from neuron_dra_common.events.base import SUBJECT_ROOT
 
 __all__ = [
+    "ALERTS",
     "ALLOCATION",
     "AUDIT",
     "CLAIMS",
@@ -113,6 +114,13 @@ WORKLOADS: Final = StreamSpec(
     description="Workload state changes",
     max_age_seconds=30 * _DAY,
 )
+ALERTS: Final = StreamSpec(
+    name="NEURON_ALERTS",
+    subjects=_subjects("alert"),
+    description="Latest state of each alert the alerts service sent (firing or resolved)",
+    max_msgs_per_subject=1,
+    max_age_seconds=90 * _DAY,
+)
 AUDIT: Final = StreamSpec(
     name="NEURON_AUDIT",
     description="Every decision of every stream except heartbeats, for audit and replay",
@@ -123,6 +131,7 @@ AUDIT: Final = StreamSpec(
         ALLOCATION.name,
         CLAIMS.name,
         WORKLOADS.name,
+        ALERTS.name,
     ),
 )
 DEADLETTER: Final = StreamSpec(
@@ -140,6 +149,7 @@ STREAMS: Final[tuple[StreamSpec, ...]] = (
     ALLOCATION,
     CLAIMS,
     WORKLOADS,
+    ALERTS,
     AUDIT,
     DEADLETTER,
 )

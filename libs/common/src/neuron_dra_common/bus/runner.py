@@ -104,6 +104,8 @@ class Delivery(msgspec.Struct, frozen=True, kw_only=True):
     deliveries: int
     msg_id: str
     headers: dict[str, str] = msgspec.field(default_factory=dict)
+    #: The message's payload as stored (what ``event`` was decoded from).
+    payload: bytes = b""
 
     @property
     def redelivered(self) -> bool:
@@ -298,6 +300,7 @@ class ConsumerRunner:
             deliveries=deliveries,
             msg_id=headers.get(MSG_ID) or f"seq:{stream_sequence}",
             headers=headers,
+            payload=msg.data,
         )
 
     def _remember(self, msg_id: str) -> None:

@@ -2,6 +2,8 @@
 
 from neuron_dra_common.events.base import SUBJECT_ROOT, Event, subject_token
 from neuron_dra_common.events.catalog import (
+    AlertStateChanged,
+    AlertStatus,
     AllocationDecided,
     AllocationReleased,
     AllocationRequested,
@@ -11,6 +13,8 @@ from neuron_dra_common.events.catalog import (
     DeviceHealthChanged,
     NodeHeartbeat,
     NodeInventory,
+    NodeLost,
+    NodeRecovered,
     ObjectRef,
     UltraServerGrant,
     UltraServerRefusal,
@@ -21,6 +25,8 @@ from neuron_dra_common.events.codec import EVENT_TYPES, AnyEvent, DecodeError, d
 __all__ = [
     "EVENT_TYPES",
     "SUBJECT_ROOT",
+    "AlertStateChanged",
+    "AlertStatus",
     "AllocationDecided",
     "AllocationReleased",
     "AllocationRequested",
@@ -33,6 +39,8 @@ __all__ = [
     "Event",
     "NodeHeartbeat",
     "NodeInventory",
+    "NodeLost",
+    "NodeRecovered",
     "ObjectRef",
     "UltraServerGrant",
     "UltraServerRefusal",

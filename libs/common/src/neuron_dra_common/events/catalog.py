@@ -7,6 +7,7 @@ else is a new tag (``...v2``) added to the union beside the old one.
 
 from __future__ import annotations
 
+import hashlib
 from datetime import datetime
 from typing import Literal
 
@@ -16,6 +17,8 @@ from neuron_dra_common.events.base import SUBJECT_ROOT, Event, subject_token
 from neuron_dra_common.hardware.model import NodeHardware
 
 __all__ = [
+    "AlertStateChanged",
+    "AlertStatus",
     "AllocationDecided",
     "AllocationReleased",
     "AllocationRequested",
@@ -25,6 +28,8 @@ __all__ = [
     "DeviceHealthChanged",
     "NodeHeartbeat",
     "NodeInventory",
+    "NodeLost",
+    "NodeRecovered",
     "ObjectRef",
     "UltraServerGrant",
     "UltraServerRefusal",
@@ -97,6 +102,16 @@ class DeviceHealthChanged(Event, frozen=True, kw_only=True, tag="device.health.v
     reason: str = ""
     error_code: str = ""
     observed_at: datetime | None = None
+    #: The kernel log's error TYPE where one exists (``SRAM_UNCORRECTABLE_ERROR``, ...).
+    error_type: str = ""
+    #: "" when healthy; "degraded" or "uncorrectable" otherwise.
+    severity: Literal["", "degraded", "uncorrectable"] = ""
+    #: The kernel-log line or counter delta that proves it.
+    evidence: str = ""
+    #: What to do: "reload-driver-or-reboot", "replace-instance" or "".
+    action: str = ""
+    #: The NeuronCore (nc-id) when the kernel line gives one.
+    core: int | None = None
 
     @property
     def subject(self) -> str:
@@ -105,6 +120,39 @@ class DeviceHealthChanged(Event, frozen=True, kw_only=True, tag="device.health.v
     @property
     def ce_subject(self) -> str:
         return f"nodes/{self.node}/devices/{self.device}"
+
+
+class NodeLost(Event, frozen=True, kw_only=True, tag="node.lost.v1"):
+    """The failure detector declared a node lost (its heartbeats stopped)."""
+
+    node: str
+    last_heartbeat_at: datetime | None
+    detected_at: datetime
+    reason: str
+
+    @property
+    def subject(self) -> str:
+        return f"{SUBJECT_ROOT}.health.{subject_token(self.node)}.node"
+
+    @property
+    def ce_subject(self) -> str:
+        return f"nodes/{self.node}"
+
+
+class NodeRecovered(Event, frozen=True, kw_only=True, tag="node.recovered.v1"):
+    """A node declared lost is back (its heartbeats resumed and held)."""
+
+    node: str
+    detected_at: datetime
+    lost_for_seconds: float
+
+    @property
+    def subject(self) -> str:
+        return f"{SUBJECT_ROOT}.health.{subject_token(self.node)}.node"
+
+    @property
+    def ce_subject(self) -> str:
+        return f"nodes/{self.node}"
 
 
 class AllocationRequested(Event, frozen=True, kw_only=True, tag="allocation.requested.v1"):
@@ -258,3 +306,35 @@ class WorkloadStateChanged(Event, frozen=True, kw_only=True, tag="workload.state
     @property
     def ce_subject(self) -> str:
         return f"neuronultraserverworkloads/{self.workload.namespace}/{self.workload.name}"
+
+
+AlertStatus = Literal["firing", "resolved"]
+
+
+class AlertStateChanged(Event, frozen=True, kw_only=True, tag="alert.state.v1"):
+    """The alerts service fired or resolved an alert (what it sent to Alertmanager).
+
+    ``key`` names the alert (``alertname`` and what it is about); ``labels`` and
+    ``annotations`` are as sent. ``cause_sequence`` is the audit stream's sequence of the
+    event that changed the alert: an older event delivered again never changes it back.
+    The latest state per alert is kept, so the alerts service rebuilds what is firing from it.
+    """
+
+    key: str
+    alertname: str
+    status: AlertStatus
+    labels: dict[str, str]
+    annotations: dict[str, str] = msgspec.field(default_factory=dict)
+    starts_at: datetime
+    ends_at: datetime | None = None
+    cause_sequence: int = 0
+    cause_id: str = ""
+
+    @property
+    def subject(self) -> str:
+        digest = hashlib.sha256(self.key.encode()).hexdigest()[:16]
+        return f"{SUBJECT_ROOT}.alert.{subject_token(self.alertname)}.{digest}"
+
+    @property
+    def ce_subject(self) -> str:
+        return f"alerts/{self.key}"

@@ -8,6 +8,7 @@ import msgspec
 
 from neuron_dra_common.events.base import Event
 from neuron_dra_common.events.catalog import (
+    AlertStateChanged,
     AllocationDecided,
     AllocationReleased,
     AllocationRequested,
@@ -16,6 +17,8 @@ from neuron_dra_common.events.catalog import (
     DeviceHealthChanged,
     NodeHeartbeat,
     NodeInventory,
+    NodeLost,
+    NodeRecovered,
     WorkloadStateChanged,
 )
 
@@ -31,6 +34,9 @@ AnyEvent = (
     | ClaimPrepared
     | ClaimUnprepared
     | WorkloadStateChanged
+    | NodeLost
+    | NodeRecovered
+    | AlertStateChanged
 )
 
 #: Tag -> class, for every event in the union.
@@ -46,6 +52,9 @@ EVENT_TYPES: Final[dict[str, type[Event]]] = {
         ClaimPrepared,
         ClaimUnprepared,
         WorkloadStateChanged,
+        NodeLost,
+        NodeRecovered,
+        AlertStateChanged,
     )
 }
 

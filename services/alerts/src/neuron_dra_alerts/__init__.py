@@ -1,0 +1,1 @@
+"""neuron-dra-alerts: alerts in Alertmanager for device faults, lost nodes and degraded workloads."""

@@ -1,0 +1,100 @@
+"""``neuron-dra events``: start times, filters and the one-line descriptions."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+from neuron_dra_cli.errors import CliError
+from neuron_dra_cli.events_cmd import Filter, describe, matches, parse_since
+from neuron_dra_cli.main import build_parser
+from neuron_dra_common.events import (
+    AllocationDecided,
+    ClaimPrepared,
+    DeviceHealthChanged,
+    ObjectRef,
+    WorkloadStateChanged,
+)
+
+NOW = datetime(2026, 3, 1, 12, tzinfo=UTC)
+TRAIN = ObjectRef(namespace="ml", name="train")
+
+
+def test_since_takes_durations_and_times_and_names_a_bad_one() -> None:
+    assert parse_since("90s", now=NOW) == datetime(2026, 3, 1, 11, 58, 30, tzinfo=UTC)
+    assert parse_since("2d", now=NOW) == datetime(2026, 2, 27, 12, tzinfo=UTC)
+    assert parse_since("2026-03-01T10:00:00Z") == datetime(2026, 3, 1, 10, tzinfo=UTC)
+    with pytest.raises(CliError, match="--since 'yesterday'"):
+        parse_since("yesterday")
+
+
+def test_filters_by_node_workload_and_claim() -> None:
+    health = DeviceHealthChanged(node="n1", device="d", health="Unhealthy")
+    decided = AllocationDecided(request_id="r", workload=TRAIN, granted=True, nodes=("n1", "n2"))
+    state = WorkloadStateChanged(workload=TRAIN, state="Allocated")
+    claim = ClaimPrepared(node="n2", claim=ObjectRef(namespace="ml", name="c0"), devices=("d",))
+    on_n2 = Filter(node="n2")
+    assert [matches(e, on_n2) for e in (health, decided, state, claim)] == [
+        False,
+        True,
+        False,
+        True,
+    ]
+    train = Filter(workload=("ml", "train"))
+    assert [matches(e, train) for e in (health, decided, state, claim)] == [
+        False,
+        True,
+        True,
+        False,
+    ]
+    c0 = Filter(claim=("ml", "c0"))
+    assert [matches(e, c0) for e in (health, decided, state, claim)] == [
+        False,
+        False,
+        False,
+        True,
+    ]
+
+
+def test_descriptions_say_what_happened() -> None:
+    event = DeviceHealthChanged(
+        node="n1",
+        device="d",
+        health="Unhealthy",
+        previous="Healthy",
+        error_type="DMA_ERROR",
+        severity="uncorrectable",
+    )
+    assert describe(event) == "Unhealthy (was Healthy) DMA_ERROR uncorrectable"
+    assert (
+        describe(
+            WorkloadStateChanged(
+                workload=TRAIN, state="Failed", previous="Allocating", reason="NoCapacity"
+            )
+        )
+        == "Failed (was Allocating) NoCapacity"
+    )
+
+
+def test_the_command_line() -> None:
+    args = build_parser().parse_args(
+        [
+            "events",
+            "--follow",
+            "--node",
+            "n1",
+            "--workload",
+            "ml/train",
+            "--since",
+            "1h",
+            "-o",
+            "json",
+        ]
+    )
+    assert (args.follow, args.node, args.workload, args.since, args.output) == (
+        True,
+        "n1",
+        "ml/train",
+        "1h",
+        "json",
+    )
