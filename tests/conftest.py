@@ -9,6 +9,7 @@ import pytest
 pytest_plugins = [
     "tests.fixtures.stack",
     "tests.fixtures.nats",
+    "tests.fixtures.image",
 ]
 
 
