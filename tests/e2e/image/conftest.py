@@ -4,12 +4,10 @@ NATS and apiserver over the host's network."""
 from __future__ import annotations
 
 import json
-import os
-import signal
-import time
 from collections.abc import Iterator
 
 import pytest
+from neuron_dra_cli.stack import process
 
 from tests.fixtures.stack import REPO, KubeStack, start_stack, stop_stack
 
@@ -31,24 +29,14 @@ def image_stack(image: str, tmp_path_factory: pytest.TempPathFactory) -> Iterato
 
 
 def stop_stack_component(stack: KubeStack, kind: str) -> None:
-    """Stop the stack's own process(es) of ``kind`` (a container takes over its work)."""
+    """Stop the stack's own process(es) of ``kind`` (a container takes over its work); one a
+    test before stopped already is left alone (its pid may be another process's by now)."""
     components = json.loads((stack.state_dir / "state.json").read_text())["components"]
-    pids = [c["pid"] for c in components if c["kind"] == kind]
-    assert pids, f"the stack runs no {kind}"
-    for pid in pids:
-        try:
-            os.kill(pid, signal.SIGTERM)
-        except ProcessLookupError:
-            continue
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and any(_alive(pid) for pid in pids):
-        time.sleep(0.2)
-    assert not any(_alive(pid) for pid in pids), f"the stack's {kind} did not stop"
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().split(") ", 1)[1][0] != "Z"
-    except (FileNotFoundError, IndexError):
-        return False
+    procs = [
+        process.Running(pid=c["pid"], start_ticks=c["start_ticks"])
+        for c in components
+        if c["kind"] == kind
+    ]
+    assert procs, f"the stack runs no {kind}"
+    process.stop(procs, timeout=30)
+    assert not any(process.alive(p) for p in procs), f"the stack's {kind} did not stop"
