@@ -49,8 +49,7 @@ def test_local_stack_tools_are_not_in_the_image(image: str) -> None:
         image,
         "sh",
         "-c",
-        "ls /opt/neuron-dra/bin; python -c 'import cryptography' 2>&1 | tail -n1; "
-        "ls /opt/neuron-dra/lib/python3.11/site-packages | grep -c -- '-info$'",
+        "ls /opt/neuron-dra/bin; python -c 'import cryptography' 2>&1 | tail -n1",
     )
     assert code == 0, out
     assert "kubectl" not in out
