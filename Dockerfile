@@ -19,7 +19,7 @@ ENV UV_PROJECT_ENVIRONMENT=/opt/neuron-dra \
     UV_PYTHON_DOWNLOADS=never \
     UV_COMPILE_BYTECODE=1 \
     UV_LINK_MODE=copy \
-    UV_NO_CACHE=1 \
+    UV_CACHE_DIR=/var/cache/uv \
     UV_NATIVE_TLS=1
 # uv (and Python) trust the system's CA bundle (UV_NATIVE_TLS): a build behind a
 # TLS-inspecting proxy mounts the host's bundle over it for the RUN steps.
@@ -40,14 +40,18 @@ COPY services/kubelet-plugin/pyproject.toml services/kubelet-plugin/
 COPY services/slice-publisher/pyproject.toml services/slice-publisher/
 COPY services/topology-allocator/pyproject.toml services/topology-allocator/
 COPY services/ultraserver-operator/pyproject.toml services/ultraserver-operator/
-RUN uv sync --frozen --no-dev --all-packages --no-install-workspace
+# uv's cache (downloads, the build backend) is a cache mount: kept between builds, never in
+# a layer.
+RUN --mount=type=cache,target=/var/cache/uv,sharing=locked \
+    uv sync --frozen --no-dev --all-packages --no-install-workspace
 # The workspace's packages, installed as wheels (no editable links to /src). --no-dev leaves
 # out the dev group, and with it the CLI's `dev` extra (kubectl, nats-server, the local
 # stack's PKI): `neuron-dra dev` says so and stops.
 COPY libs libs
 COPY protos protos
 COPY services services
-RUN uv sync --frozen --no-dev --all-packages --no-editable \
+RUN --mount=type=cache,target=/var/cache/uv,sharing=locked \
+    uv sync --frozen --no-dev --all-packages --no-editable \
     && /opt/neuron-dra/bin/neuron-dra --version
 
 FROM ${BASE}

@@ -11,7 +11,8 @@ the build for uv and the locked packages.
 - The image is tagged ``localhost/neuron-dra:<version>-<digest of its build inputs>``
   (Dockerfile, lock, package metadata and sources): an unchanged checkout finds its image
   and builds nothing; a changed one rebuilds from podman's layer cache (third-party packages
-  are one layer, keyed by ``uv.lock`` and the packages' metadata).
+  are one layer, keyed by ``uv.lock`` and the packages' metadata). The checkout's earlier
+  images are untagged then, so a long-lived machine does not keep one per change.
 
 ``python -m neuron_dra_cli.imagebuild`` makes both and prints the image's name
 (``scripts/test.sh`` runs it before the tests when podman is installed).
@@ -73,6 +74,8 @@ _INPUTS = (
     "protos",
     "services",
 )
+#: Which checkout built an image (a digest of its path), so its earlier images can go.
+_CHECKOUT_LABEL = "io.neuron-dra.checkout"
 _SKIP_PARTS = {"__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache"}
 
 
@@ -215,6 +218,7 @@ def ensure_image(
     repo = paths.repo_root()
     base = base or ensure_base(progress=progress)
     ref = f"{IMAGE_REPOSITORY}:{_version(repo)}-{image_inputs_digest(repo, base=base)}"
+    checkout = hashlib.sha256(str(repo).encode()).hexdigest()[:12]
     if _image_exists(ref):
         return ref
     lock = paths.cache_dir() / "image-build.lock"
@@ -235,11 +239,26 @@ def ensure_image(
             f"BASE={base}",
             "--tag",
             ref,
+            "--label",
+            f"{_CHECKOUT_LABEL}={checkout}",
             *extra_args,
             str(repo),
         )
         progress(f"  {ref} built in {duration(time.monotonic() - t0)}")
+        _remove_older(checkout, keep=ref)
     return ref
+
+
+def _remove_older(checkout: str, *, keep: str) -> None:
+    """Untag this checkout's earlier images (each source change makes one); podman's layer
+    cache stays, and an image a container still uses stays too."""
+    listed = podman(
+        "images", "--filter", f"label={_CHECKOUT_LABEL}={checkout}", "--format",
+        "{{.Repository}}:{{.Tag}}",
+    )  # fmt: skip
+    for old in set(listed.stdout.split()) - {keep}:
+        if old.startswith(f"{IMAGE_REPOSITORY}:"):
+            podman("rmi", old, check=False)
 
 
 def main() -> int:
