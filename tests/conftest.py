@@ -10,6 +10,7 @@ pytest_plugins = [
     "tests.fixtures.stack",
     "tests.fixtures.nats",
     "tests.fixtures.subscribers",
+    "tests.fixtures.image",
 ]
 
 

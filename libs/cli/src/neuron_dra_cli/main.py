@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
+import re
 import sys
 
 from neuron_dra_common.driver import package_version
@@ -23,12 +25,54 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="group", metavar="GROUP")
     sub.required = True
-    from neuron_dra_cli import dev, events_cmd, topology_cmd
+    from neuron_dra_cli import events_cmd, topology_cmd
 
-    dev.register(sub)
+    missing = missing_dev_extra()
+    if missing:
+        _register_dev_unavailable(sub, missing)
+    else:
+        from neuron_dra_cli import dev
+
+        dev.register(sub)
     events_cmd.register(sub)
     topology_cmd.register(sub)
     return parser
+
+
+def missing_dev_extra() -> list[str]:
+    """The distributions of the CLI's ``dev`` extra (what only the local stack uses: its PKI,
+    NATS server, kubectl) that are not installed; the container image has none of them."""
+    missing = []
+    for requirement in importlib.metadata.requires("neuron-dra-cli") or []:
+        if not re.search(r"extra\s*==\s*[\"']dev[\"']", requirement):
+            continue
+        name = re.split(r"[\s=<>!~;\[]", requirement, maxsplit=1)[0]
+        try:
+            importlib.metadata.distribution(name)
+        except importlib.metadata.PackageNotFoundError:
+            missing.append(name)
+    return missing
+
+
+def _register_dev_unavailable(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser], missing: list[str]
+) -> None:
+    dev = sub.add_parser(
+        "dev",
+        help="the local stack (not installed here: needs the `dev` extra)",
+        add_help=False,
+    )
+    dev.add_argument("rest", nargs=argparse.REMAINDER)
+
+    def unavailable(args: argparse.Namespace) -> int:
+        raise CliError(
+            "`neuron-dra dev` runs the local stack and needs what the CLI's `dev` extra "
+            f"installs ({', '.join(missing)} missing here; the container image leaves them "
+            "out). In a checkout, `make up` installs it; elsewhere "
+            "`pip install 'neuron-dra-cli[dev]'`."
+        )
+
+    dev.set_defaults(handler=unavailable)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -197,21 +197,29 @@ def _kubeconfig(explicit: str | None) -> Path:
     raise CliError("no kubeconfig: pass --kubeconfig, set KUBECONFIG, or start `neuron-dra dev up`")
 
 
-def _get(kubeconfig: Path, *args: str) -> list[Obj]:
-    from neuron_dra_cli.stack import kubectl
+async def _fetch(kubeconfig: Path) -> tuple[list[Obj], list[Obj]]:
+    """The cluster's ResourceSlices and (every namespace's) ResourceClaims."""
+    from neuron_dra_common import kube
 
+    client = await kube.connect(kubeconfig=kubeconfig)
     try:
-        proc = kubectl.run(kubeconfig, ["get", *args, "-o", "json"])
-    except RuntimeError as exc:
-        raise CliError(str(exc)) from None
-    items: list[Obj] = json.loads(proc.stdout).get("items", [])
-    return items
+        slices, _ = await client.list(kube.RESOURCE_SLICES)
+        claims, _ = await client.list(kube.RESOURCE_CLAIMS)
+    finally:
+        await client.close()
+    return slices, claims
 
 
 def _show(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from neuron_dra_common.kube import ApiException, ConfigError
+
     kubeconfig = _kubeconfig(args.kubeconfig)
-    slices = _get(kubeconfig, "resourceslices")
-    claims = _get(kubeconfig, "resourceclaims", "--all-namespaces")
+    try:
+        slices, claims = asyncio.run(_fetch(kubeconfig))
+    except (ApiException, ConfigError, OSError) as exc:
+        raise CliError(f"reading ResourceSlices and ResourceClaims ({kubeconfig}): {exc}") from None
     if args.output == "json":
         print(json.dumps(view(node=args.node, slices=slices, claims=claims), indent=2))
     else:
