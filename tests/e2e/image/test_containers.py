@@ -9,11 +9,13 @@ slice publisher takes over from the stack's own and writes that node's ResourceS
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 from neuron_dra_cli.stack.layout import Layout
 from neuron_dra_cli.stack.nodes import kubelet_root
+from neuron_dra_cli.stack.process import free_port
 from neuron_dra_common.hardware.simulate import write_node
 
 from tests.e2e.image.conftest import CONTAINER_NODE, stop_stack_component
@@ -56,6 +58,51 @@ def test_ultraserver_operator(image: str, image_stack: KubeStack, tmp_path: Path
             "NEURON_DRA_IDENTITY": "container",
         },
         volumes=[f"{kubeconfig}:/etc/neuron-dra/kubeconfig:ro"],
+    )
+    try:
+        c.wait_http("/healthz")
+        stopped_cleanly(c)
+    finally:
+        c.remove()
+
+
+def test_audit_writes_cloudevents_lines(image: str, image_stack: KubeStack, tmp_path: Path) -> None:
+    logs = tmp_path / "audit"
+    logs.mkdir()
+    logs.chmod(0o777)  # the image's user (uid 65532) writes there, as on the pod's emptyDir
+    # The stack's audit stops; the container's is then the only reader of its consumer.
+    stop_stack_component(image_stack, "audit")
+    c = run_container(
+        image,
+        ["neuron-dra-audit"],
+        env={"NEURON_DRA_NATS_SERVERS": image_stack.nats_url},
+        volumes=[f"{logs}:/var/log/neuron-dra"],
+    )
+    try:
+        c.wait_http("/readyz")
+        audit = logs / "audit.jsonl"
+        image_stack.wait_for(
+            "a line in the container's audit file",
+            lambda: audit.exists() and audit.read_text().strip() != "",
+            timeout=120,
+        )
+        first = json.loads(audit.read_text().splitlines()[0])
+        assert first["specversion"] == "1.0"
+        assert first["type"]
+        stopped_cleanly(c)
+    finally:
+        c.remove()
+
+
+def test_alerts(image: str, image_stack: KubeStack) -> None:
+    c = run_container(
+        image,
+        ["neuron-dra-alerts"],
+        env={
+            "NEURON_DRA_NATS_SERVERS": image_stack.nats_url,
+            # Nothing listens there: the service keeps the alerts and sends them later.
+            "NEURON_DRA_ALERTMANAGER_URL": f"http://127.0.0.1:{free_port()}",
+        },
     )
     try:
         c.wait_http("/healthz")

@@ -13,6 +13,7 @@ import textwrap
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -196,7 +197,7 @@ def test_only_the_slice_publisher_writes_the_drivers_slices(kube_stack: KubeStac
     assert "written only by the neuron-dra slice publisher" in gone.stderr
 
 
-def _patch_as(kubeconfig: Path, path: str, body: dict[str, object]) -> tuple[int, str]:
+def _patch_as(kubeconfig: Path, path: str, body: Any) -> tuple[int, str]:
     """A merge patch (dry run) with ``kubeconfig``'s token, as the service itself sends it."""
     config = yaml.safe_load(kubeconfig.read_text())
     cluster = config["clusters"][0]["cluster"]
@@ -226,7 +227,7 @@ def test_the_operator_changes_only_its_own_keys_on_nodes(kube_stack: KubeStack) 
     ).stdout.strip()
     operator = _component_kubeconfig(kube_stack, "ultraserver-operator")
 
-    def patch(body: dict[str, object]) -> tuple[int, str]:
+    def patch(body: Any) -> tuple[int, str]:
         return _patch_as(operator, f"/api/v1/nodes/{node}", body)
 
     status, text = patch({"metadata": {"annotations": {"neuron.aws.com/test": "1"}}})
