@@ -38,7 +38,9 @@ def register(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "comes back only with a new `dev up`.",
     )
     p.add_argument("node", metavar="NODE")
-    p.add_argument("fault", metavar="FAULT", choices=(*FAULTS, LOST), help=" | ".join((*FAULTS, LOST)))
+    p.add_argument(
+        "fault", metavar="FAULT", choices=(*FAULTS, LOST), help=" | ".join((*FAULTS, LOST))
+    )
     p.add_argument("--device", type=int, default=None, help="device index (default 0)")
     p.add_argument("--core", type=int, default=0, help="NeuronCore on the device (default 0)")
     p.add_argument(

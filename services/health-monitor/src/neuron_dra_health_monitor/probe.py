@@ -75,7 +75,9 @@ def load_state(path: str) -> ProbeState:
     except FileNotFoundError:
         return ProbeState()
     except (OSError, msgspec.DecodeError) as exc:
-        log.warning("probe state unreadable, starting afresh", extra={"path": path, "error": str(exc)})
+        log.warning(
+            "probe state unreadable, starting afresh", extra={"path": path, "error": str(exc)}
+        )
         return ProbeState()
 
 
@@ -181,10 +183,10 @@ class Probe:
             increases, reset = compare_totals(state.totals, totals)
         else:
             increases = []  # the first read is the baseline
-        for index, seen in incarnations.items():
-            held = state.incarnations.get(index)
+        for key, seen in incarnations.items():
+            held = state.incarnations.get(key)
             if held is not None and tuple(held) != seen:
-                reset.add(int(index))
+                reset.add(int(key))
         for index in sorted(reset):
             self._queue(
                 self.book.clear(

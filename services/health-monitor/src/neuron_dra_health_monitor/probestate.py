@@ -201,9 +201,7 @@ class HealthBook:
 
     def node_conditions(self) -> dict[str, tuple[str, str, str]]:
         """See :func:`node_conditions`."""
-        return node_conditions(
-            {d: tuple(f.values()) for d, f in self._faults.items() if f}
-        )
+        return node_conditions({d: tuple(f.values()) for d, f in self._faults.items() if f})
 
 
 def node_conditions(
@@ -240,5 +238,3 @@ def node_conditions(
         NEURON_HEALTH_CONDITION: ("True", reason, message[:1024]),
         ACCELERATED_HARDWARE_CONDITION: (ready[0], ready[1], ready[2][:1024]),
     }
-
-

@@ -22,7 +22,16 @@ import msgspec
 from neuron_dra_common.hardware.simulate import SimNode
 
 from neuron_dra_cli.errors import CliError
-from neuron_dra_cli.stack import bytecode, kubectl, plugin, process, services, state, tracing
+from neuron_dra_cli.stack import (
+    bytecode,
+    healthprobe,
+    kubectl,
+    plugin,
+    process,
+    services,
+    state,
+    tracing,
+)
 from neuron_dra_cli.stack import components as comp
 from neuron_dra_cli.stack.fleet import Fleet
 from neuron_dra_cli.stack.layout import Layout
@@ -297,6 +306,12 @@ def up(opts: UpOptions, *, progress: Progress = print) -> state.StackState:
                 plugin_kubeconfig=own_kubeconfig,
             ),
             *ultraserver_components(nats_url=current.nats_url, kubeconfig=layout.kubeconfig),
+            *healthprobe.probe_components(
+                fleet=opts.fleet,
+                layout=layout,
+                nats_url=current.nats_url,
+                kubeconfig=layout.kubeconfig,
+            ),
         ]
         # One starting per core: each spends about half a second importing on a core of its
         # own and then mostly waits (for NATS, the apiserver, its kubelet's registration).

@@ -82,7 +82,9 @@ def parse_kmsg(record: str) -> KmsgRecord:
     try:
         prefix, sequence, usec = int(fields[0]), int(fields[1]), int(fields[2])
     except ValueError:
-        raise ValueError(f"kmsg record {first[:80]!r}: prefix, seq and usec must be integers")
+        raise ValueError(
+            f"kmsg record {first[:80]!r}: prefix, seq and usec must be integers"
+        ) from None
     return KmsgRecord(
         facility=prefix >> 3,
         level=prefix & 7,
