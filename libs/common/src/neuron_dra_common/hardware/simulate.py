@@ -230,9 +230,10 @@ def _write_device(
     _write(arch / "instance_type", f"{spec.arch_instance_type}\n")
     _write(arch / "device_name", f"{spec.device_name}\n")
     for name in ECC_COUNTERS.values():
-        write_counter(paths.root, device=index, counter=name, total=0, present=0)
+        _write(base / "stats" / "hardware" / name / "total", "0\n")
+        _write(base / "stats" / "hardware" / name / "present", "0\n")
     for core in range(spec.physical_cores_per_device):
-        status = paths.core(index, core) / "stats" / "status"
+        status = base / f"neuron_core{core}" / "stats" / "status"
         for name in CORE_STATUS_COUNTERS:
             total = rng.randrange(0, 100_000) if name == "success" else 0
             _write(status / name / "total", f"{total}\n")
