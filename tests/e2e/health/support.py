@@ -48,7 +48,9 @@ def topology(stack: KubeStack, node: str) -> str:
     return proc.stdout
 
 
-def timed_wait(stack: KubeStack, what: str, check: Callable[[], Any], *, timeout: float = 60) -> float:
+def timed_wait(
+    stack: KubeStack, what: str, check: Callable[[], Any], *, timeout: float = 60
+) -> float:
     """Wait as :meth:`KubeStack.wait_for` does, polling fast; return the seconds it took."""
     start = time.monotonic()
     deadline = start + timeout

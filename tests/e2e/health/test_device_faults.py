@@ -56,7 +56,9 @@ def test_device_fault_shows_as_taint_condition_and_pod_status_then_repair_clears
     repaired: KubeStack,
 ) -> None:
     stack = repaired
-    stack.kubectl("apply", "-f", "-", input=claim_and_pod(name="health-a", node=NODE, device=DEVICE))
+    stack.kubectl(
+        "apply", "-f", "-", input=claim_and_pod(name="health-a", node=NODE, device=DEVICE)
+    )
     stack.kubectl("wait", "--for=condition=Ready", "pod/health-a", "--timeout=120s", timeout=150)
     stack.wait_for(
         "the pod's device reported healthy",
@@ -69,8 +71,10 @@ def test_device_fault_shows_as_taint_condition_and_pod_status_then_repair_clears
     seconds = timed_wait(
         stack,
         f"the NoSchedule taint on {NAME}",
-        lambda: {(t["key"], t["value"], t["effect"]) for t in device_taints(stack, NODE)[NAME]}
-        == {(KEY, "HBM_REPAIRABLE_ERROR", "NoSchedule")},
+        lambda: (
+            {(t["key"], t["value"], t["effect"]) for t in device_taints(stack, NODE)[NAME]}
+            == {(KEY, "HBM_REPAIRABLE_ERROR", "NoSchedule")}
+        ),
     )
     print(f"\nfault injected -> taint visible (hbm-repairable, NoSchedule): {seconds:.2f} s")
     others = {d: t for d, t in device_taints(stack, NODE).items() if d != NAME}
@@ -95,8 +99,10 @@ def test_device_fault_shows_as_taint_condition_and_pod_status_then_repair_clears
     seconds = timed_wait(
         stack,
         f"the NoExecute taint on {NAME}",
-        lambda: (KEY, "SRAM_UNCORRECTABLE_ERROR", "NoExecute")
-        in {(t["key"], t["value"], t["effect"]) for t in device_taints(stack, NODE)[NAME]},
+        lambda: (
+            (KEY, "SRAM_UNCORRECTABLE_ERROR", "NoExecute")
+            in {(t["key"], t["value"], t["effect"]) for t in device_taints(stack, NODE)[NAME]}
+        ),
     )
     print(f"fault injected -> taint visible (sram, NoExecute): {seconds:.2f} s")
     health = condition(stack, NODE, "NeuronHealth")
@@ -115,7 +121,9 @@ def test_device_fault_shows_as_taint_condition_and_pod_status_then_repair_clears
 
     # The device stays listed, but a new claim for it is not allocated until the repair.
     assert NAME in device_taints(stack, NODE)
-    stack.kubectl("apply", "-f", "-", input=claim_and_pod(name="health-b", node=NODE, device=DEVICE))
+    stack.kubectl(
+        "apply", "-f", "-", input=claim_and_pod(name="health-b", node=NODE, device=DEVICE)
+    )
     stack.wait_for(
         "the scheduler refusing the tainted device",
         lambda: any(

@@ -31,7 +31,9 @@ def test_other_lines_are_not_errors() -> None:
 
 
 def test_a_line_without_core_has_none() -> None:
-    error = parse_hw_error("NEURON_HW_ERR=HBM_UNCORRECTABLE_ERROR nd-id=0 action=TERMINATE_INSTANCE")
+    error = parse_hw_error(
+        "NEURON_HW_ERR=HBM_UNCORRECTABLE_ERROR nd-id=0 action=TERMINATE_INSTANCE"
+    )
     assert error is not None
     assert error.core is None
 
