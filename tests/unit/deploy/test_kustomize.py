@@ -350,3 +350,20 @@ def test_every_service_knows_its_pod_for_its_spans(base: list[dict[str, Any]]) -
         assert fields["K8S_POD_NAMESPACE"] == "metadata.namespace", name
         node = fields.get("K8S_NODE_NAME") or fields.get("NEURON_DRA_NODE_NAME")
         assert node == "spec.nodeName", name
+
+
+def test_health_probe_may_only_read_nodes_and_patch_their_status(
+    base: list[dict[str, Any]],
+) -> None:
+    ds = by_kind(base, "DaemonSet")["neuron-dra-health-probe"]
+    spec = ds["spec"]["template"]["spec"]
+    assert spec["serviceAccountName"] == "neuron-dra-health-probe"
+    [container] = spec["containers"]
+    assert container["command"] == ["neuron-dra-health-probe"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["NEURON_DRA_KERNEL_LOG"] == "/host/dev/kmsg"
+    assert container["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["SYSLOG"]}
+    rules = by_kind(base, "ClusterRole")["neuron-dra-health-probe"]["rules"]
+    assert _granted(rules) == {("", "nodes", ()): {"get"}, ("", "nodes/status", ()): {"patch"}}
+    [binding] = _bindings(base, "neuron-dra-health-probe")
+    assert binding["roleRef"]["name"] == "neuron-dra-health-probe"

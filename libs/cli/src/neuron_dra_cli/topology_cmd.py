@@ -196,10 +196,7 @@ def render(*, node: str, slices: Sequence[Obj], claims: Sequence[Obj]) -> str:
         cols = max(c for _, c in grid) + 1
         lines.append("      " + "  ".join(f"col {c}" for c in range(cols)))
         for row in range(max(r for r, _ in grid) + 1):
-            cells = [
-                cell(grid[(row, c)]) if (row, c) in grid else "[    ]"
-                for c in range(cols)
-            ]
+            cells = [cell(grid[(row, c)]) if (row, c) in grid else "[    ]" for c in range(cols)]
             lines.append(f"row {row} " + "-".join(cells) + "  ↺")
         lines.append("      " + "   ".join("  ↕  " for _ in range(cols)) + "  (columns wrap)")
     elif chips:
