@@ -18,7 +18,12 @@ from neuron_dra_common.bus import Bus, replay
 from neuron_dra_common.bus.declarations import HEALTH
 from neuron_dra_common.events import DeviceHealthChanged
 from neuron_dra_common.hardware.layout import NodePaths
-from neuron_dra_common.hardware.simulate import inject_fault, write_counter, write_node
+from neuron_dra_common.hardware.simulate import (
+    inject_fault,
+    ultraserver_members,
+    write_counter,
+    write_node,
+)
 
 from tests.contracts.support import wait_until
 from tests.fixtures.nats import NatsServer
@@ -185,3 +190,32 @@ async def test_a_broken_kernel_line_is_logged_and_skipped(
     text = (tmp_path / "probe.log").read_text()
     assert "kernel error line not understood" in text
     assert "nd-id is not a device number" in text
+
+
+async def test_an_ultraserver_node_losing_modes_degrades_its_node_device(
+    nats_server: NatsServer, nats_bus: Bus, tmp_path: Path
+) -> None:
+    root = write_node(
+        tmp_path / "us",
+        instance_type="trn2u.48xlarge",
+        node_name=NODE,
+        ultraserver=ultraserver_members(index=0)[1],
+    ).root
+    modes = NodePaths(root).class_file("ultraserver_mode")
+    proc = start(nats_server, root, tmp_path)
+    try:
+        await ready(tmp_path)
+        # The links to the other nodes went down: only the single-node mode is left.
+        modes.write_text("4\n")
+        [down] = await wait_events(nats_bus, 1)
+        assert (down.device, down.error_type, down.severity) == (
+            "neuronnode",
+            "NEURONLINK_DOWN",
+            "degraded",
+        )
+        assert down.evidence == "ultraserver_mode 1,2,3,4 -> 4"
+        modes.write_text("1,2,3,4\n")
+        got = await wait_events(nats_bus, 2)
+        assert (got[1].device, got[1].health) == ("neuronnode", "Healthy")
+    finally:
+        stop(proc, tmp_path)
