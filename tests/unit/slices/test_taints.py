@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from neuron_dra_common.events import DeviceHealthChanged
+from neuron_dra_common.events import DeviceHealthChanged, Event
 from neuron_dra_common.kube import run_workers
 from neuron_dra_slice_publisher.controller import Controller, NodeInfo
 from neuron_dra_slice_publisher.slices import NodeDeviceMode, build_pool
@@ -191,3 +191,37 @@ async def test_without_served_taints_the_device_leaves_the_pool_until_repaired()
 
 def _info(name: str) -> NodeInfo:
     return NodeInfo(name=name, uid="uid", labels={})
+
+
+class _Lost(Event, frozen=True, kw_only=True, tag="node.lost.v1"):
+    """The failure detector's verdict, in the shape the event contract gives it."""
+
+    node: str
+    detected_at: datetime
+    reason: str = ""
+
+
+class _Recovered(Event, frozen=True, kw_only=True, tag="node.recovered.v1"):
+    node: str
+    detected_at: datetime
+    lost_for_seconds: float = 0.0
+
+
+async def test_a_lost_node_taints_every_device_noexecute_until_it_recovers(world: World) -> None:
+    world.add_node("n1")
+    world.controller.accept(inventory("n1"))
+    await world.settle()
+    assert world.controller.accept_health(_Lost(node="n1", detected_at=T0))  # type: ignore[arg-type]
+    await world.settle()
+    for index in range(16):
+        device = _device(world, "n1", f"neurondevice{index}")
+        assert device is not None
+        assert device["taints"] == [
+            {"key": "neuron.aws.com/node-lost", "value": "true", "effect": "NoExecute"}
+        ]
+    recovered = _Recovered(node="n1", detected_at=T0)
+    assert world.controller.accept_health(recovered)  # type: ignore[arg-type]
+    await world.settle()
+    device = _device(world, "n1", "neurondevice0")
+    assert device is not None
+    assert "taints" not in device

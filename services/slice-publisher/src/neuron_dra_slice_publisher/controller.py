@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Final
 
 import msgspec
 from neuron_dra_common.bus import Delivery, PermanentError
@@ -102,6 +102,9 @@ NodeLookup = Callable[[str], NodeInfo | None]
 #: devices' taints.
 _Taints = tuple[tuple[str, tuple[DeviceTaint, ...]], ...]
 _Inputs = tuple[NodeInventory, tuple[tuple[str, str], ...], str, _Taints]
+
+#: The failure detector's events, by tag: whether the node is lost.
+_NODE_VERDICTS: Final = {"node.lost.v1": True, "node.recovered.v1": False}
 
 TAINTS_SET = Counter(
     "neuron_dra_slice_publisher_health_events",
@@ -202,10 +205,12 @@ class Controller:
         if isinstance(event, DeviceHealthChanged):
             node = event.node
             changed = self.health.apply(event)
-        elif type(event).__name__ in ("NodeLost", "NodeRecovered"):
-            # The cluster failure detector's verdicts (subject neuron.health.<node>.node).
+        elif event.event_type() in _NODE_VERDICTS:
+            # The cluster failure detector's verdicts (subject neuron.health.<node>.node),
+            # known here by their tags: a node lost taints all its devices NoExecute.
             node = str(getattr(event, "node", ""))
-            changed = bool(node) and self.health.set_lost(node, type(event).__name__ == "NodeLost")
+            lost = _NODE_VERDICTS[event.event_type()]
+            changed = bool(node) and self.health.set_lost(node, lost)
         else:
             return False
         TAINTS_SET.labels("yes" if changed else "no").inc()
