@@ -1,6 +1,6 @@
 # One image for every neuron-dra service; the command picks the service
-# (neuron-dra-discovery, neuron-dra-slice-publisher, neuron-dra-kubelet-plugin,
-# neuron-dra-topology-allocator, neuron-dra-ultraserver-operator).
+# (neuron-dra-discovery, neuron-dra-health-probe, neuron-dra-slice-publisher,
+# neuron-dra-kubelet-plugin, neuron-dra-topology-allocator, neuron-dra-ultraserver-operator).
 FROM python:3.11.14-slim-bookworm AS build
 RUN pip install --no-cache-dir uv==0.13.8
 WORKDIR /src
