@@ -61,6 +61,9 @@ def test_a_redelivered_older_event_does_not_undo_a_newer_one() -> None:
     assert taints.for_node("n1", ["neurondevice2"])["neurondevice2"][0].value == "DMA_ERROR"
     assert taints.apply(health("neurondevice2", at=T0 + timedelta(seconds=5)))
     assert taints.for_node("n1", ["neurondevice2"]) == {}
+    # Nor does an older error undo the newer repair.
+    assert not taints.apply(health("neurondevice2", "DMA_ERROR", "uncorrectable", at=T0))
+    assert taints.for_node("n1", ["neurondevice2"]) == {}
 
 
 def test_a_lost_node_taints_every_device_and_the_node_device_takes_the_worst_chip() -> None:

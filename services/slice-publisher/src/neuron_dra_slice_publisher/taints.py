@@ -82,6 +82,7 @@ class HealthTaints:
     def __init__(self) -> None:
         self._devices: dict[str, dict[str, tuple[DeviceTaint, datetime | None]]] = {}
         self._lost: set[str] = set()
+        self._seen: dict[tuple[str, str], datetime] = {}
 
     def apply(self, event: DeviceHealthChanged) -> bool:
         """Take ``event`` into account; ``True`` when the node's taints changed.
@@ -91,13 +92,12 @@ class HealthTaints:
         """
         held = self._devices.setdefault(event.node, {})
         current = held.get(event.device)
-        if (
-            current is not None
-            and current[1] is not None
-            and event.observed_at is not None
-            and event.observed_at < current[1]
-        ):
+        # The time of the last event seen, healthy ones included (a repair is news too).
+        seen = self._seen.get((event.node, event.device))
+        if seen is not None and event.observed_at is not None and event.observed_at < seen:
             return False
+        if event.observed_at is not None:
+            self._seen[(event.node, event.device)] = event.observed_at
         taint = taint_of(event)
         if taint is None:
             return held.pop(event.device, None) is not None
