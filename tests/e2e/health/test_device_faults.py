@@ -13,6 +13,7 @@ machine running the tests sets that figure as much as the product does.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -67,6 +68,7 @@ def test_device_fault_shows_as_taint_condition_and_pod_status_then_repair_clears
     assert condition(stack, NODE, "NeuronHealth")["reason"] == "NeuronHasNoError"
 
     # A repairable HBM error: degraded. No new claims, the running pod stays and is told.
+    started = time.monotonic()
     fault(stack, NODE, "hbm-repairable", device=DEVICE)
     seconds = timed_wait(
         stack,
@@ -76,7 +78,10 @@ def test_device_fault_shows_as_taint_condition_and_pod_status_then_repair_clears
             == {(KEY, "HBM_REPAIRABLE_ERROR", "NoSchedule")}
         ),
     )
-    print(f"\nfault injected -> taint visible (hbm-repairable, NoSchedule): {seconds:.2f} s")
+    print(
+        f"\nfault -> taint visible (hbm-repairable, NoSchedule): {seconds:.2f} s after the fault command returned, "
+        f"{time.monotonic() - started:.2f} s after it started"
+    )
     others = {d: t for d, t in device_taints(stack, NODE).items() if d != NAME}
     assert not any(others.values()), others
     health = condition(stack, NODE, "NeuronHealth")
@@ -95,6 +100,7 @@ def test_device_fault_shows_as_taint_condition_and_pod_status_then_repair_clears
     assert f"[ {DEVICE}~A]" in topology(stack, NODE)
 
     # An uncorrectable SRAM error: NoExecute. Kubernetes evicts the pod using the device.
+    started = time.monotonic()
     fault(stack, NODE, "sram", device=DEVICE)
     seconds = timed_wait(
         stack,
@@ -104,7 +110,10 @@ def test_device_fault_shows_as_taint_condition_and_pod_status_then_repair_clears
             in {(t["key"], t["value"], t["effect"]) for t in device_taints(stack, NODE)[NAME]}
         ),
     )
-    print(f"fault injected -> taint visible (sram, NoExecute): {seconds:.2f} s")
+    print(
+        f"fault -> taint visible (sram, NoExecute): {seconds:.2f} s after the fault command returned, "
+        f"{time.monotonic() - started:.2f} s after it started"
+    )
     health = condition(stack, NODE, "NeuronHealth")
     assert health["reason"] == "NeuronHasError_SRAM_UNCORRECTABLE_ERROR"
     assert "replace-instance" in health["message"]
@@ -137,11 +146,15 @@ def test_device_fault_shows_as_taint_condition_and_pod_status_then_repair_clears
     assert not claim.get("status", {}).get("allocation")
 
     # The repair (a driver reload): the taint goes, the conditions clear, the pod runs.
+    started = time.monotonic()
     fault(stack, NODE, "repair", device=DEVICE)
     seconds = timed_wait(
         stack, f"the taint on {NAME} removed", lambda: device_taints(stack, NODE)[NAME] == []
     )
-    print(f"repair -> taint removed: {seconds:.2f} s")
+    print(
+        f"repair -> taint removed: {seconds:.2f} s after the fault command returned, "
+        f"{time.monotonic() - started:.2f} s after it started"
+    )
     stack.wait_for(
         "NeuronHealth back to NeuronHasNoError",
         lambda: condition(stack, NODE, "NeuronHealth").get("reason") == "NeuronHasNoError",

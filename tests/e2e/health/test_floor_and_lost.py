@@ -8,6 +8,7 @@ This stack is the test's own: losing a node would spoil the shared one.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -48,11 +49,15 @@ def test_without_device_taints_an_unhealthy_device_leaves_the_pool_until_repaire
     assert version["serverVersion"]["gitVersion"] == f"v{kubebuild.FLOOR_VERSION}"
     stack.wait_for("the node's pool", lambda: NAME in device_taints(stack, NODE), timeout=120)
 
+    started = time.monotonic()
     fault(stack, NODE, "hbm", device=DEVICE)
     seconds = timed_wait(
         stack, f"{NAME} out of the pool", lambda: NAME not in device_taints(stack, NODE)
     )
-    print(f"\nfault injected -> device out of the pool (1.34): {seconds:.2f} s")
+    print(
+        f"\nfault -> device out of the pool (1.34): {seconds:.2f} s after the fault command returned, "
+        f"{time.monotonic() - started:.2f} s after it started"
+    )
     devices = device_taints(stack, NODE)
     assert len(devices) == 15
     assert not any(devices.values())  # 1.34 keeps no taints: none were sent
@@ -78,9 +83,13 @@ def test_without_device_taints_an_unhealthy_device_leaves_the_pool_until_repaire
     )
     assert not stack.get_json("resourceclaim", "floor-a").get("status", {}).get("allocation")
 
+    started = time.monotonic()
     fault(stack, NODE, "repair", device=DEVICE)
     seconds = timed_wait(stack, f"{NAME} back", lambda: NAME in device_taints(stack, NODE))
-    print(f"repair -> device back in the pool (1.34): {seconds:.2f} s")
+    print(
+        f"repair -> device back in the pool (1.34): {seconds:.2f} s after the fault command returned, "
+        f"{time.monotonic() - started:.2f} s after it started"
+    )
     stack.kubectl("wait", "--for=condition=Ready", "pod/floor-a", "--timeout=120s", timeout=150)
     claim = stack.get_json("resourceclaim", "floor-a")
     [result] = claim["status"]["allocation"]["devices"]["results"]
