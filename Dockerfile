@@ -1,8 +1,8 @@
 # One image for every neuron-dra service; the command picks the service
-# (neuron-dra-discovery, neuron-dra-slice-publisher, neuron-dra-kubelet-plugin,
-# neuron-dra-topology-allocator, neuron-dra-ultraserver-operator, neuron-dra-audit,
-# neuron-dra-alerts), and `neuron-dra` is there
-# for its non-dev commands (`neuron-dra topology show`, `--version`).
+# (neuron-dra-discovery, neuron-dra-health-probe, neuron-dra-slice-publisher,
+# neuron-dra-kubelet-plugin, neuron-dra-topology-allocator, neuron-dra-ultraserver-operator,
+# neuron-dra-audit, neuron-dra-alerts), and `neuron-dra` is there for its non-dev commands
+# (`neuron-dra topology show`, `--version`).
 #
 # BASE: any Debian-based image with python3 3.11 (and CA certificates, to reach PyPI while
 # building). Both stages use it, so the venv's python is the same interpreter at the same
@@ -37,6 +37,7 @@ COPY libs/common/pyproject.toml libs/common/
 COPY libs/cli/pyproject.toml libs/cli/
 COPY protos/pyproject.toml protos/
 COPY services/discovery/pyproject.toml services/discovery/
+COPY services/health-monitor/pyproject.toml services/health-monitor/
 COPY services/kubelet-plugin/pyproject.toml services/kubelet-plugin/
 COPY services/slice-publisher/pyproject.toml services/slice-publisher/
 COPY services/topology-allocator/pyproject.toml services/topology-allocator/

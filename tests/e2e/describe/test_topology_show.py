@@ -44,4 +44,4 @@ def test_a_claim_on_the_node_device_holds_all_sixteen_devices(
     shown = json.loads(show(describe_stack, "-o", "json"))
     assert (shown["devices"], shown["held"]) == (16, 16)
     assert {chip["heldBy"] for chip in shown["chips"]} == {holder}
-    assert shown["nodeDevices"] == [{"name": "neuronnode", "heldBy": holder}]
+    assert shown["nodeDevices"] == [{"name": "neuronnode", "heldBy": holder, "taints": []}]

@@ -171,7 +171,7 @@ async def test_protobuf_and_json_writes_store_the_same_object(
 
 def test_a_field_without_a_protobuf_twin_goes_as_json() -> None:
     body = trn2u_bodies(NodeRef(name="n", uid="u"))[-1]
-    body["spec"]["devices"][0]["taints"] = [{"key": "k", "effect": "NoSchedule"}]
+    body["spec"]["devices"][0]["bindsToNode"] = True
     store = KubeSliceStore(cast(KubeClient, None))
     data, content_type = store._body(body)
     assert (data, content_type) == (body, "application/json")

@@ -100,13 +100,14 @@ def test_json_view_names_the_holder_of_each_device() -> None:
     )
     assert (shown["devices"], shown["held"]) == (16, 16)
     assert {c["heldBy"] for c in shown["chips"]} == {"default/whole"}
-    assert shown["nodeDevices"] == [{"name": "neuronnode", "heldBy": "default/whole"}]
+    assert shown["nodeDevices"] == [{"name": "neuronnode", "heldBy": "default/whole", "taints": []}]
     assert shown["chips"][5] == {
         "name": "neurondevice5",
         "deviceId": 5,
         "row": 1,
         "column": 1,
         "heldBy": "default/whole",
+        "taints": [],
     }
     assert shown["claims"] == ["default/whole"]
 
@@ -127,3 +128,45 @@ def test_a_node_publishing_only_its_node_device_counts_its_devices() -> None:
     taken = view(node="u1", slices=only_node, claims=[claim("whole", "u1", ["neuronnode"])])
     assert (free["devices"], free["held"]) == (16, 0)
     assert (taken["devices"], taken["held"]) == (16, 16)
+
+
+def test_tainted_devices_are_flagged_and_listed() -> None:
+    content = build_pool(
+        node="n1",
+        hardware=hardware("trn2.48xlarge"),
+        labels={},
+        mode=NodeDeviceMode.COUNTERS,
+        dra_driver_version="0.1.0",
+        taints={
+            "neurondevice9": [
+                {
+                    "key": "neuron.aws.com/hardware-error",
+                    "value": "DMA_ERROR",
+                    "effect": "NoExecute",
+                }
+            ],
+            "neurondevice1": [
+                {
+                    "key": "neuron.aws.com/hardware-error",
+                    "value": "NEURONLINK_DOWN",
+                    "effect": "NoSchedule",
+                }
+            ],
+        },
+    )
+    n = len(content.slices)
+    pool = [
+        render_slice(s, owner=NodeRef(name="n1", uid="u"), index=i, generation=1, count=n)
+        for i, s in enumerate(content.slices)
+    ]
+    out = render(node="n1", slices=pool, claims=[claim("a", "n1", ["neurondevice9"])])
+    assert "[ 9!A]" in out
+    assert "[ 1~.]" in out
+    assert "[ 0 .]" in out
+    assert "!  neurondevice9  neuron.aws.com/hardware-error=DMA_ERROR:NoExecute" in out
+    assert "~  neurondevice1  neuron.aws.com/hardware-error=NEURONLINK_DOWN:NoSchedule" in out
+    shown = view(node="n1", slices=pool, claims=[])
+    assert shown["chips"][9]["taints"] == [
+        {"key": "neuron.aws.com/hardware-error", "value": "DMA_ERROR", "effect": "NoExecute"}
+    ]
+    assert shown["chips"][0]["taints"] == []

@@ -10,9 +10,12 @@ import pytest
 
 from tests.unit.deploy.test_kustomize import KUSTOMIZE, by_kind, render
 
-#: The only container that runs as root: it creates sockets in the kubelet's root-owned
-#: plugin directories and writes /var/run/cdi.
-ROOT = {"neuron-dra-kubelet-plugin"}
+#: The containers that run as root: the kubelet plugin creates sockets in the kubelet's
+#: root-owned plugin directories and writes /var/run/cdi; the health probe reads the kernel
+#: log (/dev/kmsg, root's).
+ROOT = {"neuron-dra-kubelet-plugin", "neuron-dra-health-probe"}
+#: The only capability added anywhere: reading the kernel log needs CAP_SYSLOG.
+ADDED = {"neuron-dra-health-probe": ["SYSLOG"]}
 
 
 @pytest.fixture(scope="module")
@@ -32,7 +35,7 @@ def test_every_container_is_locked_down(base: list[dict[str, Any]]) -> None:
                 assert ctx["allowPrivilegeEscalation"] is False, name
                 assert ctx["readOnlyRootFilesystem"] is True, name
                 assert ctx["capabilities"]["drop"] == ["ALL"], name
-                assert not ctx["capabilities"].get("add"), name
+                assert ctx["capabilities"].get("add", []) == ADDED.get(name, []), name
                 assert ctx["seccompProfile"] == {"type": "RuntimeDefault"}, name
                 if name in ROOT:
                     assert ctx["runAsUser"] == 0, name

@@ -384,3 +384,20 @@ def test_audit_and_alerts_run_alone_without_api_access(base: list[dict[str, Any]
     ref = url["valueFrom"]["configMapKeyRef"]
     config = by_kind(base, "ConfigMap")[ref["name"]]
     assert config["data"][ref["key"]].startswith("http")
+
+
+def test_health_probe_may_only_read_nodes_and_patch_their_status(
+    base: list[dict[str, Any]],
+) -> None:
+    ds = by_kind(base, "DaemonSet")["neuron-dra-health-probe"]
+    spec = ds["spec"]["template"]["spec"]
+    assert spec["serviceAccountName"] == "neuron-dra-health-probe"
+    [container] = spec["containers"]
+    assert container["command"] == ["neuron-dra-health-probe"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["NEURON_DRA_KERNEL_LOG"] == "/host/dev/kmsg"
+    assert container["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["SYSLOG"]}
+    rules = by_kind(base, "ClusterRole")["neuron-dra-health-probe"]["rules"]
+    assert _granted(rules) == {("", "nodes", ()): {"get"}, ("", "nodes/status", ()): {"patch"}}
+    [binding] = _bindings(base, "neuron-dra-health-probe")
+    assert binding["roleRef"]["name"] == "neuron-dra-health-probe"

@@ -101,6 +101,6 @@ def test_every_field_is_the_apis(
 def test_the_publishers_fields_are_all_declared(tmp_path: Path) -> None:
     ours = _messages(_descriptors(OURS, FILE, tmp_path / "ours.pb"))
     device = _shape(ours["neuron_dra.kube.resource.v1.Device"])
-    assert set(device) == {"name", "attributes", "capacity", "consumesCounters"}
+    assert set(device) == {"name", "attributes", "capacity", "consumesCounters", "taints"}
     attribute = _shape(ours["neuron_dra.kube.resource.v1.DeviceAttribute"])
     assert set(attribute) == {"int", "bool", "string", "version"}

@@ -101,7 +101,8 @@ def test_zero_values_are_written_not_left_out() -> None:
     "change",
     [
         lambda b: b.__setitem__("status", {}),
-        lambda b: b["spec"]["devices"][0].__setitem__("taints", []),
+        lambda b: b["spec"]["devices"][0].__setitem__("bindsToNode", True),
+        lambda b: b["spec"]["devices"][0].__setitem__("taints", [{"timeAdded": "now"}]),
         lambda b: b["metadata"].__setitem__("finalizers", ["x"]),
         lambda b: b["spec"]["devices"][0]["capacity"]["memory"].__setitem__("requestPolicy", {}),
         lambda b: b["spec"]["devices"][0]["attributes"].__setitem__("x", {"int": "seven"}),
@@ -113,3 +114,12 @@ def test_what_the_messages_do_not_declare_is_refused(change: Any) -> None:
     change(body)
     with pytest.raises(Unencodable):
         encode_slice(body)
+
+
+def test_device_taints_survive_the_round_trip() -> None:
+    body = ultraserver_bodies()[-1]
+    taint = {"key": "neuron.aws.com/hardware-error", "value": "DMA_ERROR", "effect": "NoExecute"}
+    body["spec"]["devices"][3]["taints"] = [taint]
+    _, message = decode(encode_slice(body))
+    assert as_json(message)["spec"]["devices"][3]["taints"] == [taint]
+    assert "taints" not in as_json(message)["spec"]["devices"][2]

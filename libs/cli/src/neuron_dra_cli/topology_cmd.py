@@ -13,6 +13,11 @@ its 4x4 torus (rows wrap, columns wrap), an inf2 node as its ring or line::
     ...
       A  default/pod0-neurons-x7k2p
 
+A device with a DRA device taint (the health monitor's ``neuron.aws.com/hardware-error``, or
+a lost node's ``neuron.aws.com/node-lost``) is flagged beside its number: ``!`` for
+``NoExecute`` (uncorrectable: its pods are evicted), ``~`` for ``NoSchedule`` (degraded: no
+new claims), and listed under the picture with its taints.
+
 On an UltraServer node a claim on the whole-node device ``neuronnode`` holds all the node's
 devices: each is drawn held by that claim. ``-o json`` prints the same view as one document.
 """
@@ -79,8 +84,31 @@ def holders(claims: Sequence[Obj], node: str) -> dict[str, str]:
     return held
 
 
-def _cell(index: int, mark: str) -> str:
-    return f"[{index:>2} {mark or '.'}]"
+def _cell(index: int, mark: str, flag: str = " ") -> str:
+    return f"[{index:>2}{flag}{mark or '.'}]"
+
+
+def _taints(device: Obj) -> list[Obj]:
+    return [
+        {"key": t.get("key", ""), "value": t.get("value", ""), "effect": t.get("effect", "")}
+        for t in device.get("taints") or []
+    ]
+
+
+def _flag(taints: Sequence[Obj]) -> str:
+    effects = {t["effect"] for t in taints}
+    if "NoExecute" in effects:
+        return "!"
+    if "NoSchedule" in effects:
+        return "~"
+    return " "
+
+
+def _taint_text(taints: Sequence[Obj]) -> str:
+    return ", ".join(
+        f"{t['key']}={t['value']}:{t['effect']}" if t["value"] else f"{t['key']}:{t['effect']}"
+        for t in taints
+    )
 
 
 def _held_through_node_device(
@@ -131,11 +159,13 @@ def view(*, node: str, slices: Sequence[Obj], claims: Sequence[Obj]) -> Obj:
                 "row": _attr(d, "topology_x"),
                 "column": _attr(d, "topology_y"),
                 "heldBy": chip_holders.get(i, ""),
+                "taints": _taints(d),
             }
             for i, d in sorted(chips.items())
         ],
         "nodeDevices": [
-            {"name": d["name"], "heldBy": held.get(d["name"], "")} for d in node_devices
+            {"name": d["name"], "heldBy": held.get(d["name"], ""), "taints": _taints(d)}
+            for d in node_devices
         ],
         "claims": sorted(set(held.values())),
     }
@@ -158,26 +188,35 @@ def render(*, node: str, slices: Sequence[Obj], claims: Sequence[Obj]) -> str:
         owner = chips[index]["heldBy"]
         return marks[owner] if owner else ""
 
+    def cell(index: int) -> str:
+        return _cell(index, mark(index), _flag(chips[index]["taints"]))
+
     if chips and all(c["row"] is not None for c in chips.values()):
         grid = {(int(c["row"]), int(c["column"])): i for i, c in chips.items()}
         cols = max(c for _, c in grid) + 1
         lines.append("      " + "  ".join(f"col {c}" for c in range(cols)))
         for row in range(max(r for r, _ in grid) + 1):
-            cells = [
-                _cell(grid[(row, c)], mark(grid[(row, c)])) if (row, c) in grid else "[    ]"
-                for c in range(cols)
-            ]
+            cells = [cell(grid[(row, c)]) if (row, c) in grid else "[    ]" for c in range(cols)]
             lines.append(f"row {row} " + "-".join(cells) + "  ↺")
         lines.append("      " + "   ".join("  ↕  " for _ in range(cols)) + "  (columns wrap)")
     elif chips:
         ids = sorted(chips)
         linked = len(ids) > 2 and itype.startswith(("inf2.48", "inf1"))
-        chain = "-".join(_cell(i, mark(i)) for i in ids)
+        chain = "-".join(cell(i) for i in ids)
         lines.append(chain + ("  ↺ (ring)" if linked else ""))
     for d in shown["nodeDevices"]:
         owner = d["heldBy"]
         state = f"held by {marks[owner]} (all {shown['devices']} devices)" if owner else "free"
+        if d["taints"]:
+            state += f"; tainted {_taint_text(d['taints'])}"
         lines.append(f"node device {d['name']} (whole node): {state}")
+    tainted = [c for _, c in sorted(chips.items()) if c["taints"]]
+    if tainted:
+        lines.append("")
+        lines.append("tainted (! NoExecute, ~ NoSchedule):")
+        lines += [
+            f"  {_flag(c['taints'])}  {c['name']}  {_taint_text(c['taints'])}" for c in tainted
+        ]
     lines.append("")
     if owners:
         lines += [f"  {marks[o]}  {o}" for o in owners]

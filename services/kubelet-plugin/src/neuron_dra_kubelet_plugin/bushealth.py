@@ -61,6 +61,12 @@ class BusHealth(StaticHealth):
         message = event.reason
         if event.error_code:
             message = f"{event.error_code}: {message}" if message else event.error_code
+        if event.severity:
+            # What the kubelet shows in the pod's allocatedResourcesStatus: how bad, what to
+            # do, and the proof (the kernel line or counter delta).
+            message = f"{event.severity}: {message}" if message else event.severity
+        if event.evidence:
+            message = f"{message}; evidence: {event.evidence}"
         self.update(
             DeviceHealthReport(
                 pool=self._pool,

@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Final
 
 import msgspec
 from neuron_dra_common.bus import Delivery, PermanentError
-from neuron_dra_common.events import AnyEvent, NodeInventory
+from neuron_dra_common.driver import NODE_DEVICE, device_name
+from neuron_dra_common.events import AnyEvent, DeviceHealthChanged, NodeInventory
 from neuron_dra_common.hardware.model import EccCounters
 from neuron_dra_common.kube import WorkQueue
 from neuron_dra_common.telemetry import (
@@ -49,6 +50,7 @@ from neuron_dra_slice_publisher.slices import (
     content_hash,
 )
 from neuron_dra_slice_publisher.store import Conflict, SliceStore
+from neuron_dra_slice_publisher.taints import DeviceTaint, HealthTaints
 
 __all__ = ["Controller", "NodeInfo"]
 
@@ -96,8 +98,19 @@ class NodeInfo(msgspec.Struct, frozen=True, kw_only=True):
 
 NodeLookup = Callable[[str], NodeInfo | None]
 
-#: What a pool is built from: the inventory, the Node's labels and its workload id.
-_Inputs = tuple[NodeInventory, tuple[tuple[str, str], ...], str]
+#: What a pool is built from: the inventory, the Node's labels, its workload id and the
+#: devices' taints.
+_Taints = tuple[tuple[str, tuple[DeviceTaint, ...]], ...]
+_Inputs = tuple[NodeInventory, tuple[tuple[str, str], ...], str, _Taints]
+
+#: The failure detector's events, by tag: whether the node is lost.
+_NODE_VERDICTS: Final = {"node.lost.v1": True, "node.recovered.v1": False}
+
+TAINTS_SET = Counter(
+    "neuron_dra_slice_publisher_health_events",
+    "Device health events applied, by whether they changed a pool's taints",
+    ["changed"],
+)
 
 
 class Controller:
@@ -112,8 +125,13 @@ class Controller:
         mode: NodeDeviceMode,
         dra_driver_version: str,
         tracer: trace.Tracer | None = None,
+        taints_served: bool = True,
     ) -> None:
         self.store = store
+        self.health = HealthTaints()
+        #: False where the cluster drops device taints (Kubernetes 1.34): tainted devices
+        #: are then left out of the pool.
+        self.taints_served = taints_served
         self._tracer = tracer or _TRACER
         self.nodes = nodes
         self.mode = mode
@@ -131,7 +149,11 @@ class Controller:
     # -- inputs --------------------------------------------------------------------------------
 
     def _content(
-        self, inventory: NodeInventory, labels: Mapping[str, str], workload_id: str = ""
+        self,
+        inventory: NodeInventory,
+        labels: Mapping[str, str],
+        workload_id: str = "",
+        taints: _Taints = (),
     ) -> PoolContent:
         return build_pool(
             node=inventory.node,
@@ -140,7 +162,13 @@ class Controller:
             mode=self.mode,
             dra_driver_version=inventory.dra_driver_version or self.dra_driver_version,
             workload_id=workload_id,
+            taints={name: [t.as_json() for t in ts] for name, ts in taints},
+            hide_tainted=not self.taints_served,
         )
+
+    def _taints(self, inventory: NodeInventory) -> _Taints:
+        names = [device_name(d.index) for d in inventory.hardware.devices] + [NODE_DEVICE]
+        return tuple(sorted(self.health.for_node(inventory.node, names).items()))
 
     @staticmethod
     def _check(inventory: NodeInventory) -> None:
@@ -169,6 +197,30 @@ class Controller:
         """The bus handler of ``slice-publisher-inventory``: remember, queue, ack."""
         if isinstance(event, NodeInventory):
             self.accept(event)
+
+    def accept_health(self, event: AnyEvent) -> bool:
+        """Take a health event into account; True when a node's taints changed."""
+        changed = False
+        node = ""
+        if isinstance(event, DeviceHealthChanged):
+            node = event.node
+            changed = self.health.apply(event)
+        elif event.event_type() in _NODE_VERDICTS:
+            # The cluster failure detector's verdicts (subject neuron.health.<node>.node),
+            # known here by their tags: a node lost taints all its devices NoExecute.
+            node = str(getattr(event, "node", ""))
+            lost = _NODE_VERDICTS[event.event_type()]
+            changed = bool(node) and self.health.set_lost(node, lost)
+        else:
+            return False
+        TAINTS_SET.labels("yes" if changed else "no").inc()
+        if changed:
+            self.queue.add(node)
+        return changed
+
+    async def handle_health(self, event: AnyEvent, delivery: Delivery) -> None:
+        """The bus handler of ``slice-publisher-health``: taints in, pool queued, ack."""
+        self.accept_health(event)
 
     def node_changed(self, kind: str, obj: Obj) -> None:
         """Node informer listener: a new, relabelled or deleted Node needs its pool looked at."""
@@ -236,7 +288,13 @@ class Controller:
         else:
             owner = NodeRef(name=node, uid=info.uid)
             # Informer echoes re-run reconcile often; the pool only changes with its inputs.
-            inputs: _Inputs = (inventory, tuple(sorted(info.labels.items())), info.workload_id)
+            taints = self._taints(inventory)
+            inputs: _Inputs = (
+                inventory,
+                tuple(sorted(info.labels.items())),
+                info.workload_id,
+                taints,
+            )
             built = self._built.get(node)
             tagging = bool(info.workload_id) and (built is None or built[0][2] != info.workload_id)
             if (
@@ -247,7 +305,7 @@ class Controller:
                 POOL_WRITES.labels("unchanged").inc()
                 return
             try:
-                content = self._content(inventory, info.labels, info.workload_id)
+                content = self._content(inventory, info.labels, info.workload_id, taints)
             except InventoryError as exc:
                 log.error("pool not buildable", extra={"node": node, "error": str(exc)})
                 return

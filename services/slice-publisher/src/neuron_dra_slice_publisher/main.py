@@ -23,20 +23,29 @@ from neuron_dra_slice_publisher.controller import Controller, NodeInfo
 from neuron_dra_slice_publisher.pool import slice_summary
 from neuron_dra_slice_publisher.settings import SlicePublisherSettings
 from neuron_dra_slice_publisher.store import SELECTOR, KubeSliceStore
-from neuron_dra_slice_publisher.wiring import detect_mode, read_inventories
+from neuron_dra_slice_publisher.wiring import (
+    detect_mode,
+    detect_taints,
+    read_health,
+    read_inventories,
+)
 
 __all__ = ["build", "main"]
 
 NAME = "slice-publisher"
 DURABLE = "slice-publisher-inventory"
+HEALTH_DURABLE = "slice-publisher-health"
 
 
 async def build(settings: SlicePublisherSettings) -> Service:
     """Connect to the API and the bus; lead (consume and write) only while holding the Lease."""
     kube = await connect(kubeconfig=settings.kubeconfig or None)
     bus = await Bus.connect(settings.nats_servers, name=NAME)
-    await bus.reconcile(consumers=[consumer(DURABLE)], replicas=settings.stream_replicas)
+    await bus.reconcile(
+        consumers=[consumer(DURABLE), consumer(HEALTH_DURABLE)], replicas=settings.stream_replicas
+    )
     mode = await detect_mode(kube, settings.node_device)
+    taints_served = await detect_taints(kube, settings.device_taints)
     # A Node's labels, UID and the operator's record are all metadata: its status (images,
     # conditions, heartbeats) is never sent to the publisher.
     nodes = Informer(kube, NODES, metadata_only=True)
@@ -50,6 +59,7 @@ async def build(settings: SlicePublisherSettings) -> Service:
         nodes=lookup,
         mode=mode,
         dra_driver_version=package_version(),
+        taints_served=taints_served,
     )
     elector = Elector(
         kube,
@@ -59,6 +69,8 @@ async def build(settings: SlicePublisherSettings) -> Service:
         lease_seconds=settings.lease_seconds,
     )
     runner = bus.runner(consumer(DURABLE), controller.handle)
+    # Undecodable health events go to the dead letter like any other consumer's.
+    health_runner = bus.runner(consumer(HEALTH_DURABLE), controller.handle_health)
 
     async def lead() -> None:
         slices = Informer(
@@ -81,12 +93,16 @@ async def build(settings: SlicePublisherSettings) -> Service:
             for inventory in await read_inventories(bus):
                 with contextlib.suppress(PermanentError):
                     controller.accept(inventory)
+            for event in await read_health(bus):
+                controller.accept_health(event)
             await asyncio.gather(
                 runner.run(),
+                health_runner.run(),
                 run_workers(controller.queue, controller.reconcile, workers=settings.workers),
             )
         finally:
             runner.stop()
+            health_runner.stop()
             controller.queue.shutdown()
             for task in informers:
                 task.cancel()

@@ -30,4 +30,12 @@ class SlicePublisherSettings(LeaderElectedSettings, frozen=True, kw_only=True):
             "less to decode)"
         ),
     ] = "protobuf"
+    device_taints: Annotated[
+        Literal["auto", "on", "off"],
+        msgspec.Meta(
+            description="Unhealthy devices as DRA device taints (on), or left out of the pool "
+            "(off, for clusters without DRADeviceTaints); auto: taints where the cluster keeps "
+            "them"
+        ),
+    ] = "auto"
     workers: Annotated[int, msgspec.Meta(ge=1, le=256, description="Concurrent pool writes")] = 16

@@ -26,7 +26,7 @@ from __future__ import annotations
 import enum
 import functools
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 import msgspec
@@ -274,10 +274,15 @@ def build_pool(
     mode: NodeDeviceMode,
     dra_driver_version: str,
     workload_id: str = "",
+    taints: Mapping[str, Sequence[Mapping[str, str]]] | None = None,
+    hide_tainted: bool = False,
 ) -> PoolContent:
     """The pool of ``node``: its slices in the order the scheduler should try them.
 
     ``workload_id`` (from the UltraServer operator's record on the Node) tags every device.
+    ``taints`` (device name -> DRA device taints) go on those devices; with ``hide_tainted``
+    (a cluster that does not serve device taints) those devices are left out of the pool
+    instead, so that no claim can be allocated them.
 
     >>> from neuron_dra_common.hardware.model import NodeHardware, NeuronDevice
     >>> hw = NodeHardware(instance_type="trn2.48xlarge", driver_version="2.24.7.0",
@@ -313,6 +318,13 @@ def build_pool(
                 chips, shared=shared, hardware=hardware, builder=builder, counters=counters
             )
         )
+    tainted = {name: list(t) for name, t in (taints or {}).items() if t}
+    if hide_tainted:
+        published = [d for d in published if d["name"] not in tainted]
+    else:
+        for device in published:
+            if device["name"] in tainted:
+                device["taints"] = [dict(t) for t in tainted[device["name"]]]
     for device in published:
         if len(device["attributes"]) + len(device["capacity"]) > MAX_ATTRIBUTES:
             raise InventoryError(
@@ -327,6 +339,7 @@ def build_pool(
             "counters": {c["name"]: {"value": "1"} for c in chips},
         }
         slices.append(SliceContent(shared_counters=(counter_set,)))
-    limit = MAX_DEVICES_ADVANCED if counters else MAX_DEVICES
+    with_taints = any("taints" in d for d in published)
+    limit = MAX_DEVICES_ADVANCED if counters or with_taints else MAX_DEVICES
     slices += _chunks(published, limit)
     return PoolContent(node=node, slices=tuple(slices), skipped=tuple(builder.skipped))

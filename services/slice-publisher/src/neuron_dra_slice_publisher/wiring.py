@@ -6,14 +6,14 @@ import logging
 from typing import Any
 
 from neuron_dra_common.bus import Bus, replay
-from neuron_dra_common.bus.declarations import INVENTORY
+from neuron_dra_common.bus.declarations import HEALTH, INVENTORY
 from neuron_dra_common.driver import DRIVER_NAME as DRIVER
-from neuron_dra_common.events import NodeInventory
+from neuron_dra_common.events import AnyEvent, NodeInventory
 from neuron_dra_common.kube import RESOURCE_SLICES, ApiException, KubeClient
 
 from neuron_dra_slice_publisher.slices import NodeDeviceMode
 
-__all__ = ["detect_mode", "read_inventories"]
+__all__ = ["detect_mode", "detect_taints", "read_health", "read_inventories"]
 
 log = logging.getLogger(__name__)
 
@@ -59,3 +59,47 @@ async def read_inventories(bus: Bus) -> list[NodeInventory]:
     """
     stored = await replay(bus, stream=INVENTORY.name, subject=INVENTORY.subjects[0])
     return [event for event in stored if isinstance(event, NodeInventory)]
+
+
+_TAINT_PROBE: dict[str, Any] = {
+    "apiVersion": "resource.k8s.io/v1",
+    "kind": "ResourceSlice",
+    "metadata": {"name": "neuron-dra-device-taint-probe"},
+    "spec": {
+        "driver": DRIVER,
+        "nodeName": "neuron-dra-probe",
+        "pool": {"name": "neuron-dra-probe", "generation": 1, "resourceSliceCount": 1},
+        "devices": [
+            {
+                "name": "probe",
+                "taints": [{"key": "neuron.aws.com/probe", "value": "x", "effect": "NoSchedule"}],
+            }
+        ],
+    },
+}
+
+
+async def detect_taints(client: KubeClient, setting: str) -> bool:
+    """Whether the apiserver keeps device taints (DRADeviceTaints on: 1.36, not 1.34).
+
+    Like :func:`detect_mode`, a dry-run create tells: a server without the feature drops
+    the field without an error.
+    """
+    if setting != "auto":
+        return setting == "on"
+    try:
+        stored = await client.request(
+            "POST", RESOURCE_SLICES.path(), query=[("dryRun", "All")], body=_TAINT_PROBE
+        )
+    except ApiException as exc:
+        log.warning("device taint probe refused", extra={"status": exc.status})
+        return False
+    devices = (stored.get("spec") or {}).get("devices") or [{}]
+    kept = bool(devices[0].get("taints"))
+    log.info("device taints", extra={"served": kept})
+    return kept
+
+
+async def read_health(bus: Bus) -> list[AnyEvent]:
+    """The latest health event of every device and node, to catch up after a restart."""
+    return await replay(bus, stream=HEALTH.name, subject=HEALTH.subjects[0], last_per_subject=True)

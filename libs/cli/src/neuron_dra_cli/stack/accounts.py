@@ -38,11 +38,13 @@ RBAC_KINDS: Final = frozenset(
 )
 
 #: The services that call the Kubernetes API, by the stack's component kind, and their
-#: ServiceAccount in the base. (Discovery and the topology allocator call no API.)
+#: ServiceAccount in the base. (Discovery, the topology allocator, audit and alerts call no
+#: API.)
 ACCOUNTS: Final = {
     "slice-publisher": "neuron-dra-slice-publisher",
     "ultraserver-operator": "neuron-dra-ultraserver-operator",
     "kubelet-plugin": "neuron-dra-kubelet-plugin",
+    "health-probe": "neuron-dra-health-probe",
 }
 
 #: Tokens outlive any local stack; a cluster's kubelet rotates a pod's token instead.

@@ -28,6 +28,7 @@ __all__ = ["PACKAGES", "Warmup", "is_warm", "python_env", "start_warmup"]
 PACKAGES: Final = (
     "neuron_dra_common",
     "neuron_dra_discovery",
+    "neuron_dra_health_monitor",
     "neuron_dra_kubelet_plugin",
     "neuron_dra_slice_publisher",
     "neuron_dra_topology_allocator",

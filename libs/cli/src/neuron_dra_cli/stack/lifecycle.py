@@ -26,6 +26,7 @@ from neuron_dra_cli.stack import (
     accounts,
     alerting,
     bytecode,
+    healthprobe,
     kubectl,
     plugin,
     process,
@@ -320,6 +321,12 @@ def up(opts: UpOptions, *, progress: Progress = print) -> state.StackState:
                 nats_url=current.nats_url,
                 state_dir=layout.root,
                 alertmanager_url=alerting.ui_url(receiver.ports).rstrip("/"),
+            ),
+            *healthprobe.probe_components(
+                fleet=opts.fleet,
+                layout=layout,
+                nats_url=current.nats_url,
+                kubeconfig=own_kubeconfigs[healthprobe.KIND],
             ),
         ]
         # One starting per core: each spends about half a second importing on a core of its

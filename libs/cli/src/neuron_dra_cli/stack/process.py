@@ -147,6 +147,12 @@ def stop(procs: Sequence[Running], *, timeout: float = 10.0) -> None:
             time.sleep(0.05)
 
 
+def kill_group(proc: Running, sig: signal.Signals = signal.SIGKILL) -> None:
+    """Send ``sig`` to the process group of ``proc`` if it is still that very process."""
+    if alive(proc):
+        _signal_group(proc.pid, sig)
+
+
 def _signal_group(pid: int, sig: signal.Signals) -> None:
     try:
         os.killpg(pid, sig)

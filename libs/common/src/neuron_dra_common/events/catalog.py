@@ -26,6 +26,7 @@ __all__ = [
     "ClaimUnprepared",
     "DeviceHealth",
     "DeviceHealthChanged",
+    "HealthSeverity",
     "NodeHeartbeat",
     "NodeInventory",
     "NodeLost",
@@ -37,6 +38,7 @@ __all__ = [
 ]
 
 DeviceHealth = Literal["Healthy", "Unhealthy", "Unknown"]
+HealthSeverity = Literal["", "degraded", "uncorrectable"]
 
 
 class ObjectRef(msgspec.Struct, frozen=True, kw_only=True):
@@ -102,15 +104,18 @@ class DeviceHealthChanged(Event, frozen=True, kw_only=True, tag="device.health.v
     reason: str = ""
     error_code: str = ""
     observed_at: datetime | None = None
-    #: The kernel log's error TYPE where one exists (``SRAM_UNCORRECTABLE_ERROR``, ...).
+    #: What failed, by the kernel log's ``NEURON_HW_ERR=`` name where one exists
+    #: (``SRAM_UNCORRECTABLE_ERROR``, ``NC_UNCORRECTABLE_ERROR``, ``HBM_UNCORRECTABLE_ERROR``,
+    #: ``DMA_ERROR``), else ``HBM_REPAIRABLE_ERROR`` or ``NEURONLINK_DOWN``; empty when healthy.
     error_type: str = ""
-    #: "" when healthy; "degraded" or "uncorrectable" otherwise.
-    severity: Literal["", "degraded", "uncorrectable"] = ""
+    #: ``degraded`` (usable, keep new work away) or ``uncorrectable`` (move work off);
+    #: empty with ``health`` Healthy: the repair.
+    severity: HealthSeverity = ""
     #: The kernel-log line or counter delta that proves it.
     evidence: str = ""
-    #: What to do: "reload-driver-or-reboot", "replace-instance" or "".
+    #: What the operator should do: ``reload-driver-or-reboot`` or ``replace-instance``.
     action: str = ""
-    #: The NeuronCore (nc-id) when the kernel line gives one.
+    #: The NeuronCore (``nc-id``) when the kernel line names one.
     core: int | None = None
 
     @property

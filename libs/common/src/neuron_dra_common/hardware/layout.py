@@ -37,6 +37,8 @@ class NodePaths:
         self.lnc_config = root / "opt" / "aws" / "neuron" / "logical_nc_config"
         self.neuron_ls = root / "opt" / "aws" / "neuron" / "bin" / "neuron-ls"
         self.neuron_ls_json = root / "opt" / "aws" / "neuron" / "neuron-ls.json"
+        #: A simulated node's kernel log (a real node's is ``/dev/kmsg``).
+        self.kernel_log = root / "var" / "log" / "kern.log"
 
     def dev_node(self, index: int) -> Path:
         """``/dev/neuronN``."""

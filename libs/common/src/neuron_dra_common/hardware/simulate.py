@@ -11,19 +11,28 @@ Knobs for odd hardware: ``missing_devices`` (sysfs directory gone, ``/dev`` node
 ``unreadable`` (a file replaced by a directory, which fails to read even as root) and
 ``garbage`` (a file's content replaced), all with paths relative to ``root``; an UltraServer
 election in progress is ``SimUltraServer(election_busy=True)``.
+
+:func:`inject_fault` makes a written node fail as a real one does: the driver's
+``NEURON_HW_ERR=`` line in the node's kernel log (``var/log/kern.log`` under the root), the
+matching counter going up, a NeuronLink dropping out of ``connected_devices``; ``repair``
+does what a driver reload does (the device's sysfs directory made anew, counters at zero,
+links back).
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 import random
 import shutil
 import stat
+import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 import msgspec
 
+from neuron_dra_common.hardware.kernlog import format_hw_error
 from neuron_dra_common.hardware.layout import ECC_COUNTERS, NodePaths
 from neuron_dra_common.topology.adjacency import adjacency
 from neuron_dra_common.topology.catalog import (
@@ -35,8 +44,11 @@ from neuron_dra_common.topology.catalog import (
 __all__ = [
     "CORE_STATUS_COUNTERS",
     "DEFAULT_DRIVER_VERSION",
+    "FAULTS",
+    "FaultError",
     "SimNode",
     "SimUltraServer",
+    "inject_fault",
     "ultraserver_members",
     "write_counter",
     "write_node",
@@ -162,6 +174,8 @@ def write_node(
         paths.neuron_ls.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH
     )
 
+    if not paths.kernel_log.exists():
+        _write(paths.kernel_log, "")
     for index in missing_devices:
         shutil.rmtree(paths.device(index), ignore_errors=True)
     for relative in unreadable:
@@ -216,9 +230,10 @@ def _write_device(
     _write(arch / "instance_type", f"{spec.arch_instance_type}\n")
     _write(arch / "device_name", f"{spec.device_name}\n")
     for name in ECC_COUNTERS.values():
-        write_counter(paths.root, device=index, counter=name, total=0, present=0)
+        _write(base / "stats" / "hardware" / name / "total", "0\n")
+        _write(base / "stats" / "hardware" / name / "present", "0\n")
     for core in range(spec.physical_cores_per_device):
-        status = paths.core(index, core) / "stats" / "status"
+        status = base / f"neuron_core{core}" / "stats" / "status"
         for name in CORE_STATUS_COUNTERS:
             total = rng.randrange(0, 100_000) if name == "success" else 0
             _write(status / name / "total", f"{total}\n")
@@ -275,3 +290,156 @@ def _cpu_affinity(vcpus: int, *, numa: int, numa_nodes: int) -> str:
     per = cores // numa_nodes
     first = numa * per
     return f"{first}-{first + per - 1},{cores + first}-{cores + first + per - 1}"
+
+
+#: What :func:`inject_fault` can do, by the name the CLI uses.
+FAULTS = ("sram", "nc", "hbm", "dma", "hbm-repairable", "link-down", "repair")
+
+# fault -> (kernel log error type or None, device counter or None, core counter or None)
+_FAULT_SIGNALS: dict[str, tuple[str | None, str | None, str | None]] = {
+    "sram": ("SRAM_UNCORRECTABLE_ERROR", "sram_ecc_uncorrected", None),
+    "nc": ("NC_UNCORRECTABLE_ERROR", None, "hw_error"),
+    "hbm": ("HBM_UNCORRECTABLE_ERROR", "mem_ecc_uncorrected", None),
+    "dma": ("DMA_ERROR", None, None),
+    "hbm-repairable": (None, "mem_ecc_repairable_uncorrected", None),
+}
+
+
+class FaultError(ValueError):
+    """A fault that cannot be injected (unknown kind, device or core); says which."""
+
+
+def _bump(directory: Path) -> tuple[int, int]:
+    total = int((directory / "total").read_text().strip() or 0) + 1
+    present = int((directory / "present").read_text().strip() or 0) + 1
+    _write(directory / "total", f"{total}\n")
+    _write(directory / "present", f"{present}\n")
+    return total - 1, total
+
+
+def _kernel_line(paths: NodePaths, node_name: str, message: str) -> str:
+    # The layout of a syslog kernel line: time, host, "kernel:", the kernel's own timestamp.
+    stamp = time.strftime("%b %d %H:%M:%S")
+    uptime = time.monotonic()
+    line = f"{stamp} {node_name} kernel: [{uptime:12.6f}] {message}\n"
+    paths.kernel_log.parent.mkdir(parents=True, exist_ok=True)
+    with open(paths.kernel_log, "a", encoding="utf-8") as fh:
+        fh.write(line)
+        fh.flush()
+        os.fsync(fh.fileno())
+    return line.strip()
+
+
+def _links(paths: NodePaths, index: int) -> list[int]:
+    raw = (paths.device(index) / "connected_devices").read_text().strip()
+    return [int(x) for x in raw.split(",") if x.strip()]
+
+
+def _set_links(paths: NodePaths, index: int, links: Iterable[int]) -> None:
+    _write(paths.device(index) / "connected_devices", ", ".join(map(str, links)) + "\n")
+
+
+def _reload_device(paths: NodePaths, spec: InstanceSpec, index: int, *, node_name: str) -> None:
+    """What a driver reload shows of one device: a new sysfs directory, counters at zero."""
+    base = paths.device(index)
+    serial = (base / "info" / "serial_number").read_text()
+    fresh = base.with_name(f".{base.name}.new")
+    old = base.with_name(f".{base.name}.old")
+    shutil.rmtree(fresh, ignore_errors=True)
+    shutil.rmtree(old, ignore_errors=True)
+    # Written beside the live directory, then swapped in with two renames, so a reader sees
+    # the old device or the new one, never half of one.
+    staging = _Staged(paths.root, fresh)
+    _write_device(
+        staging, spec, index=index, links=adjacency(spec)[index], rng=random.Random(node_name)
+    )
+    _write(fresh / "info" / "serial_number", serial)
+    os.rename(base, old)
+    os.rename(fresh, base)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+class _Staged(NodePaths):
+    """Paths whose one device directory is ``directory`` (for writing it aside)."""
+
+    def __init__(self, root: Path, directory: Path) -> None:
+        super().__init__(root)
+        self._directory = directory
+
+    def device(self, index: int) -> Path:
+        return self._directory
+
+
+def inject_fault(
+    root: Path,
+    *,
+    fault: str,
+    node_name: str,
+    device: int | None = None,
+    core: int = 0,
+) -> list[str]:
+    """Make the simulated node under ``root`` show ``fault``; returns what changed, in words.
+
+    ``device`` defaults to 0 for a fault and to every device for ``repair``.
+
+    >>> import tempfile
+    >>> root = Path(tempfile.mkdtemp())
+    >>> _ = write_node(root, instance_type="trn2.48xlarge", node_name="n1")
+    >>> inject_fault(root, fault="sram", node_name="n1", device=3)[1]
+    'neuron3 sram_ecc_uncorrected total 0 -> 1'
+    """
+    if fault not in FAULTS:
+        raise FaultError(f"fault {fault!r} is not one of {', '.join(FAULTS)}")
+    paths = NodePaths(root)
+    spec = instance_spec(paths.product_name.read_text().strip())
+    if device is not None and not 0 <= device < spec.devices:
+        raise FaultError(
+            f"node {node_name}: device {device} does not exist ({spec.name} has "
+            f"{spec.devices} devices, 0-{spec.devices - 1})"
+        )
+    if not 0 <= core < spec.physical_cores_per_device:
+        raise FaultError(
+            f"node {node_name}: core {core} does not exist ({spec.name} devices have "
+            f"{spec.physical_cores_per_device} cores)"
+        )
+    done: list[str] = []
+    if fault == "repair":
+        targets = [device] if device is not None else list(range(spec.devices))
+        for index in targets:
+            _reload_device(paths, spec, index, node_name=node_name)
+            done.append(f"neuron{index}: driver reloaded (counters at zero)")
+        expected = adjacency(spec)
+        for index in range(spec.devices):
+            if sorted(_links(paths, index)) != sorted(expected[index]):
+                _set_links(paths, index, expected[index])
+                done.append(f"neuron{index}: links restored")
+        return done
+    index = 0 if device is None else device
+    if fault == "link-down":
+        links = _links(paths, index)
+        if not links:
+            raise FaultError(f"node {node_name}: neuron{index} has no link up to take down")
+        peer = links[0]
+        _set_links(paths, index, [d for d in links if d != peer])
+        _set_links(paths, peer, [d for d in _links(paths, peer) if d != index])
+        return [f"NeuronLink neuron{index} <-> neuron{peer} down"]
+    error_type, counter, core_counter = _FAULT_SIGNALS[fault]
+    if error_type is not None:
+        serial = (paths.device(index) / "info" / "serial_number").read_text().strip()
+        message = format_hw_error(
+            error_type=error_type,
+            device=index,
+            core=core if error_type != "HBM_UNCORRECTABLE_ERROR" else None,
+            instance_id="i-" + _hex_id(f"instance/{node_name}")[:17],
+            hostname=node_name,
+            serial_number=serial,
+        )
+        done.append(_kernel_line(paths, node_name, message))
+    if counter is not None:
+        before, after = _bump(paths.device(index) / "stats" / "hardware" / counter)
+        done.append(f"neuron{index} {counter} total {before} -> {after}")
+    if core_counter is not None:
+        status = paths.core(index, core) / "stats" / "status" / core_counter
+        before, after = _bump(status)
+        done.append(f"neuron{index}/neuron_core{core} {core_counter} total {before} -> {after}")
+    return done

@@ -358,6 +358,7 @@ class Device(_message.Message):
     ATTRIBUTES_FIELD_NUMBER: _builtins.int
     CAPACITY_FIELD_NUMBER: _builtins.int
     CONSUMESCOUNTERS_FIELD_NUMBER: _builtins.int
+    TAINTS_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     @_builtins.property
     def attributes(self) -> _containers.MessageMap[_builtins.str, Global___DeviceAttribute]: ...
@@ -365,6 +366,8 @@ class Device(_message.Message):
     def capacity(self) -> _containers.MessageMap[_builtins.str, Global___DeviceCapacity]: ...
     @_builtins.property
     def consumesCounters(self) -> _containers.RepeatedCompositeFieldContainer[Global___DeviceCounterConsumption]: ...
+    @_builtins.property
+    def taints(self) -> _containers.RepeatedCompositeFieldContainer[Global___DeviceTaint]: ...
     def __init__(
         self,
         *,
@@ -372,14 +375,42 @@ class Device(_message.Message):
         attributes: _abc.Mapping[_builtins.str, Global___DeviceAttribute] | None = ...,
         capacity: _abc.Mapping[_builtins.str, Global___DeviceCapacity] | None = ...,
         consumesCounters: _abc.Iterable[Global___DeviceCounterConsumption] | None = ...,
+        taints: _abc.Iterable[Global___DeviceTaint] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["name", b"name"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attributes", b"attributes", "capacity", b"capacity", "consumesCounters", b"consumesCounters", "name", b"name"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attributes", b"attributes", "capacity", b"capacity", "consumesCounters", b"consumesCounters", "name", b"name", "taints", b"taints"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___Device: _TypeAlias = Device  # noqa: Y015
+
+@_typing.final
+class DeviceTaint(_message.Message):
+    """timeAdded (4) is left out: the apiserver sets it when a taint is new."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    KEY_FIELD_NUMBER: _builtins.int
+    VALUE_FIELD_NUMBER: _builtins.int
+    EFFECT_FIELD_NUMBER: _builtins.int
+    key: _builtins.str
+    value: _builtins.str
+    effect: _builtins.str
+    def __init__(
+        self,
+        *,
+        key: _builtins.str | None = ...,
+        value: _builtins.str | None = ...,
+        effect: _builtins.str | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["effect", b"effect", "key", b"key", "value", b"value"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["effect", b"effect", "key", b"key", "value", b"value"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeviceTaint: _TypeAlias = DeviceTaint  # noqa: Y015
 
 @_typing.final
 class DeviceAttribute(_message.Message):

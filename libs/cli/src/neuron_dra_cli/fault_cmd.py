@@ -1,0 +1,90 @@
+"""``neuron-dra dev fault``: make a simulated node of the local stack fail like real hardware.
+
+Hardware faults change the node's simulated files exactly as the Neuron driver would show
+them (kernel log line, counter, link); the node's health probe notices them like on a real
+node. ``lost`` is the node dying: its kubelet and agents are killed (SIGKILL, no goodbye).
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+from pathlib import Path
+
+from neuron_dra_common.hardware.simulate import FAULTS, FaultError, inject_fault
+
+from neuron_dra_cli import paths
+from neuron_dra_cli.errors import CliError
+from neuron_dra_cli.stack import process, state
+from neuron_dra_cli.stack.layout import Layout
+
+__all__ = ["LOST", "node_processes", "register"]
+
+LOST = "lost"
+#: The per-node components of the stack, by the prefix of their name.
+_NODE_COMPONENTS = ("node-", "discovery-", "kubelet-plugin-", "health-probe-")
+
+
+def register(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = verbs.add_parser(
+        "fault",
+        help="inject a hardware fault into a simulated node (or repair it)",
+        description="Make a simulated Neuron node of the local stack fail as real hardware "
+        "does. sram, nc, hbm, dma: an uncorrectable error (the driver's NEURON_HW_ERR "
+        "kernel log line, and its counter where the driver keeps one); hbm-repairable: a repairable HBM error (its "
+        "counter); link-down: a NeuronLink of the device goes down; lost: the node's "
+        "kubelet and agents are killed (kill -9); repair: a driver reload (counters at "
+        "zero, links back) of the device, or of every device without --device. A lost node "
+        "comes back only with a new `dev up`.",
+    )
+    p.add_argument("node", metavar="NODE")
+    p.add_argument(
+        "fault", metavar="FAULT", choices=(*FAULTS, LOST), help=" | ".join((*FAULTS, LOST))
+    )
+    p.add_argument("--device", type=int, default=None, help="device index (default 0)")
+    p.add_argument("--core", type=int, default=0, help="NeuronCore on the device (default 0)")
+    p.add_argument(
+        "--state-dir",
+        default=None,
+        help=f"the stack's state directory (env {paths.STATE_DIR_ENV})",
+    )
+    p.set_defaults(handler=cmd_fault)
+
+
+def node_processes(current: state.StackState, node: str) -> list[state.ComponentState]:
+    """The stack's processes that make up ``node``: its kubelet and its agents."""
+    names = {prefix + node for prefix in _NODE_COMPONENTS}
+    return [c for c in current.components if c.name in names]
+
+
+def cmd_fault(args: argparse.Namespace) -> int:
+    state_dir = (
+        Path(args.state_dir).expanduser().resolve() if args.state_dir else paths.default_state_dir()
+    )
+    current = state.load(state_dir)
+    if current is None:
+        raise CliError(f"no stack recorded under {state_dir}; start one with `neuron-dra dev up`")
+    members = node_processes(current, args.node)
+    if not members:
+        raise CliError(f"node {args.node!r} is not a node of the stack under {state_dir}")
+    if args.fault == LOST:
+        killed = []
+        for c in members:
+            running = process.Running(pid=c.pid, start_ticks=c.start_ticks)
+            if process.alive(running):
+                process.kill_group(running, signal.SIGKILL)
+                killed.append(f"{c.name} (pid {c.pid})")
+        print(f"{args.node}: killed {', '.join(killed) if killed else 'nothing (already down)'}")
+        return 0
+    root = Layout(state_dir).node_dir(args.node) / "hw"
+    if not (root / "sys").is_dir():
+        raise CliError(f"node {args.node!r} has no simulated Neuron hardware under {root}")
+    try:
+        changes = inject_fault(
+            root, fault=args.fault, node_name=args.node, device=args.device, core=args.core
+        )
+    except FaultError as exc:
+        raise CliError(str(exc)) from None
+    for line in changes:
+        print(f"{args.node}: {line}")
+    return 0

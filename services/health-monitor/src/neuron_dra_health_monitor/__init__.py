@@ -1,0 +1,1 @@
+"""neuron-dra health monitoring: the node probe (and the cluster failure detector)."""
