@@ -34,6 +34,9 @@ OPERATOR = "neuron-dra-ultraserver-operator"
 PLUGIN = "neuron-dra-kubelet-plugin"
 ALLOCATOR = "neuron-dra-topology-allocator"
 DISCOVERY = "neuron-dra-discovery"
+PROBE = "neuron-dra-health-probe"
+AUDIT = "neuron-dra-audit"
+ALERTS = "neuron-dra-alerts"
 
 #: (account, verb, resource, namespace or "" for cluster-wide, allowed)
 MATRIX = [
@@ -66,6 +69,11 @@ MATRIX = [
     (ALLOCATOR, "get", "pods", NS, False),
     (DISCOVERY, "list", "nodes", "", False),
     (DISCOVERY, "get", "configmaps", NS, False),
+    (PROBE, "get", "nodes", "", True),
+    (PROBE, "patch", "nodes", "", False),
+    (PROBE, "list", "pods", "", False),
+    (AUDIT, "list", "nodes", "", False),
+    (ALERTS, "get", "configmaps", NS, False),
 ]
 
 
@@ -106,6 +114,7 @@ def _as_service(stack: KubeStack, kind: str, *args: str) -> subprocess.Completed
         ("slice-publisher", PUBLISHER),
         ("ultraserver-operator", OPERATOR),
         ("kubelet-plugin", PLUGIN),
+        ("health-probe", PROBE),
     ],
 )
 def test_each_running_service_is_its_own_service_account(
