@@ -4,6 +4,10 @@ Until a health event says otherwise, every device discovery sees is healthy. At 
 the plugin replays the latest event per device (the bus's :class:`Follower`, starting at the
 last message of each subject), so a restart never forgets that a device is unhealthy; a
 durable consumer would resume after what it acknowledged and forget exactly that.
+
+The bus client is loaded only when :meth:`BusHealth.follow` runs: the health stream the kubelet
+reads is served from start, and loading NATS's client does not delay the plugin's
+registration.
 """
 
 from __future__ import annotations
@@ -12,14 +16,15 @@ import asyncio
 import logging
 import time
 from collections.abc import Iterable
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
-from neuron_dra_common.bus import Bus, Follower
-from neuron_dra_common.bus.declarations import HEALTH
 from neuron_dra_common.events import AnyEvent, DeviceHealthChanged
 from neuron_dra_common.events.base import SUBJECT_ROOT, subject_token
 
 from neuron_dra_kubelet_plugin.health import DeviceHealthReport, Health, StaticHealth
+
+if TYPE_CHECKING:
+    from neuron_dra_common.bus import Bus, Follower
 
 __all__ = ["BusHealth", "health_subject"]
 
@@ -90,6 +95,9 @@ class BusHealth(StaticHealth):
 
     async def follow(self, bus: Bus) -> None:
         """Apply this node's health events, latest per device first, until :meth:`stop`."""
+        from neuron_dra_common.bus import Follower
+        from neuron_dra_common.bus.declarations import HEALTH
+
         self._follower = Follower(
             bus,
             stream=HEALTH.name,

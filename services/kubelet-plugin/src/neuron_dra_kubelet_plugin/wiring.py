@@ -1,7 +1,8 @@
 """The plugin's wiring: the node's hardware, the claim source (a GET of each claim the
 kubelet names), the crash-safe preparer, the two gRPC servers, the bus (claim events out, device
 health in) and the socket probe behind ``/healthz``. The kubelet path never waits for the
-bus: without NATS the plugin still prepares claims and queues its events.
+bus: without NATS the plugin still prepares claims and queues its events, and the bus client
+is loaded only once the kubelet's servers are up (it is not on the way to registration).
 """
 
 from __future__ import annotations
@@ -10,9 +11,9 @@ import asyncio
 import contextlib
 import logging
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import msgspec
-from neuron_dra_common.bus import Bus
 from neuron_dra_common.driver import device_name
 from neuron_dra_common.hardware.node import read_node
 from neuron_dra_common.kube import KubeClient, connect
@@ -36,6 +37,9 @@ from neuron_dra_kubelet_plugin.registration import socket_paths
 from neuron_dra_kubelet_plugin.servers import serve
 from neuron_dra_kubelet_plugin.settings import PluginSettings, node_device_for
 from neuron_dra_kubelet_plugin.ultraserver import UltraServerGate
+
+if TYPE_CHECKING:
+    from neuron_dra_common.bus import Bus
 
 __all__ = ["NAME", "build", "node_context"]
 
@@ -62,9 +66,29 @@ def node_context(settings: PluginSettings) -> NodeContext:
 
 
 async def _keep_bus(
-    settings: PluginSettings, *, events: ClaimEvents, health: BusHealth, stopped: asyncio.Event
+    settings: PluginSettings,
+    *,
+    events: ClaimEvents,
+    health: BusHealth,
+    serving: asyncio.Event,
+    stopped: asyncio.Event,
 ) -> None:
-    """Connect to NATS (retrying for ever), then publish events and follow device health."""
+    """Once the kubelet's servers listen, connect to NATS (retrying for ever), then publish
+    events and follow device health."""
+    # Loading the client takes the event loop for a while: not before the sockets exist.
+    waits = [
+        asyncio.create_task(serving.wait(), name="bus-after-serving"),
+        asyncio.create_task(stopped.wait(), name="bus-unless-stopped"),
+    ]
+    try:
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for wait in waits:
+            wait.cancel()
+    if stopped.is_set():
+        return
+    from neuron_dra_common.bus import Bus
+
     attempt = 0
     bus: Bus | None = None
     while bus is None and not stopped.is_set():
@@ -144,6 +168,7 @@ async def build(settings: PluginSettings, *, node: NodeContext) -> Service:
     probe = SocketProbe(paths, interval=settings.probe_interval)
 
     service = Service(name=NAME, settings=settings)
+    serving_up = asyncio.Event()
     stopped = asyncio.Event()
 
     async def serving() -> None:
@@ -154,6 +179,7 @@ async def build(settings: PluginSettings, *, node: NodeContext) -> Service:
             heartbeat_seconds=settings.health_heartbeat_seconds,
         ) as servers:
             service.add_readiness("registered", servers.registration.registered.is_set)
+            serving_up.set()
             async with asyncio.TaskGroup() as group:
                 group.create_task(probe.run(), name="socket-probe")
                 await stopped.wait()
@@ -167,7 +193,10 @@ async def build(settings: PluginSettings, *, node: NodeContext) -> Service:
 
     service.add_task("grpc", serving, stop=stop)
     service.add_task(
-        "bus", lambda: _keep_bus(settings, events=events, health=health, stopped=stopped)
+        "bus",
+        lambda: _keep_bus(
+            settings, events=events, health=health, serving=serving_up, stopped=stopped
+        ),
     )
     service.add_task("claim-events", events.run)
     service.add_task("failure-events", recorder.run)

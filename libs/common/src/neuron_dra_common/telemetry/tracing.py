@@ -12,19 +12,26 @@ Every span carries the resource ``service.name`` (the service), ``service.namesp
 (``neuron-dra``), ``service.version`` (the installed package's version) and, where the
 manifests pass them from the downward API, ``k8s.node.name``, ``k8s.pod.name`` and
 ``k8s.namespace.name``.
+
+The SDK is loaded only when export is on: a process without an endpoint (every node agent
+by default) keeps only the API, whose spans are no-ops, and saves the SDK's memory and import
+time.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Mapping
 from importlib.metadata import PackageNotFoundError, version
-from typing import Final
+from typing import TYPE_CHECKING, Final, TypeGuard
 
 from opentelemetry import trace
-from opentelemetry.sdk.resources import OTELResourceDetector, Resource
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SpanExporter
 
 __all__ = [
     "SERVICE_NAMESPACE",
@@ -88,6 +95,8 @@ def otlp_endpoint_from(environ: Mapping[str, str], explicit: str = "") -> str:
 def service_resource(service: str, environ: Mapping[str, str] | None = None) -> Resource:
     """The resource of ``service``'s spans: this product's attributes, then the SDK's own
     ``OTEL_RESOURCE_ATTRIBUTES`` / ``OTEL_SERVICE_NAME`` on top (the operator's word wins)."""
+    from opentelemetry.sdk.resources import OTELResourceDetector, Resource
+
     env = os.environ if environ is None else environ
     attributes: dict[str, str] = {
         "service.name": service,
@@ -115,6 +124,9 @@ def configure_tracing(
     endpoint = otlp_endpoint_from(os.environ, otlp_endpoint)
     if not endpoint and exporter is None:
         return None
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
     # The sampler comes from OTEL_TRACES_SAMPLER(_ARG) when no sampler is passed.
     provider = TracerProvider(resource=service_resource(service))
     if exporter is None:
@@ -127,7 +139,7 @@ def configure_tracing(
     provider.add_span_processor(BatchSpanProcessor(exporter))
     trace.set_tracer_provider(provider)
     global _enabled
-    _enabled = isinstance(trace.get_tracer_provider(), TracerProvider)
+    _enabled = _is_sdk_provider(trace.get_tracer_provider())
     return provider
 
 
@@ -139,7 +151,7 @@ def get_tracer(name: str = INSTRUMENTATION) -> trace.Tracer:
 def shutdown_tracing() -> None:
     """Flush and stop the installed provider, if it is an SDK one."""
     provider = trace.get_tracer_provider()
-    if isinstance(provider, TracerProvider):
+    if _is_sdk_provider(provider):
         provider.shutdown()
 
 
@@ -152,5 +164,12 @@ def tracing_enabled() -> bool:
     """
     global _enabled
     if _enabled is None:
-        _enabled = isinstance(trace.get_tracer_provider(), TracerProvider)
+        _enabled = _is_sdk_provider(trace.get_tracer_provider())
     return _enabled
+
+
+def _is_sdk_provider(provider: trace.TracerProvider) -> TypeGuard[TracerProvider]:
+    """Whether ``provider`` is the SDK's (which records spans). An SDK provider exists only
+    once the SDK was imported, so a process that never loaded it is answered without it."""
+    sdk = sys.modules.get("opentelemetry.sdk.trace")
+    return sdk is not None and isinstance(provider, sdk.TracerProvider)
