@@ -14,6 +14,8 @@ from neuron_dra_common.events import (
     Event,
     NodeHeartbeat,
     NodeInventory,
+    NodeLost,
+    NodeRecovered,
     ObjectRef,
     WorkloadStateChanged,
 )
@@ -67,6 +69,13 @@ def samples() -> list[Event]:
         NodeHeartbeat(
             node="ip-10-0-0-1.ec2.internal", boot_id="8c1e5b7a", sequence=42, sent_at=WHEN
         ),
+        NodeLost(
+            node="ip-10-0-0-1.ec2.internal",
+            last_heartbeat_at=WHEN,
+            detected_at=WHEN,
+            reason="no heartbeat for 3.0 s",
+        ),
+        NodeRecovered(node="ip-10-0-0-1.ec2.internal", detected_at=WHEN, lost_for_seconds=12.5),
         DeviceHealthChanged(
             node="ip-10-0-0-1.ec2.internal",
             device="neurondevice3",

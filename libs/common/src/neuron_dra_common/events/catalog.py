@@ -25,6 +25,8 @@ __all__ = [
     "DeviceHealthChanged",
     "NodeHeartbeat",
     "NodeInventory",
+    "NodeLost",
+    "NodeRecovered",
     "ObjectRef",
     "UltraServerGrant",
     "UltraServerRefusal",
@@ -105,6 +107,39 @@ class DeviceHealthChanged(Event, frozen=True, kw_only=True, tag="device.health.v
     @property
     def ce_subject(self) -> str:
         return f"nodes/{self.node}/devices/{self.device}"
+
+
+class NodeLost(Event, frozen=True, kw_only=True, tag="node.lost.v1"):
+    """The cluster failure detector declared ``node`` lost: its heartbeats stopped."""
+
+    node: str
+    last_heartbeat_at: datetime | None = None
+    detected_at: datetime
+    reason: str = ""
+
+    @property
+    def subject(self) -> str:
+        return f"{SUBJECT_ROOT}.health.{subject_token(self.node)}.node"
+
+    @property
+    def ce_subject(self) -> str:
+        return f"nodes/{self.node}"
+
+
+class NodeRecovered(Event, frozen=True, kw_only=True, tag="node.recovered.v1"):
+    """A node declared lost sends heartbeats again, steadily."""
+
+    node: str
+    detected_at: datetime
+    lost_for_seconds: float = 0.0
+
+    @property
+    def subject(self) -> str:
+        return f"{SUBJECT_ROOT}.health.{subject_token(self.node)}.node"
+
+    @property
+    def ce_subject(self) -> str:
+        return f"nodes/{self.node}"
 
 
 class AllocationRequested(Event, frozen=True, kw_only=True, tag="allocation.requested.v1"):

@@ -16,6 +16,8 @@ from neuron_dra_common.events.catalog import (
     DeviceHealthChanged,
     NodeHeartbeat,
     NodeInventory,
+    NodeLost,
+    NodeRecovered,
     WorkloadStateChanged,
 )
 
@@ -31,6 +33,8 @@ AnyEvent = (
     | ClaimPrepared
     | ClaimUnprepared
     | WorkloadStateChanged
+    | NodeLost
+    | NodeRecovered
 )
 
 #: Tag -> class, for every event in the union.
@@ -38,6 +42,8 @@ EVENT_TYPES: Final[dict[str, type[Event]]] = {
     cls.event_type(): cls
     for cls in (
         NodeInventory,
+        NodeLost,
+        NodeRecovered,
         NodeHeartbeat,
         DeviceHealthChanged,
         AllocationRequested,
