@@ -1,0 +1,1 @@
+"""Health and failure detection for Neuron nodes."""
