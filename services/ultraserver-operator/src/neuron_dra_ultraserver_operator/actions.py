@@ -99,11 +99,11 @@ class DeleteTemplate(_Action, frozen=True, kw_only=True):
 
 
 class DeletePods(_Action, frozen=True, kw_only=True):
-    """Delete the workload's pods (those using its template) running on ``nodes``, so their
-    controllers recreate them where the workload is now; on ``force`` nodes without a grace
-    period."""
+    """Delete the workload's pods (those using its template) running on a node outside
+    ``keep``, so their controllers recreate them where the workload is now; on ``force``
+    nodes without a grace period."""
 
-    nodes: tuple[str, ...]
+    keep: tuple[str, ...]
     force: tuple[str, ...] = ()
 
 

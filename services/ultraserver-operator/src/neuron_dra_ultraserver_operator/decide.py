@@ -185,6 +185,11 @@ def _bind(
         + ", ".join(dict.fromkeys(r.ultra_server for r in held))
         + f"; ResourceClaimTemplate {workload.template_name}"
     )
+    if not bound:
+        # The template names these nodes now: pods of the workload still on other nodes (a
+        # replaced unit's) are recreated by their controllers and land here.
+        down = {n for n in fleet.failed} | {n for n, ok in fleet.ready.items() if not ok}
+        out.append(DeletePods(keep=workload.nodes, force=tuple(sorted(down))))
     out += status_write(
         workload,
         now=facts.now,
@@ -363,11 +368,7 @@ def _replaced(
         records=new,
     )
     out.append(Emit(reason="Replaced", message=message, warning=True))
-    out += _bind(_holding(workload, new), fleet, records, facts, trace=facts.traceparent)
-    # The template names the new nodes now: the pods that ran on the given-up nodes are
-    # recreated by their controllers and land there.
-    force = tuple(sorted(affected & set(given_up)))
-    return [*out, DeletePods(nodes=tuple(given_up), force=force)] if given_up else out
+    return out + _bind(_holding(workload, new), fleet, records, facts, trace=facts.traceparent)
 
 
 def _deleting(workload: Workload, records: Mapping[str, Held], facts: Facts) -> list[Action]:

@@ -25,6 +25,7 @@ from neuron_dra_cli.errors import CliError
 from neuron_dra_cli.stack import bytecode, kubectl, plugin, process, services, state, tracing
 from neuron_dra_cli.stack import components as comp
 from neuron_dra_cli.stack.fleet import Fleet
+from neuron_dra_cli.stack.health import health_components
 from neuron_dra_cli.stack.layout import Layout
 from neuron_dra_cli.stack.nodes import node_component
 from neuron_dra_cli.stack.pki import Pki, write_kubeconfig
@@ -288,6 +289,7 @@ def up(opts: UpOptions, *, progress: Progress = print) -> state.StackState:
                 nats_url=current.nats_url,
                 kubeconfig=layout.kubeconfig,
                 hardware=sims,
+                kubelet_healthz={c.name.removeprefix("node-"): c.ports["healthz"] for c in nodes},
             ),
             *plugin.plugin_components(
                 fleet=opts.fleet,
@@ -297,6 +299,7 @@ def up(opts: UpOptions, *, progress: Progress = print) -> state.StackState:
                 plugin_kubeconfig=own_kubeconfig,
             ),
             *ultraserver_components(nats_url=current.nats_url, kubeconfig=layout.kubeconfig),
+            *health_components(nats_url=current.nats_url, kubeconfig=layout.kubeconfig),
         ]
         # One starting per core: each spends about half a second importing on a core of its
         # own and then mostly waits (for NATS, the apiserver, its kubelet's registration).
