@@ -92,6 +92,7 @@ async def build(settings: OperatorSettings) -> Service:
         objects=ultraservers_inf.cache,
         workloads=workloads_inf.cache,
         fleet=fleet,
+        failed=health,
     )
     workloads_inf.add_listener(triggers.on_workload)
     nodes_inf.add_listener(triggers.on_node)
