@@ -6,14 +6,17 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
-from neuron_dra_common.events import AnyEvent, Event
-from neuron_dra_common.ultraserver import node_allocation
+from neuron_dra_common.events import AnyEvent, Event, NodeLost
+from neuron_dra_common.kube import ApiException
+from neuron_dra_common.ultraserver import node_allocation, ultraserver_name
 from neuron_dra_topology_allocator.allocator import Allocator
 from neuron_dra_topology_allocator.projection import Projection
 from neuron_dra_ultraserver_operator.discovery import Member, UltraServerView
 from neuron_dra_ultraserver_operator.fleet import FleetIndex
+from neuron_dra_ultraserver_operator.health import NodeHealth
 from neuron_dra_ultraserver_operator.reconciler import WorkloadReconciler
 from opentelemetry.trace import Tracer
 
@@ -42,11 +45,45 @@ class Api:
         self.workloads: dict[str, Obj] = {}
         self.templates: dict[str, Obj] = {}
         self.events: list[Obj] = []
+        #: pod name -> pod; deleted ones are moved to ``deleted`` with their grace period
+        self.pods: dict[str, Obj] = {}
+        self.deleted: dict[str, int | None] = {}
+
+    def run_pods(self, template: str, nodes: list[str]) -> None:
+        """One pod using ``template`` on each of ``nodes`` (what a Deployment would run)."""
+        for node in nodes:
+            self.pods[f"pod-{node}"] = {
+                "metadata": {"name": f"pod-{node}", "namespace": "ml"},
+                "spec": {
+                    "nodeName": node,
+                    "resourceClaims": [{"name": "n", "resourceClaimTemplateName": template}],
+                },
+            }
+
+    async def list(self, resource: Any, *, namespace: str = "", **kw: Any) -> tuple[list[Obj], str]:
+        if resource.plural == "pods":
+            return list(self.pods.values()), "1"
+        return [], "1"
+
+    async def get(self, resource: Any, name: str, *, namespace: str = "") -> Obj:
+        return await self.request("GET", resource.path(namespace=namespace, name=name))
+
+    async def delete(self, resource: Any, name: str, *, namespace: str = "") -> Obj:
+        return await self.request("DELETE", resource.path(namespace=namespace, name=name))
 
     async def request(self, method: str, path: str, **kw: Any) -> Obj:
         body: Obj = kw.get("body") or {}
         parts = path.strip("/").split("/")
-        if method == "POST" and parts[-1] == "events":
+        if method == "DELETE" and "pods" in parts:
+            self.pods.pop(parts[-1], None)
+            self.deleted[parts[-1]] = body.get("gracePeriodSeconds")
+        elif method == "DELETE" and "resourceclaimtemplates" in parts:
+            self.templates.pop(parts[-1], None)
+        elif method == "GET" and "resourceclaimtemplates" in parts:
+            if parts[-1] not in self.templates:
+                raise ApiException(404, "not found")
+            return self.templates[parts[-1]]
+        elif method == "POST" and parts[-1] == "events":
             self.events.append(body)
         elif "nodes" in parts:
             # A merge patch of the annotations: null removes one.
@@ -69,15 +106,26 @@ class Api:
     def not_ready(self, node: str) -> None:
         self.nodes[node]["status"]["conditions"] = [{"type": "Ready", "status": "False"}]
 
+    def ready(self, node: str) -> None:
+        self.nodes[node]["status"]["conditions"] = [{"type": "Ready", "status": "True"}]
+
 
 def views(servers: int) -> dict[str, UltraServerView]:
+    """What discovery makes of the fleet: the NeuronUltraServer is named after the raw server
+    id the hardware reports (``us0`` -> ``us-us0``), and the allocator keys it by that name."""
     return {
-        f"us-{u}": UltraServerView(
-            name=f"us-{u}",
+        ultraserver_name(f"us{u}"): UltraServerView(
+            name=ultraserver_name(f"us{u}"),
             server_id=f"us{u}",
             instance_type=TYPE,
             members=tuple(
-                Member(node_name=f"us{u}-n{i}", node_id=i, server_id_2=f"us{u}-p{i // 2}")
+                Member(
+                    node_name=f"us{u}-n{i}",
+                    node_id=i,
+                    server_id_2=f"us{u}-p{i // 2}",
+                    device_server_id=f"us{u}",
+                    device_node_id=i,
+                )
                 for i in range(4)
             ),
         )
@@ -102,7 +150,7 @@ class World:
             for i in range(4):
                 projection.fleet.upsert_node(
                     f"us{u}-n{i}",
-                    ultraserver=f"us{u}",
+                    ultraserver=ultraserver_name(f"us{u}"),
                     instance_type=TYPE,
                     node_id=i,
                     server_id_2=f"us{u}-p{i // 2}",
@@ -125,6 +173,8 @@ class World:
             },
         }
         _views = views(servers)
+        self.projection = projection
+        self.health = NodeHealth()
 
         async def allocate(event: Event) -> AnyEvent:
             on_allocate(event)
@@ -140,7 +190,7 @@ class World:
             client=self.api,  # type: ignore[arg-type]
             workloads=self.api.workloads,
             nodes=self.api.nodes,
-            fleet=FleetIndex(lambda: _views, self.api.nodes),
+            fleet=FleetIndex(lambda: _views, self.api.nodes, self.health),
             allocate=allocate,
             changed=lambda names: None,
             requeue=lambda key, after: None,
@@ -148,6 +198,12 @@ class World:
             tracer=tracer,
             publish=publish,
         )
+
+    def lose(self, node: str) -> None:
+        """The failure detector declares ``node`` lost (its Node still says Ready)."""
+        event = NodeLost(node=node, detected_at=datetime.now(UTC), reason="no heartbeat for 3 s")
+        self.health.apply(event)
+        self.projection.apply(event)
 
     def reconcile(self) -> None:
         asyncio.run(self.reconciler.reconcile(KEY))

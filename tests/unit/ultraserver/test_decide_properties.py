@@ -2,8 +2,11 @@
 
 A small in-memory world performs the decided actions the way the executor does (statuses,
 node records, templates, the finalizer) and answers allocator requests with the real
-allocator (its placement and request handling, without the bus). Nodes go NotReady, come
-back, or vanish; workloads are reconciled and deleted in any order.
+allocator (its placement and request handling, without the bus). Nodes go NotReady, are
+declared lost by the failure detector (while Kubernetes still calls them Ready), come back, or
+vanish; workloads are reconciled and deleted in any order. As on a cluster, the operator
+knows an UltraServer by its raw server id (``us0``) and its NeuronUltraServer name
+(``us-us0``), and the allocator by the name.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import copy
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 import msgspec
@@ -21,6 +25,8 @@ from neuron_dra_common.events import (
     AllocationReleased,
     AllocationRequested,
     Event,
+    NodeLost,
+    NodeRecovered,
     ObjectRef,
 )
 from neuron_dra_common.ultraserver import WORKLOAD_UID_LABEL, ultraserver_name
@@ -49,6 +55,7 @@ from neuron_dra_ultraserver_operator.model import FINALIZER, TRACEPARENT, worklo
 Obj = dict[str, Any]
 TYPE = "trn2u.48xlarge"
 NOW = "2026-01-01T00:00:00Z"
+WHEN = datetime(2026, 1, 1, tzinfo=UTC)
 TRACE = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 STRATEGIES = ("NoOp", "RestartAll", "ReplaceAffected", "MigrateAffected")
 
@@ -65,6 +72,8 @@ class World:
         self.servers = servers
         self.nodes = [f"us{u}-n{i}" for u in range(servers) for i in range(4)]
         self.ready: dict[str, bool] = dict.fromkeys(self.nodes, True)
+        #: nodes the failure detector declared lost, with why
+        self.lost: dict[str, str] = {}
         self.held: dict[str, Held] = {}
         self.workloads: dict[str, Obj] = {}
         self.templates: dict[str, Obj] = {}
@@ -74,12 +83,13 @@ class World:
             u, i = node[2:].split("-n")
             projection.fleet.upsert_node(
                 node,
-                ultraserver=f"us{u}",
+                ultraserver=ultraserver_name(f"us{u}"),
                 instance_type=TYPE,
                 node_id=int(i),
                 server_id_2=f"us{u}-p{int(i) // 2}",
             )
         projection.serving = True
+        self.projection = projection
         self.allocator = Allocator(projection, sink=Sink())
 
     # --- what the operator sees --------------------------------------------------------------
@@ -100,7 +110,23 @@ class World:
             server_ids={n: n.split("-")[0] for n in members},
             servers={ultraserver_name(f"us{u}"): f"us{u}" for u in range(self.servers)},
             ready=dict(self.ready),
+            failed=dict(self.lost),
         )
+
+    def declare_lost(self, node: str) -> None:
+        self.lost[node] = "lost"
+        self.projection.apply(NodeLost(node=node, detected_at=WHEN))
+
+    def declare_recovered(self, node: str) -> None:
+        if self.lost.pop(node, None) is not None:
+            self.projection.apply(NodeRecovered(node=node, detected_at=WHEN))
+
+    def failed(self) -> set[str]:
+        """Every node a placement must avoid: NotReady, gone, or declared lost."""
+        return {n for n in self.nodes if not self.ready.get(n, False)} | set(self.lost)
+
+    def ultraserver(self, node: str) -> str:
+        return node.split("-")[0]
 
     def add(self, index: int, *, size: int, count: int, strategy: str) -> str:
         name = f"w{index}"
@@ -259,7 +285,7 @@ def nodes_of(status: Obj) -> list[str]:
 shapes = st.tuples(st.sampled_from((1, 2, 4)), st.integers(1, 2), st.sampled_from(STRATEGIES))
 steps = st.one_of(
     st.tuples(st.just("pass"), st.integers(0, 2)),
-    st.tuples(st.sampled_from(("fail", "lose", "recover")), st.integers(0, 15)),
+    st.tuples(st.sampled_from(("fail", "lose", "declare", "recover")), st.integers(0, 15)),
     st.tuples(st.just("delete"), st.integers(0, 2)),
 )
 
@@ -291,14 +317,33 @@ async def run(world: World, keys: Sequence[str], history: Sequence[tuple[str, in
                 replacing = key in world.workloads and world.workloads[key]["spec"][
                     "allocationPolicy"
                 ]["failureStrategy"] in ("ReplaceAffected", "MigrateAffected")
-                before = set(nodes_of(status_of(world, key))) if replacing else set()
-                bad = {n for n in before if not world.ready.get(n, False)}
+                before = set(nodes_of(status_of(world, key))) if key in world.workloads else set()
+                bad = before & world.failed()
+                # A Node that is gone is unknown to the operator (its UltraServer too, if no
+                # member is left): only the nodes it can see are checked for every placement.
+                failed = world.failed() & set(world.ready)
                 performed = await world.reconcile(key)
-                if any(isinstance(a, Emit) and a.reason == "Replaced" for a in performed):
-                    # The new units avoid the failed nodes and every node seen NotReady.
-                    unready = {n for n, ok in world.ready.items() if not ok}
-                    after = set(nodes_of(status_of(world, key)))
-                    assert not after & (bad | unready), (key, before, after, bad, unready)
+                after = set(nodes_of(status_of(world, key))) if key in world.workloads else set()
+                new = after - before
+                # A placement (first, again, or a replacement) never takes a failed node, nor
+                # any node of an UltraServer where one failed: never the failed UltraServer again.
+                sick = {world.ultraserver(n) for n in failed}
+                assert not new & failed, (key, new, failed)
+                assert not {world.ultraserver(n) for n in new} & sick, (key, new, sick)
+                if replacing and any(
+                    isinstance(a, Emit) and a.reason == "Replaced" for a in performed
+                ):
+                    assert not after & bad, (key, before, after, bad)
+                    # The Event names the UltraServer given up and the one taken instead.
+                    (message,) = [
+                        a.message
+                        for a in performed
+                        if isinstance(a, Emit) and a.reason == "Replaced"
+                    ]
+                    for node in bad:
+                        assert ultraserver_name(world.ultraserver(node)) in message, message
+                    assert "with  " not in message, message
+                    assert "UltraServer  " not in message, message
                 check(world, {})
         elif kind == "delete":
             world.delete(keys[arg % len(keys)])
@@ -309,8 +354,13 @@ async def run(world: World, keys: Sequence[str], history: Sequence[tuple[str, in
             elif kind == "lose":  # the Node object goes, and the record on it
                 world.ready.pop(node, None)
                 world.held.pop(node, None)
+                # Its heartbeats stop with it: the failure detector declares it lost.
+                world.declare_lost(node)
+            elif kind == "declare":  # the failure detector: lost, although still Ready
+                world.declare_lost(node)
             elif kind == "recover":
                 world.ready[node] = True
+                world.declare_recovered(node)
 
 
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -333,6 +383,7 @@ def test_passes_keep_the_invariants_and_a_settled_pass_changes_nothing(
         # Every node back: each workload settles, and then a pass over it changes nothing.
         for node in world.nodes:
             world.ready[node] = True
+            world.declare_recovered(node)
         for _ in range(3):
             for key in keys:
                 await world.reconcile(key)
@@ -379,6 +430,49 @@ def test_a_deleted_workload_lets_go_of_everything(
                 if t["metadata"]["labels"][WORKLOAD_UID_LABEL] == uid
             ]
         assert world.allocator.fleet.allocations() == ()
+
+    asyncio.run(scenario())
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    servers=st.integers(2, 4),
+    shapes_=st.lists(shapes, min_size=1, max_size=3),
+    history=st.lists(steps, max_size=12),
+)
+def test_with_failures_left_in_place_workloads_settle_without_flapping(
+    servers: int, shapes_: list[tuple[int, int, str]], history: list[tuple[str, int]]
+) -> None:
+    """Whatever stays broken, a few passes settle every workload: after that a pass changes
+    nothing (no Allocating -> Allocated -> Allocating loop, no UltraServer taken and given
+    back), and a replacing workload that holds a failed node says why in its status."""
+    world = World(servers)
+    keys = [
+        world.add(i, size=size, count=count, strategy=strategy)
+        for i, (size, count, strategy) in enumerate(shapes_)
+    ]
+
+    async def scenario() -> None:
+        await run(world, keys, history)
+        for _ in range(4):
+            for key in keys:
+                await world.reconcile(key)
+        for key in keys:
+            if key not in world.workloads:
+                continue
+            before = world.state()
+            performed = await world.reconcile(key)
+            assert world.state() == before, key
+            assert not [a for a in performed if isinstance(a, Emit) and a.reason == "Replaced"]
+            status = status_of(world, key)
+            strategy = world.workloads[key]["spec"]["allocationPolicy"]["failureStrategy"]
+            held_failed = set(nodes_of(status)) & world.failed()
+            if held_failed and strategy in ("ReplaceAffected", "MigrateAffected"):
+                assert status["state"] == "PartiallyAllocated", status
+                assert status["reason"] == "NoReplacement", status
+            ready = [c for c in status.get("conditions") or () if c["type"] == "Ready"]
+            if ready:
+                assert (ready[0]["status"] == "True") == (status["state"] == "Allocated")
 
     asyncio.run(scenario())
 

@@ -18,6 +18,8 @@ def test_replace_affected_swaps_only_the_failed_ultraserver(strategy: str) -> No
     assert world.status["state"] == "Allocated"
     before = world.nodes()
     index0, index1 = before[:4], before[4:]
+    old = world.status["allocations"][0]["ultraServer"]
+    world.api.run_pods("train", before)
     world.api.not_ready(index0[1])
     world.reconcile()
     status = world.status
@@ -36,6 +38,83 @@ def test_replace_affected_swaps_only_the_failed_ultraserver(strategy: str) -> No
     assert {"'us1'", "'us2'"} <= {s for s in ("'us0'", "'us1'", "'us2'") if s in template}
     assert "Replaced" in world.reasons()
     assert status["topology0Host"] == after[0]
+    # The Event names the failed UltraServer and the one that took its place.
+    new = status["allocations"][0]["ultraServer"]
+    assert new != old
+    (message,) = [e["message"] for e in world.api.events if e["reason"] == "Replaced"]
+    assert f"UltraServer {old} with {new}" in message, message
+    # The pods of the replaced unit are deleted (the one on the failed node at once), so
+    # their controller recreates them on the new nodes; the others keep running.
+    assert set(world.api.deleted) == {f"pod-{n}" for n in index0}
+    assert world.api.deleted[f"pod-{index0[1]}"] == 0
+    assert world.api.deleted[f"pod-{index0[0]}"] is None
+    assert set(world.api.pods) == {f"pod-{n}" for n in index1}
+    assert condition(world, "Ready") == "True"
+    assert condition(world, "Degraded") == "False"
+
+
+def condition(world: World, kind: str) -> str:
+    (found,) = [c["status"] for c in world.status["conditions"] if c["type"] == kind]
+    return str(found)
+
+
+def test_replace_affected_of_a_single_ultraserver_moves_to_the_spare() -> None:
+    # The run a user makes first: 1 x 4 nodes, one node dies, one UltraServer spare.
+    world = World(3, size=4, count=1, strategy="ReplaceAffected")
+    world.reconcile()
+    before = world.nodes()
+    old = world.status["allocations"][0]["ultraServer"]
+    world.api.run_pods("train", before)
+    world.api.not_ready(before[1])
+    world.reconcile()
+    status = world.status
+    assert status["state"] == "Allocated", status["message"]
+    after = world.nodes()
+    assert set(after).isdisjoint(before)
+    new = status["allocations"][0]["ultraServer"]
+    assert new != old
+    assert [e["message"] for e in world.api.events if e["reason"] == "Replaced"] == [
+        f"replaced UltraServer {old} with {new} (ultraserverIndex 0; nodes "
+        f"{', '.join(before)} -> {', '.join(after)})"
+    ]
+    assert world.api.pods == {}
+    # Settled: more passes change nothing (no flapping back and forth).
+    events = len(world.api.events)
+    for _ in range(3):
+        world.reconcile()
+    assert world.nodes() == after
+    assert len(world.api.events) == events
+
+
+def test_a_node_declared_lost_is_replaced_before_kubernetes_calls_it_not_ready() -> None:
+    world = World(3, size=4, count=1, strategy="ReplaceAffected")
+    world.reconcile()
+    before = world.nodes()
+    world.lose(before[2])
+    world.reconcile()
+    after = world.nodes()
+    assert world.status["state"] == "Allocated", world.status["message"]
+    assert set(after).isdisjoint(before)
+    assert any("lost" in e["message"] for e in world.api.events if e["reason"] == "NodeFailed")
+
+
+def test_no_replacement_says_so_and_recovers_when_capacity_appears() -> None:
+    world = World(2, size=4, count=1, strategy="ReplaceAffected")
+    world.reconcile()
+    before = world.nodes()
+    spare = [n for n in world.api.nodes if n not in before]
+    world.api.not_ready(spare[0])  # the only other UltraServer is unhealthy too
+    world.api.not_ready(before[0])
+    world.reconcile()
+    assert world.status["state"] == "PartiallyAllocated"
+    assert world.status["reason"] == "NoReplacement"
+    assert condition(world, "Ready") == "False"
+    assert condition(world, "Degraded") == "True"
+    assert world.nodes() == before  # never the unhealthy spare, nor the failed one again
+    world.api.ready(spare[0])
+    world.reconcile()
+    assert world.status["state"] == "Allocated"
+    assert world.nodes() == spare
 
 
 def test_replace_affected_without_room_is_partially_allocated_with_the_reason() -> None:
@@ -72,12 +151,21 @@ def test_restart_all_places_the_whole_workload_again() -> None:
     world = World(3, size=4, count=1, strategy="RestartAll")
     world.reconcile()
     before = world.nodes()
+    world.api.run_pods("train", before)
     world.api.not_ready(before[2])
     world.reconcile()
     assert world.status["state"] == "Pending"
     assert world.recorded() == set()
     assert world.allocator.fleet.allocation("uid-1") is None
     assert "NodeFailed" in world.reasons()
+    # Every pod goes (the one on the failed node at once), and the template with them.
+    assert world.api.pods == {}
+    assert world.api.deleted[f"pod-{before[2]}"] == 0
+    assert "train" not in world.api.templates
+    world.reconcile()  # the next pass places it anew, away from the failed UltraServer
+    assert world.status["state"] == "Allocated"
+    assert set(world.nodes()).isdisjoint(before)
+    assert "train" in world.api.templates
 
 
 def test_no_op_only_reports() -> None:
@@ -89,3 +177,6 @@ def test_no_op_only_reports() -> None:
     assert world.status["state"] == "PartiallyAllocated"
     assert world.nodes() == before
     assert world.recorded() == set(before)
+    assert condition(world, "Degraded") == "True"
+    assert condition(world, "Ready") == "False"
+    assert "NodeFailed" in world.reasons()

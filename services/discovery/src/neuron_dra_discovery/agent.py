@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+import urllib.request
+import uuid
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -16,7 +18,7 @@ from neuron_dra_common.hardware.node import read_node
 from neuron_dra_discovery.inventory import Tracker
 from neuron_dra_discovery.settings import DiscoverySettings
 
-__all__ = ["Agent", "hardware_reader", "read_boot_id"]
+__all__ = ["Agent", "Heartbeat", "hardware_reader", "kubelet_probe", "read_boot_id"]
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +65,6 @@ class Agent:
         self._read = read
         self._poll = poll_seconds
         self._stop = asyncio.Event()
-        self._sequence = 0
         self.published = 0
         self.ready = False
 
@@ -84,19 +85,6 @@ class Agent:
             return
         try:
             await self._publisher.publish(decision.event, msg_id=decision.msg_id)
-            if decision.reason == "heartbeat" or decision.reason == "start":
-                self._sequence += 1
-                await self._publisher.publish(
-                    NodeHeartbeat(
-                        node=self._tracker.node,
-                        boot_id=self._tracker.boot_id,
-                        sequence=self._sequence,
-                        sent_at=now,
-                        interval_seconds=self._tracker.heartbeat_seconds,
-                    ),
-                    msg_id=f"heartbeat/{self._tracker.node}/{self._tracker.boot_id}/"
-                    f"{int(now.timestamp() // self._tracker.heartbeat_seconds)}",
-                )
         except PublishError as exc:
             self._tracker.forget_sent()
             log.error("inventory publish failed", extra={"error": str(exc)})
@@ -121,6 +109,96 @@ class Agent:
                 await asyncio.wait_for(self._stop.wait(), timeout=self._poll)
             except TimeoutError:
                 continue
+
+
+class Heartbeat:
+    """Sends ``NodeHeartbeat`` every ``interval`` seconds while the node is alive.
+
+    Alive means this process runs and, when ``probe`` is given, the node's kubelet answers
+    its health check: a node whose kubelet died runs no pods, so its heartbeats stop and the
+    failure detector declares it lost (as it would a node that lost power).
+    """
+
+    def __init__(
+        self,
+        *,
+        publisher: Publisher,
+        node: str,
+        boot_id: str,
+        interval: float,
+        probe: Callable[[], Awaitable[bool]] | None = None,
+    ) -> None:
+        self._publisher = publisher
+        self._node = node
+        self._boot_id = boot_id
+        self._interval = interval
+        self._probe = probe
+        self._stop = asyncio.Event()
+        self._sequence = 0
+        # A restarted process numbers from 1 again: its ids must not be taken for duplicates.
+        self._instance = uuid.uuid4().hex[:12]
+        self._held = False
+        self.sent = 0
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    async def beat(self) -> bool:
+        """One heartbeat, unless the kubelet is down; True when one was sent."""
+        if self._probe is not None and not await self._probe():
+            if not self._held:
+                log.warning("kubelet not healthy: heartbeats held", extra={"node": self._node})
+            self._held = True
+            return False
+        if self._held:
+            log.warning("kubelet healthy again: heartbeats resume", extra={"node": self._node})
+            self._held = False
+        now = datetime.now(UTC)
+        self._sequence += 1
+        try:
+            await self._publisher.publish(
+                NodeHeartbeat(
+                    node=self._node,
+                    boot_id=self._boot_id,
+                    sequence=self._sequence,
+                    sent_at=now,
+                    interval_seconds=self._interval,
+                ),
+                msg_id=f"heartbeat/{self._node}/{self._instance}/{self._sequence}",
+            )
+        except PublishError as exc:
+            log.warning("heartbeat not sent", extra={"error": str(exc)})
+            return False
+        self.sent += 1
+        return True
+
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        next_at = loop.time()
+        while not self._stop.is_set():
+            await self.beat()
+            # On a fixed rhythm: a slow publish does not stretch the interval.
+            next_at = max(next_at + self._interval, loop.time())
+            try:
+                await asyncio.wait_for(self._stop.wait(), timeout=next_at - loop.time())
+            except TimeoutError:
+                continue
+
+
+def kubelet_probe(url: str, *, timeout: float = 0.5) -> Callable[[], Awaitable[bool]]:
+    """Whether the kubelet at ``url`` answers its health check with 200 ``ok``."""
+
+    def check() -> bool:
+        try:
+            with urllib.request.urlopen(url, timeout=timeout) as answer:
+                return bool(answer.status == 200)
+        except (OSError, ValueError):
+            return False
+
+    async def probe() -> bool:
+        return await asyncio.to_thread(check)
+
+    return probe
 
 
 def make_tracker(settings: DiscoverySettings, *, dra_driver_version: str) -> Tracker:

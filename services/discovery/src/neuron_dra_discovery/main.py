@@ -27,21 +27,37 @@ async def build(settings: DiscoverySettings) -> Service:
     from neuron_dra_common.driver import package_version
     from neuron_dra_common.runtime import Service
 
-    from neuron_dra_discovery.agent import Agent, hardware_reader, make_tracker
+    from neuron_dra_discovery.agent import (
+        Agent,
+        Heartbeat,
+        hardware_reader,
+        kubelet_probe,
+        make_tracker,
+    )
 
     bus = await Bus.connect(settings.nats_servers, name=f"{NAME}-{settings.node_name}")
     # Streams are declared in one place; reconciling them is idempotent and cheap.
     await bus.reconcile(replicas=settings.stream_replicas)
+    publisher = bus.publisher(source=f"/neuron-dra/{NAME}/{settings.node_name}")
+    tracker = make_tracker(
+        settings, dra_driver_version=settings.dra_driver_version or package_version()
+    )
     agent = Agent(
-        publisher=bus.publisher(source=f"/neuron-dra/{NAME}/{settings.node_name}"),
-        tracker=make_tracker(
-            settings, dra_driver_version=settings.dra_driver_version or package_version()
-        ),
+        publisher=publisher,
+        tracker=tracker,
         read=hardware_reader(settings),
         poll_seconds=settings.poll_seconds,
     )
+    heartbeat = Heartbeat(
+        publisher=publisher,
+        node=settings.node_name,
+        boot_id=tracker.boot_id,
+        interval=settings.liveness_seconds,
+        probe=kubelet_probe(settings.kubelet_healthz_url) if settings.kubelet_healthz_url else None,
+    )
     service = Service(name=NAME, settings=settings)
     service.add_task("inventory", agent.run, stop=agent.stop, ready=lambda: agent.ready)
+    service.add_task("heartbeat", heartbeat.run, stop=heartbeat.stop)
     service.add_readiness("nats", lambda: bus.connected)
     service.on_shutdown(bus.close)
     return service

@@ -1,1 +1,1 @@
-"""neuron-dra health monitoring: the node probe (and the cluster failure detector)."""
+"""Health and failure detection for Neuron nodes: the node probe and the cluster failure detector."""

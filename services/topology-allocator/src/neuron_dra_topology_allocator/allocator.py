@@ -8,6 +8,7 @@ what makes two workloads racing for the last UltraServer end with exactly one wi
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 import uuid
@@ -26,7 +27,7 @@ from neuron_dra_common.events import (
     UltraServerGrant,
 )
 from neuron_dra_common.telemetry import get_tracer
-from neuron_dra_common.ultraserver import modes_for_size
+from neuron_dra_common.ultraserver import modes_for_size, ultraserver_name
 from prometheus_client import Counter, Histogram
 
 from neuron_dra_topology_allocator.placement import (
@@ -123,7 +124,7 @@ class Allocator:
             count=event.server_count,
             instance_type=event.instance_type,
             generation=event.generation,
-            exclude=frozenset(event.exclude_ultraservers),
+            exclude=_keys(event.exclude_ultraservers),
         )
         if not ref.uid:
             raise PlacementError(
@@ -142,13 +143,14 @@ class Allocator:
         DECISION_SECONDS.observe(time.perf_counter() - started)
         decided = _decided(event, decision)
         if decision.granted and (fresh or replacing):
-            # A replacement keeps the count of nodes: its id names the nodes it holds now.
+            # The id names the nodes: a workload placed again after a release (a restart of
+            # all, a replacement of its only unit) holds other nodes under the same generation,
+            # and that decision must be stored, not dropped as a duplicate of the first.
             nodes_id = zlib.crc32(",".join(decided.nodes).encode())
             try:
                 await self._sink.publish(
                     decided,
-                    msg_id=f"decided-{ref.uid}-{event.generation}-{len(decided.nodes)}"
-                    + (f"-{nodes_id}" if replacing else ""),
+                    msg_id=f"decided-{ref.uid}-{event.generation}-{len(decided.nodes)}-{nodes_id}",
                 )
             except Exception:
                 # Not recorded means not granted: a restart would not know about it.
@@ -215,6 +217,17 @@ class Allocator:
                 released, msg_id=f"released-{event.workload.uid}-{released.request_id}"
             )
         return released
+
+
+def _keys(exclude: Sequence[str]) -> frozenset[str]:
+    """The UltraServers to avoid, by this allocator's key (the NeuronUltraServer name), given
+    either that name or the raw server id the hardware reports."""
+    out = set(exclude)
+    for key in exclude:
+        if key and not key.startswith("us-"):
+            with contextlib.suppress(ValueError):  # no usable characters: no such server
+                out.add(ultraserver_name(key))
+    return frozenset(out)
 
 
 def _decided(event: AllocationRequested, decision: Decision) -> AllocationDecided:

@@ -4,6 +4,8 @@
   middle of an election is kept but not allocatable until the election ends;
 - ``DeviceHealthChanged``: a node with any unhealthy device is not allocatable (whole nodes
   are handed out);
+- ``NodeLost`` / ``NodeRecovered`` (the cluster failure detector): a lost node is not
+  allocatable until it recovered;
 - ``AllocationDecided`` / ``AllocationReleased``: replayed at start to rebuild who holds what.
   Once the allocator serves, it is the only writer of these and already applied its own, so
   the replay stops applying them (a late echo of an old release must not free a newer grant).
@@ -19,6 +21,8 @@ from neuron_dra_common.events import (
     AnyEvent,
     DeviceHealthChanged,
     NodeInventory,
+    NodeLost,
+    NodeRecovered,
 )
 from neuron_dra_common.hardware.model import NodeHardware
 from neuron_dra_common.ultraserver import ultraserver_name
@@ -71,6 +75,7 @@ class Projection:
         self.serving = False
         self._sick: dict[str, dict[str, str]] = {}  # node -> device -> reason
         self._busy: set[str] = set()
+        self._lost: dict[str, str] = {}  # node -> why the failure detector declared it lost
 
     def apply(self, event: AnyEvent) -> None:
         if isinstance(event, NodeInventory):
@@ -81,6 +86,12 @@ class Projection:
                 devices[event.device] = event.reason or f"{event.device} unhealthy"
             else:
                 devices.pop(event.device, None)
+            self._refresh_health(event.node)
+        elif isinstance(event, NodeLost):
+            self._lost[event.node] = f"lost ({event.reason or 'no heartbeat'})"
+            self._refresh_health(event.node)
+        elif isinstance(event, NodeRecovered):
+            self._lost.pop(event.node, None)
             self._refresh_health(event.node)
         elif isinstance(event, AllocationDecided) and not self.serving:
             if event.granted and event.grants:
@@ -125,7 +136,9 @@ class Projection:
 
     def _refresh_health(self, node: str) -> None:
         sick = self._sick.get(node) or {}
-        if node in self._busy:
+        if node in self._lost:
+            self.fleet.set_health(node, healthy=False, reason=self._lost[node])
+        elif node in self._busy:
             self.fleet.set_health(node, healthy=False, reason=_ELECTION)
         elif sick:
             reasons = ", ".join(f"{d}: {r}" for d, r in sorted(sick.items()))

@@ -16,6 +16,7 @@ from neuron_dra_common.ultraserver import NodeAllocation
 __all__ = [
     "Action",
     "ApplyTemplate",
+    "DeletePods",
     "DeleteTemplate",
     "Emit",
     "ForgetEvents",
@@ -90,9 +91,20 @@ class ApplyTemplate(_Action, frozen=True, kw_only=True):
 
 class DeleteTemplate(_Action, frozen=True, kw_only=True):
     """Delete the workload's template (if it is the workload's) and the pods using it;
-    ``step`` fires only when a template was deleted."""
+    ``step`` fires only when a template was deleted. Pods on ``force`` nodes (lost: no
+    kubelet will confirm) are deleted at once, without a grace period."""
 
     name: str
+    force: tuple[str, ...] = ()
+
+
+class DeletePods(_Action, frozen=True, kw_only=True):
+    """Delete the workload's pods (those using its template) running on a node outside
+    ``keep``, so their controllers recreate them where the workload is now; on ``force``
+    nodes without a grace period."""
+
+    keep: tuple[str, ...]
+    force: tuple[str, ...] = ()
 
 
 class ListClaims(_Action, frozen=True, kw_only=True):
@@ -131,6 +143,7 @@ Action = (
     | WriteNodeRecords
     | ApplyTemplate
     | DeleteTemplate
+    | DeletePods
     | ListClaims
     | Emit
     | ForgetEvents

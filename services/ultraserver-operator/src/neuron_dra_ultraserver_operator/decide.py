@@ -31,6 +31,7 @@ from neuron_dra_common.events import AllocationDecided
 from neuron_dra_ultraserver_operator.actions import (
     Action,
     ApplyTemplate,
+    DeletePods,
     DeleteTemplate,
     Emit,
     ForgetEvents,
@@ -68,7 +69,7 @@ def decide(
     if workload.metadata.deletion_timestamp:
         return tuple(_deleting(workload, records, facts))
     if facts.answer is None:
-        return tuple(_ask(workload, records, facts))
+        return tuple(_ask(workload, fleet, records, facts))
     if not workload.status.allocations:
         return tuple(_placed(workload, fleet, records, facts, facts.answer))
     return tuple(_confirmed(workload, fleet, records, facts, facts.answer))
@@ -77,7 +78,9 @@ def decide(
 # --- one step each -------------------------------------------------------------------------
 
 
-def _ask(workload: Workload, records: Mapping[str, Held], facts: Facts) -> list[Action]:
+def _ask(
+    workload: Workload, fleet: FleetView, records: Mapping[str, Held], facts: Facts
+) -> list[Action]:
     out: list[Action] = []
     if FINALIZER not in workload.metadata.finalizers:
         out.append(SetFinalizer(present=True))
@@ -90,7 +93,9 @@ def _ask(workload: Workload, records: Mapping[str, Held], facts: Facts) -> list[
         )
         return out
     if not held:
-        out.append(RequestAllocation(purpose="place", step="allocate:granted"))
+        # Never onto an UltraServer with a lost, NotReady or failing member.
+        exclude = tuple(sorted(_sick_ultraservers(fleet)))
+        out.append(RequestAllocation(purpose="place", exclude=exclude, step="allocate:granted"))
     else:
         out.append(RequestAllocation(purpose="confirm", nodes=workload.nodes))
     return out
@@ -152,9 +157,9 @@ def _confirmed(
             ),
             Emit(reason="Conflict", message=answer.reason, warning=True),
         ]
-    failed = [n for n in workload.nodes if not fleet.ready.get(n, False)]
-    if workload.status.state in BOUND and failed:
-        return _failed(workload, fleet, records, facts, failed)
+    down = _down(workload, fleet)
+    if workload.status.state in BOUND and down:
+        return _failed(workload, fleet, records, facts, down)
     trace = _trace_of(workload, records) or facts.traceparent
     return _bind(workload, fleet, records, facts, trace=trace)
 
@@ -180,6 +185,11 @@ def _bind(
         + ", ".join(dict.fromkeys(r.ultra_server for r in held))
         + f"; ResourceClaimTemplate {workload.template_name}"
     )
+    if not bound:
+        # The template names these nodes now: pods of the workload still on other nodes (a
+        # replaced unit's) are recreated by their controllers and land here.
+        down = {n for n in fleet.failed} | {n for n, ok in fleet.ready.items() if not ok}
+        out.append(DeletePods(keep=workload.nodes, force=tuple(sorted(down))))
     out += status_write(
         workload,
         now=facts.now,
@@ -199,14 +209,19 @@ def _failed(
     fleet: FleetView,
     records: Mapping[str, Held],
     facts: Facts,
-    nodes: Sequence[str],
+    down: Mapping[str, str],
 ) -> list[Action]:
     strategy = workload.spec.allocation_policy.failure_strategy
-    message = f"nodes not ready: {', '.join(sorted(nodes))} (failureStrategy {strategy})"
+    nodes = set(down)
+    why = "; ".join(f"{n} {down[n]}" for n in sorted(down))
+    message = f"nodes failed: {why} (failureStrategy {strategy})"
     failed = Emit(reason="NodeFailed", message=message, warning=True)
     if strategy == "RestartAll":
+        # The template goes with the pods: the pods their controllers recreate wait for the
+        # template of the new placement instead of taking claims for the old nodes.
         return [
             failed,
+            DeleteTemplate(name=workload.template_name, force=tuple(sorted(nodes))),
             *_unbind(workload, records),
             *status_write(
                 workload, now=facts.now, state="Pending", reason="RestartAll", message=message
@@ -214,46 +229,99 @@ def _failed(
             Requeue(after=0.0),
         ]
     out: list[Action] = [failed]
+    reason = "NodeFailed"
     if strategy in REPLACING:
         if facts.replacement is None:
-            return [failed, *_ask_replacement(workload, fleet, set(nodes))]
+            return [failed, *_ask_replacement(workload, fleet, nodes)]
+        refused = facts.replacement.reason or "the allocator refused"
         if facts.replacement.granted:
-            return _replaced(
-                workload, fleet, records, facts, answer=facts.replacement, affected=set(nodes)
+            taken = _unusable(
+                facts.replacement,
+                fleet,
+                kept=set(_kept(workload, nodes)),
+                avoid=_avoided(workload, fleet, nodes),
             )
+            if not taken:
+                return _replaced(
+                    workload, fleet, records, facts, answer=facts.replacement, affected=nodes
+                )
+            refused = f"the allocator offered failed or unhealthy nodes again: {', '.join(taken)}"
         # Reported with the question. Asking to replace every unit gave the nodes back first:
         # the workload takes them again, so that they stay its own while it reports them.
-        affected = set(nodes)
-        everything = not _kept(workload, affected)
+        everything = not _kept(workload, nodes)
         out = [RequestAllocation(purpose="hold", nodes=workload.nodes)] if everything else []
-        message = (
-            f"{message}; no replacement: {facts.replacement.reason or 'the allocator refused'}"
-        )
+        out.append(Emit(reason="NoReplacement", message=refused, warning=True))
+        # Waits for capacity: looks again a while later, and whenever a node comes back.
+        out.append(Requeue(after=PENDING_RETRY_SECONDS))
+        message = f"{message}; no replacement: {refused}"
+        reason = "NoReplacement"
     return out + status_write(
         workload,
         now=facts.now,
         state="PartiallyAllocated",
-        reason="NodeFailed",
+        reason=reason,
         message=message,
         records=workload.status.allocations,
         allocation_time=workload.status.allocation_time,
     )
 
 
+def _down(workload: Workload, fleet: FleetView) -> dict[str, str]:
+    """The workload's nodes that failed, with why: declared lost, an uncorrectable device,
+    NotReady, or gone."""
+    out: dict[str, str] = {}
+    for node in workload.nodes:
+        if node in fleet.failed:
+            out[node] = fleet.failed[node]
+        elif node not in fleet.ready:
+            out[node] = "gone"
+        elif not fleet.ready.get(node, False):
+            out[node] = "NotReady"
+    return out
+
+
+def _sick_ultraservers(fleet: FleetView) -> set[str]:
+    """The allocator's keys (NeuronUltraServer names) of every UltraServer with a member
+    that is not Ready, lost, or has a failed device: no placement goes there."""
+    out: set[str] = set()
+    for node, member in fleet.members.items():
+        bad = not member.healthy or node in fleet.failed or not fleet.ready.get(node, False)
+        if bad and node in fleet.names:
+            out.add(fleet.names[node])
+    for node in fleet.failed:
+        if node in fleet.names:
+            out.add(fleet.names[node])
+    return out
+
+
+def _avoided(workload: Workload, fleet: FleetView, affected: set[str]) -> set[str]:
+    """Where a replacement must not go: the failed units' UltraServers (by node, or as the
+    workload records them when the node is gone from the fleet) and every sick UltraServer."""
+    broken = [r for r in workload.status.allocations if _touches(r, affected)]
+    avoid = {fleet.names[n] for n in affected if n in fleet.names}
+    avoid |= {r.ultra_server for r in broken} | {r.server_id for r in broken}
+    return avoid | _sick_ultraservers(fleet)
+
+
+def _unusable(
+    answer: AllocationDecided, fleet: FleetView, *, kept: set[str], avoid: set[str]
+) -> list[str]:
+    """The new nodes of ``answer`` a replacement must never take (never trusted blindly:
+    taking a failed UltraServer again is the loop that never ends)."""
+    out = []
+    for node in answer.nodes:
+        if node in kept:
+            continue
+        bad = node in fleet.failed or not fleet.ready.get(node, False)
+        if bad or fleet.names.get(node) in avoid:
+            out.append(node)
+    return out
+
+
 def _ask_replacement(workload: Workload, fleet: FleetView, affected: set[str]) -> list[Action]:
     """Keep the units none of whose nodes failed; place the others away from their servers."""
     kept = _kept(workload, affected)
-    broken = [r for r in workload.status.allocations if _touches(r, affected)]
-    # Away from the failed units' UltraServers (found by node, or by name when the node is
-    # gone from the fleet), and from every UltraServer with a member that is not Ready.
-    avoid = {fleet.server_ids[n] for n in affected if n in fleet.server_ids}
-    avoid |= {fleet.servers[r.ultra_server] for r in broken if r.ultra_server in fleet.servers}
-    avoid |= {
-        fleet.server_ids[n]
-        for n, member in fleet.members.items()
-        if not member.healthy and n in fleet.server_ids
-    }
-    exclude = tuple(sorted(avoid))
+    exclude = tuple(sorted(_avoided(workload, fleet, affected)))
     # Every unit failed: nothing to keep, so the workload is placed anew elsewhere.
     out: list[Action] = [] if kept else [Release()]
     out.append(RequestAllocation(purpose="replace", nodes=kept, exclude=exclude))
@@ -273,12 +341,19 @@ def _replaced(
     new = records_from_grants(answer.grants, names=fleet.names)
     before = [n.node_name for r in held for n in r.nodes]
     given_up = sorted(set(before) - set(answer.nodes))
-    gained = [n for n in answer.nodes if n not in before]
     broken = [r for r in held if _touches(r, affected)]
-    message = (
-        f"replaced {', '.join(given_up)} with {', '.join(gained)} "
-        f"(ultraserverIndex {', '.join(str(r.ultraserver_index) for r in broken)})"
-    )
+    by_index = {r.ultraserver_index: r for r in new}
+    parts = []
+    for old in broken:
+        now = by_index.get(old.ultraserver_index)
+        target = now.ultra_server if now is not None else "?"
+        gained = ", ".join(n.node_name for n in now.nodes) if now is not None else ""
+        parts.append(
+            f"UltraServer {old.ultra_server} with {target} (ultraserverIndex "
+            f"{old.ultraserver_index}; nodes {', '.join(n.node_name for n in old.nodes)} -> "
+            f"{gained})"
+        )
+    message = "replaced " + "; ".join(parts)
     clears = tuple(
         NodeWrite(node=n, record=None) for n in given_up if _held_by(records, n, workload)
     )

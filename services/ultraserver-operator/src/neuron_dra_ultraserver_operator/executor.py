@@ -41,6 +41,7 @@ from neuron_dra_ultraserver_operator import metrics
 from neuron_dra_ultraserver_operator.actions import (
     Action,
     ApplyTemplate,
+    DeletePods,
     DeleteTemplate,
     Emit,
     ForgetEvents,
@@ -142,15 +143,14 @@ class Executor:
                 await asyncio.gather(*(self._node(w, step=action.step) for w in action.writes))
                 return facts
             case ApplyTemplate():
-                await apply(
-                    self.client,
-                    RESOURCE_CLAIM_TEMPLATES,
-                    action.template,
-                    field_manager=FIELD_MANAGER,
-                )
+                await self._apply_template(action.template)
             case DeleteTemplate():
-                if not await self._delete_template(wl, action.name):
+                if not await self._delete_template(wl, action.name, force=action.force):
                     return facts
+            case DeletePods():
+                await self._delete_pods(
+                    wl, wl.template_name, keep=set(action.keep), force=set(action.force)
+                )
             case Release():
                 await self._release(wl)
             case SetFinalizer():
@@ -272,7 +272,25 @@ class Executor:
         if step:
             self._crash(step)
 
-    async def _delete_template(self, wl: Workload, name: str) -> bool:
+    async def _apply_template(self, template: Obj) -> None:
+        """Apply the template; its spec is immutable, so one whose nodes changed (a
+        replacement) is deleted and created again. Pods created in between wait for it."""
+        try:
+            await apply(
+                self.client, RESOURCE_CLAIM_TEMPLATES, template, field_manager=FIELD_MANAGER
+            )
+        except ApiException as exc:
+            said = exc.reason + exc.body.decode(errors="replace")
+            if exc.status != 422 or "immutable" not in said:
+                raise
+            meta = template["metadata"]
+            log.info("template replaced", extra={"template": meta["name"]})
+            await self._delete(RESOURCE_CLAIM_TEMPLATES, meta["name"], meta["namespace"])
+            await apply(
+                self.client, RESOURCE_CLAIM_TEMPLATES, template, field_manager=FIELD_MANAGER
+            )
+
+    async def _delete_template(self, wl: Workload, name: str, *, force: Sequence[str] = ()) -> bool:
         """Delete the workload's template and the pods using it; True if it deleted the
         template."""
         ns = wl.metadata.namespace
@@ -287,18 +305,48 @@ class Executor:
             if labels.get(WORKLOAD_UID_LABEL) == wl.metadata.uid:
                 await self._delete(RESOURCE_CLAIM_TEMPLATES, name, ns)
                 deleted = True
-        pods, _ = await self.client.list(PODS, namespace=ns)
-        for pod in pods:
-            claims = (pod.get("spec") or {}).get("resourceClaims") or ()
-            if any(c.get("resourceClaimTemplateName") == name for c in claims):
-                meta = pod.get("metadata") or {}
-                if not meta.get("deletionTimestamp"):
-                    await self._delete(PODS, meta.get("name", ""), ns)
+        await self._delete_pods(wl, name, keep=set(), force=set(force))
         return deleted
 
-    async def _delete(self, resource: Resource, name: str, namespace: str) -> None:
+    async def _delete_pods(
+        self, wl: Workload, template: str, *, keep: set[str], force: set[str]
+    ) -> None:
+        """Delete the pods using ``template`` that run on a node outside ``keep`` (pods not
+        scheduled yet stay). A pod on a ``force`` node goes at once: its kubelet is gone and
+        would never confirm, so a graceful delete would leave it Terminating and its
+        controller waiting."""
+        ns = wl.metadata.namespace
+        pods, _ = await self.client.list(PODS, namespace=ns)
+        for pod in pods:
+            spec = pod.get("spec") or {}
+            claims = spec.get("resourceClaims") or ()
+            if not any(c.get("resourceClaimTemplateName") == template for c in claims):
+                continue
+            node = str(spec.get("nodeName") or "")
+            if node in keep or (keep and not node):
+                continue
+            meta = pod.get("metadata") or {}
+            now = node in force
+            if meta.get("deletionTimestamp") and not now:
+                continue
+            await self._delete(PODS, meta.get("name", ""), ns, grace=0 if now else None)
+
+    async def _delete(
+        self, resource: Resource, name: str, namespace: str, *, grace: int | None = None
+    ) -> None:
         try:
-            await self.client.delete(resource, name, namespace=namespace)
+            if grace is None:
+                await self.client.delete(resource, name, namespace=namespace)
+            else:
+                await self.client.request(
+                    "DELETE",
+                    resource.path(namespace=namespace, name=name),
+                    body={
+                        "apiVersion": "v1",
+                        "kind": "DeleteOptions",
+                        "gracePeriodSeconds": grace,
+                    },
+                )
         except ApiException as exc:
             if exc.status != 404:
                 raise

@@ -89,10 +89,15 @@ class FleetIndex:
     """
 
     def __init__(
-        self, views: Callable[[], Mapping[str, UltraServerView]], nodes: Mapping[str, Obj]
+        self,
+        views: Callable[[], Mapping[str, UltraServerView]],
+        nodes: Mapping[str, Obj],
+        failed: Mapping[str, str] | None = None,
     ) -> None:
         self._views = views
         self._ready = NodeReadiness(nodes)
+        #: node -> why it failed (lost, an uncorrectable device), read live when asked
+        self._failed: Mapping[str, str] = failed if failed is not None else {}
         self._built: tuple[Mapping[str, UltraServerView], FleetView] | None = None
 
     def view(self) -> FleetView:
@@ -114,6 +119,7 @@ class FleetIndex:
                 server_ids=server_ids,
                 servers=servers,
                 ready=self._ready,
+                failed=self._failed,
             )
             self._built = (views, built)
         return self._built[1]

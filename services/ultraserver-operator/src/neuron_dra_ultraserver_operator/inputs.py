@@ -4,7 +4,7 @@ of the pass (no I/O)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import msgspec
 from neuron_dra_common.events import AllocationDecided
@@ -29,6 +29,9 @@ class FleetView:
     servers: Mapping[str, str]
     #: node -> whether it is Ready; a node that is gone is absent
     ready: Mapping[str, bool]
+    #: node -> why it is failed although Kubernetes may still call it Ready: declared lost
+    #: by the failure detector, or a device with an uncorrectable error (from the bus)
+    failed: Mapping[str, str] = field(default_factory=dict)
 
 
 class Held(msgspec.Struct, frozen=True, kw_only=True):

@@ -12,8 +12,10 @@ import socket
 from collections.abc import Callable, Sequence
 from typing import Final
 
-from neuron_dra_common.bus import Bus, request
+from neuron_dra_common.bus import Bus, Follower, request
+from neuron_dra_common.bus.declarations import HEALTH
 from neuron_dra_common.events import AnyEvent, Event
+from neuron_dra_common.events.base import SUBJECT_ROOT
 from neuron_dra_common.kube import (
     NODES,
     RESOURCE_SLICES,
@@ -29,6 +31,7 @@ from neuron_dra_common.ultraserver import NAMESPACE
 from neuron_dra_ultraserver_operator import faults
 from neuron_dra_ultraserver_operator.discovery import node_devices_only
 from neuron_dra_ultraserver_operator.fleet import Fleet, FleetIndex
+from neuron_dra_ultraserver_operator.health import NodeHealth
 from neuron_dra_ultraserver_operator.reconciler import WorkloadReconciler
 from neuron_dra_ultraserver_operator.resources import NUS, NUSW
 from neuron_dra_ultraserver_operator.settings import OperatorSettings
@@ -54,7 +57,9 @@ async def build(settings: OperatorSettings) -> Service:
     slices_inf = Informer(client, RESOURCE_SLICES, transform=node_devices_only)
     fleet = Fleet(nodes_inf.cache, slices_inf.cache)
     # One by-node index of the fleet, rebuilt once per fleet change, for triggers and reconciler.
-    index = FleetIndex(fleet, nodes_inf.cache)
+    # Nodes lost or with a failed device, from the bus (the Node's Ready condition lags).
+    health = NodeHealth(lambda node, failed: triggers.on_node_health(node, failed))
+    index = FleetIndex(fleet, nodes_inf.cache, health)
     wq: WorkQueue[str] = WorkQueue(name="workloads", qps=50.0, burst=200)
     uq: WorkQueue[str] = WorkQueue(name="ultraservers", qps=50.0, burst=200)
     triggers = Triggers(
@@ -93,6 +98,7 @@ async def build(settings: OperatorSettings) -> Service:
         objects=ultraservers_inf.cache,
         workloads=workloads_inf.cache,
         fleet=fleet,
+        failed=health,
     )
     workloads_inf.add_listener(triggers.on_workload)
     nodes_inf.add_listener(triggers.on_node)
@@ -105,10 +111,17 @@ async def build(settings: OperatorSettings) -> Service:
         "slices-informer": slices_inf,
     }
 
+    # Every replica follows the health stream from its start (a standby takes over knowing
+    # which nodes are lost); replayed, so a restart knows them again.
+    health_follower = Follower(
+        bus, stream=HEALTH.name, subject=f"{SUBJECT_ROOT}.health.>", handler=health.apply
+    )
+
     async def lead() -> None:
         # Every key the informers reported while this replica waited is queued already.
         await ensure_namespace(client)
         await asyncio.gather(*(i.wait_synced() for i in informers.values()))
+        await health_follower.wait_caught_up()
         await asyncio.gather(
             run_workers(wq, workloads.reconcile, workers=WORKLOAD_WORKERS),
             run_workers(uq, ultraservers.reconcile, workers=2),
@@ -129,6 +142,7 @@ async def build(settings: OperatorSettings) -> Service:
     service = Service(name=NAME, settings=settings)
     for name, informer in informers.items():
         service.add_task(name, informer.run, stop=informer.stop, ready=_synced(informer))
+    service.add_task("health", health_follower.run, stop=health_follower.stop)
     # A standby is ready too: it is healthy and takes over the moment the leader goes.
     service.add_task("leader", lambda: elector.run(lead, drain=drain), stop=elector.stop)
     service.add_readiness("nats", lambda: bus.connected)

@@ -184,9 +184,19 @@ def ultraserver_object(view: UltraServerView) -> Obj:
 
 
 def ultraserver_status(
-    view: UltraServerView, workloads: Iterable[Workload], *, generation: int
+    view: UltraServerView,
+    workloads: Iterable[Workload],
+    *,
+    generation: int,
+    failed: Mapping[str, str] | None = None,
+    previous: Obj | None = None,
+    now: str = "",
 ) -> Obj:
-    """The NeuronUltraServer's status: member health and every workload's share."""
+    """The NeuronUltraServer's status: member health and every workload's share, with the
+    conditions ``Ready`` (every member healthy) and ``Degraded`` (some member is not: NotReady,
+    declared lost, or a device failed). ``failed``: node -> why (from the health stream);
+    ``previous``: the status shown now (its conditions keep their transition times)."""
+    failed = failed or {}
     held: dict[str, str] = {}
     allocations = []
     for workload in sorted(workloads, key=lambda w: w.key):
@@ -211,7 +221,7 @@ def ultraserver_status(
                     ),
                 }
             )
-    healthy = [m for m in view.members if m.healthy]
+    healthy = [m for m in view.members if m.healthy and m.node_name not in failed]
     allocated = sum(1 for m in view.members if m.node_name in held)
     modes = view.modes
     sizes = {MODE_SINGLE_NODE: 1, MODE_TWO_NODE_VERTICAL: 2, MODE_TWO_NODE_HORIZONTAL: 2}
@@ -236,12 +246,47 @@ def ultraserver_status(
             {
                 "nodeName": m.node_name,
                 "nodeId": m.node_id,
-                "healthy": m.healthy,
-                **({"reason": m.reason} if m.reason else {}),
+                "healthy": m.healthy and m.node_name not in failed,
+                **(
+                    {"reason": failed.get(m.node_name) or m.reason}
+                    if m.reason or m.node_name in failed
+                    else {}
+                ),
                 **({"allocatedTo": held[m.node_name]} if m.node_name in held else {}),
             }
             for m in view.members
         ],
         "allocations": allocations,
         "observedGeneration": generation,
+        "conditions": _conditions(
+            view,
+            sick=[m.node_name for m in view.members if m not in healthy],
+            generation=generation,
+            previous=previous or {},
+            now=now,
+        ),
     }
+
+
+def _conditions(
+    view: UltraServerView, *, sick: list[str], generation: int, previous: Obj, now: str
+) -> list[Obj]:
+    shown = {c.get("type"): c for c in previous.get("conditions") or ()}
+    message = f"not healthy: {', '.join(sick)}" if sick else f"{len(view.members)} nodes healthy"
+    reason = "NodesUnhealthy" if sick else "AllNodesHealthy"
+    out = []
+    for kind, value in (("Ready", not sick), ("Degraded", bool(sick))):
+        status = "True" if value else "False"
+        before = shown.get(kind) or {}
+        since = before.get("lastTransitionTime") if before.get("status") == status else None
+        out.append(
+            {
+                "type": kind,
+                "status": status,
+                "reason": reason,
+                "message": message,
+                "lastTransitionTime": since or now,
+                "observedGeneration": generation,
+            }
+        )
+    return out

@@ -21,7 +21,12 @@ __all__ = ["node_allocations", "records_from_grants", "topo0_host", "ultraserver
 def ultraserver_of(grant: UltraServerGrant, *, names: Mapping[str, str]) -> str:
     """The NeuronUltraServer name of a grant: where discovery put its leader node."""
     leader = grant.nodes[0] if grant.nodes else ""
-    return names.get(leader) or ultraserver_name(grant.ultraserver)
+    if leader in names:
+        return names[leader]
+    # The allocator keys UltraServers by their NeuronUltraServer name already.
+    if grant.ultraserver.startswith("us-"):
+        return grant.ultraserver
+    return ultraserver_name(grant.ultraserver)
 
 
 def records_from_grants(

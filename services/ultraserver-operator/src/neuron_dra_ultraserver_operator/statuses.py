@@ -56,14 +56,14 @@ def status_body(
         "allocations": [msgspec.to_builtins(r) for r in records],
         "observedGeneration": generation,
         "conditions": [
-            {
-                "type": "Allocated",
-                "status": "True" if allocated else "False",
-                "reason": reason,
-                "message": message[:1024],
-                "lastTransitionTime": _since(workload, allocated, now=now),
-                "observedGeneration": generation,
-            }
+            _condition(workload, kind, value, reason=reason, message=message, now=now)
+            for kind, value in (
+                ("Allocated", allocated),
+                # Ready: every unit on healthy nodes (``kubectl wait --for=condition=Ready``).
+                ("Ready", state == "Allocated"),
+                # Degraded: a failure is being handled or waits for capacity.
+                ("Degraded", state == "PartiallyAllocated" or reason in _DEGRADED),
+            )
         ],
     }
     if records:
@@ -84,9 +84,26 @@ def _plain(status: Obj) -> Obj:
     return {k: v for k, v in status.items() if k != "conditions"}
 
 
-def _since(workload: Workload, value: bool, *, now: str) -> str:
+#: The reasons of a workload that is recovering from a failure.
+_DEGRADED = ("NodeFailed", "NoReplacement", "RestartAll", "Replacing")
+
+
+def _condition(
+    workload: Workload, kind: str, value: bool, *, reason: str, message: str, now: str
+) -> Obj:
+    return {
+        "type": kind,
+        "status": "True" if value else "False",
+        "reason": reason or kind,
+        "message": message[:1024],
+        "lastTransitionTime": _since(workload, kind, value, now=now),
+        "observedGeneration": workload.metadata.generation,
+    }
+
+
+def _since(workload: Workload, kind: str, value: bool, *, now: str) -> str:
     for cond in workload.reported.get("conditions") or ():
-        if cond.get("type") == "Allocated" and (cond.get("status") == "True") == value:
+        if cond.get("type") == kind and (cond.get("status") == "True") == value:
             return str(cond.get("lastTransitionTime") or now)
     return now
 

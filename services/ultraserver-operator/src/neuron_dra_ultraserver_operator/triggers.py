@@ -5,7 +5,9 @@
   workloads holding the touched nodes, and (for Nodes) every waiting workload;
 - a Node changed only otherwise (its allocation record): the workloads holding it and its
   NeuronUltraServer;
-- a NeuronUltraServer changed: that UltraServer.
+- a NeuronUltraServer changed: that UltraServer;
+- the bus says a node was lost or recovered, or a device failed or was repaired: the
+  workloads holding the node, and (when it is back) every waiting workload.
 
 Which workloads hold a node is kept in an index (:class:`Holders`) fed by the workload
 events, so a Node event costs a lookup, not a scan of every workload.
@@ -26,8 +28,9 @@ __all__ = ["FLEET_SETTLE_SECONDS", "Holders", "Triggers"]
 
 #: How long a burst of Node and slice changes may grow before the views are recomputed.
 FLEET_SETTLE_SECONDS: Final = 0.05
-#: The states of a workload that waits for capacity to come back.
-_WAITING: Final = ("", "Pending")
+#: The states of a workload that waits for capacity to come back (a partially allocated one
+#: may wait for a replacement).
+_WAITING: Final = ("", "Pending", "PartiallyAllocated")
 
 Obj = dict[str, Any]
 
@@ -131,6 +134,16 @@ class Triggers:
 
     def on_slice(self, kind: EventType, obj: Obj) -> None:
         self._fleet_changed(kind, obj)
+
+    def on_node_health(self, node: str, failed: bool) -> None:
+        """The failure detector or a device changed whether ``node`` is failed: the
+        workloads holding it look again; a node back in service is capacity for the waiting."""
+        self._holding(node)
+        ultraserver = None if self._fleet.stale else self._index.ultraserver_of(node)
+        if ultraserver is not None:
+            self._uq.add(ultraserver)
+        if not failed:
+            self.capacity_released()
 
     def on_ultraserver(self, kind: EventType, obj: Obj) -> None:
         self._uq.add(str((obj.get("metadata") or {}).get("name")))

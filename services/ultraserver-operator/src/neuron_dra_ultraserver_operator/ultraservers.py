@@ -18,6 +18,7 @@ from neuron_dra_ultraserver_operator.discovery import UltraServerView
 from neuron_dra_ultraserver_operator.manifests import ultraserver_object, ultraserver_status
 from neuron_dra_ultraserver_operator.model import FIELD_MANAGER, Workload, workload_from_api
 from neuron_dra_ultraserver_operator.resources import NAMESPACES, NUS
+from neuron_dra_ultraserver_operator.statuses import stamp
 
 __all__ = ["UltraServerReconciler", "ensure_namespace"]
 
@@ -38,11 +39,14 @@ class UltraServerReconciler:
         objects: Mapping[str, Obj],
         workloads: Mapping[str, Obj],
         fleet: Callable[[], Mapping[str, UltraServerView]],
+        failed: Mapping[str, str] | None = None,
     ) -> None:
         self.client = client
         self._objects = objects
         self._workloads = workloads
         self._fleet = fleet
+        #: node -> why it failed (lost, a failed device), from the health stream
+        self._failed: Mapping[str, str] = failed if failed is not None else {}
         self._decoded: dict[str, tuple[str, Workload | None]] = {}
 
     def _all_workloads(self) -> list[Workload]:
@@ -85,7 +89,18 @@ class UltraServerReconciler:
         ):
             existing = await apply(self.client, NUS, desired, field_manager=FIELD_MANAGER)
         generation = int((existing.get("metadata") or {}).get("generation") or 1)
-        status = ultraserver_status(view, workloads, generation=generation)
+        status = ultraserver_status(
+            view,
+            workloads,
+            generation=generation,
+            failed={
+                m.node_name: self._failed[m.node_name]
+                for m in view.members
+                if m.node_name in self._failed
+            },
+            previous=existing.get("status") or {},
+            now=stamp(),
+        )
         if (existing.get("status") or {}) != status:
             await apply_status(
                 self.client,

@@ -45,6 +45,7 @@ ACCOUNTS: Final = {
     "ultraserver-operator": "neuron-dra-ultraserver-operator",
     "kubelet-plugin": "neuron-dra-kubelet-plugin",
     "health-probe": "neuron-dra-health-probe",
+    "failure-detector": "neuron-dra-failure-detector",
 }
 
 #: Tokens outlive any local stack; a cluster's kubelet rotates a pod's token instead.

@@ -36,6 +36,7 @@ from neuron_dra_cli.stack import (
 )
 from neuron_dra_cli.stack import components as comp
 from neuron_dra_cli.stack.fleet import Fleet
+from neuron_dra_cli.stack.health import health_components
 from neuron_dra_cli.stack.layout import Layout
 from neuron_dra_cli.stack.nodes import node_component
 from neuron_dra_cli.stack.pki import Pki, write_kubeconfig
@@ -306,6 +307,7 @@ def up(opts: UpOptions, *, progress: Progress = print) -> state.StackState:
                 nats_url=current.nats_url,
                 kubeconfig=own_kubeconfigs["slice-publisher"],
                 hardware=sims,
+                kubelet_healthz={c.name.removeprefix("node-"): c.ports["healthz"] for c in nodes},
             ),
             *plugin.plugin_components(
                 fleet=opts.fleet,
@@ -327,6 +329,9 @@ def up(opts: UpOptions, *, progress: Progress = print) -> state.StackState:
                 layout=layout,
                 nats_url=current.nats_url,
                 kubeconfig=own_kubeconfigs[healthprobe.KIND],
+            ),
+            *health_components(
+                nats_url=current.nats_url, kubeconfig=own_kubeconfigs["failure-detector"]
             ),
         ]
         # One starting per core: each spends about half a second importing on a core of its

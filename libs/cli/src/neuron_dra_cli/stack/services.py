@@ -74,13 +74,16 @@ def product_components(
     nats_url: str,
     kubeconfig: Path,
     hardware: Mapping[str, SimNode] | None = None,
+    kubelet_healthz: Mapping[str, int] | None = None,
 ) -> list[Component]:
     """One discovery per node and the publisher, with every node's simulated hardware
     written (unless ``hardware`` holds what :func:`write_fleet_hardware` wrote).
     ``kubeconfig`` is the slice publisher's own (``stack.accounts``).
 
     Nodes labelled ``neuron.aws.com/driver: "false"`` in the fleet are skipped. Discovery
-    polls every second on the stack so that a hardware edit shows within seconds.
+    polls every second on the stack so that a hardware edit shows within seconds. With
+    ``kubelet_healthz`` (node -> its kubelet's healthz port), a node's heartbeats stop while
+    its kubelet does not answer, as on a real node.
     """
     items: list[Component] = []
     for node in fleet.nodes:
@@ -99,6 +102,14 @@ def product_components(
                     "NEURON_DRA_NATS_SERVERS": nats_url,
                     "NEURON_DRA_POLL_SECONDS": "1",
                     "NEURON_DRA_LOG_LEVEL": "warning",
+                    **(
+                        {
+                            "NEURON_DRA_KUBELET_HEALTHZ_URL": "http://127.0.0.1:"
+                            f"{kubelet_healthz[node.name]}/healthz"
+                        }
+                        if kubelet_healthz and node.name in kubelet_healthz
+                        else {}
+                    ),
                 },
             )
         )

@@ -128,12 +128,12 @@ class DeviceHealthChanged(Event, frozen=True, kw_only=True, tag="device.health.v
 
 
 class NodeLost(Event, frozen=True, kw_only=True, tag="node.lost.v1"):
-    """The failure detector declared a node lost (its heartbeats stopped)."""
+    """The cluster failure detector declared ``node`` lost: its heartbeats stopped."""
 
     node: str
-    last_heartbeat_at: datetime | None
+    last_heartbeat_at: datetime | None = None
     detected_at: datetime
-    reason: str
+    reason: str = ""
 
     @property
     def subject(self) -> str:
@@ -145,11 +145,11 @@ class NodeLost(Event, frozen=True, kw_only=True, tag="node.lost.v1"):
 
 
 class NodeRecovered(Event, frozen=True, kw_only=True, tag="node.recovered.v1"):
-    """A node declared lost is back (its heartbeats resumed and held)."""
+    """A node declared lost sends heartbeats again, steadily."""
 
     node: str
     detected_at: datetime
-    lost_for_seconds: float
+    lost_for_seconds: float = 0.0
 
     @property
     def subject(self) -> str:

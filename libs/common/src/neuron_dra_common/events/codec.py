@@ -44,6 +44,8 @@ EVENT_TYPES: Final[dict[str, type[Event]]] = {
     cls.event_type(): cls
     for cls in (
         NodeInventory,
+        NodeLost,
+        NodeRecovered,
         NodeHeartbeat,
         DeviceHealthChanged,
         AllocationRequested,
