@@ -115,6 +115,7 @@ def _as_service(stack: KubeStack, kind: str, *args: str) -> subprocess.Completed
         ("ultraserver-operator", OPERATOR),
         ("kubelet-plugin", PLUGIN),
         ("health-probe", PROBE),
+        ("failure-detector", "neuron-dra-failure-detector"),
     ],
 )
 def test_each_running_service_is_its_own_service_account(
