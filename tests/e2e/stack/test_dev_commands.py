@@ -109,9 +109,14 @@ def test_up_status_down_then_up_again_from_cache(tmp_path: Path) -> None:
     assert processes_mentioning(str(state_dir)) == []
 
 
-#: What the default fleet may take, as ``dev status`` reports it. The proportional set
-#: sizes of all components add up to what the stack uses.
+#: What the default fleet's control plane, nodes and core services may take, as ``dev status``
+#: reports it. The proportional set sizes of all components add up to what the stack uses.
 FLEET_PSS_LIMIT = 2.5 * 2**30
+#: Components added to the stack after that budget was set, each held to its own: a health
+#: probe per node, and once the failure detector, audit, alerts and Alertmanager.
+HEALTH_KINDS = ("health-probe", "failure-detector", "audit", "alerts", "alertmanager")
+PROBE_PSS_LIMIT = 40 * 2**20
+ONCE_PSS_LIMIT = 80 * 2**20
 #: A kubelet plugin's own resident size, shared libraries (gRPC, OpenSSL) included.
 PLUGIN_RSS_LIMIT = 70 * 2**20
 #: Its proportional share: what each further node adds.
@@ -141,7 +146,14 @@ def test_default_fleet_comes_up_light_and_each_claim_change_goes_to_few_watchers
         plugins = report["kinds"]["kubelet-plugin"]
         assert plugins["up"] == len(expected)
         shown = f"dev status -o json:\n{status.stdout}"
-        assert report["pssBytes"] <= FLEET_PSS_LIMIT, shown
+        kinds = report["kinds"]
+        added = sum(kinds[k]["pssBytes"] for k in HEALTH_KINDS if k in kinds)
+        assert report["pssBytes"] - added <= FLEET_PSS_LIMIT, shown
+        probes = kinds["health-probe"]
+        assert probes["up"] == plugins["up"], shown
+        assert probes["pssBytes"] / probes["up"] <= PROBE_PSS_LIMIT, shown
+        for kind in HEALTH_KINDS[1:]:
+            assert kinds[kind]["pssBytes"] <= ONCE_PSS_LIMIT, (kind, shown)
         assert plugins["maxRssBytes"] <= PLUGIN_RSS_LIMIT, shown
         assert plugins["pssBytes"] / plugins["count"] <= PLUGIN_PSS_LIMIT, shown
         # How long each took to be ready is recorded (and printed) for every component.
