@@ -311,25 +311,62 @@ class Executor:
     async def _delete_pods(
         self, wl: Workload, template: str, *, keep: set[str], force: set[str]
     ) -> None:
-        """Delete the pods using ``template`` that run on a node outside ``keep`` (pods not
-        scheduled yet stay). A pod on a ``force`` node goes at once: its kubelet is gone and
-        would never confirm, so a graceful delete would leave it Terminating and its
-        controller waiting."""
+        """Delete the pods using ``template`` that run on a node outside ``keep``. Pods not
+        scheduled yet stay, unless their claims were made from an earlier version of the
+        template (a pod created while a replacement was under way, e.g. after Kubernetes
+        evicted one from a lost node's tainted devices): those would wait for the old nodes
+        for ever. A pod on a ``force`` node goes at once: its kubelet is gone and would never
+        confirm, so a graceful delete would leave it Terminating and its controller waiting."""
         ns = wl.metadata.namespace
         pods, _ = await self.client.list(PODS, namespace=ns)
-        for pod in pods:
+        using = [
+            pod
+            for pod in pods
+            if any(
+                c.get("resourceClaimTemplateName") == template
+                for c in (pod.get("spec") or {}).get("resourceClaims") or ()
+            )
+        ]
+        stale = await self._stale_pending(wl, template, using) if keep else set()
+        for pod in using:
             spec = pod.get("spec") or {}
-            claims = spec.get("resourceClaims") or ()
-            if not any(c.get("resourceClaimTemplateName") == template for c in claims):
-                continue
             node = str(spec.get("nodeName") or "")
-            if node in keep or (keep and not node):
+            name = str((pod.get("metadata") or {}).get("name", ""))
+            if node in keep or (keep and not node and name not in stale):
                 continue
             meta = pod.get("metadata") or {}
             now = node in force
             if meta.get("deletionTimestamp") and not now:
                 continue
             await self._delete(PODS, meta.get("name", ""), ns, grace=0 if now else None)
+
+    async def _stale_pending(self, wl: Workload, template: str, pods: list[Obj]) -> set[str]:
+        """Names of the pods not scheduled yet whose claims' device requests are not the
+        current ``template``'s (claims copy their template's spec when they are made)."""
+        pending = [p for p in pods if not (p.get("spec") or {}).get("nodeName")]
+        if not pending:
+            return set()
+        ns = wl.metadata.namespace
+        try:
+            rct = await self.client.get(RESOURCE_CLAIM_TEMPLATES, template, namespace=ns)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+            return set()
+        wanted = ((rct.get("spec") or {}).get("spec") or {}).get("devices")
+        claims, _ = await self.client.list(
+            RESOURCE_CLAIMS,
+            namespace=ns,
+            label_selector=f"{WORKLOAD_UID_LABEL}={wl.metadata.uid}",
+        )
+        made = {str((c.get("metadata") or {}).get("name", "")): c for c in claims}
+        stale: set[str] = set()
+        for pod in pending:
+            for status in (pod.get("status") or {}).get("resourceClaimStatuses") or ():
+                claim = made.get(str(status.get("resourceClaimName") or ""))
+                if claim is not None and (claim.get("spec") or {}).get("devices") != wanted:
+                    stale.add(str((pod.get("metadata") or {}).get("name", "")))
+        return stale
 
     async def _delete(
         self, resource: Resource, name: str, namespace: str, *, grace: int | None = None
