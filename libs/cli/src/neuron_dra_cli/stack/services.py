@@ -81,7 +81,8 @@ def product_components(
     ``kubeconfig`` is the slice publisher's own (``stack.accounts``).
 
     Nodes labelled ``neuron.aws.com/driver: "false"`` in the fleet are skipped. Discovery
-    polls every second on the stack so that a hardware edit shows within seconds. With
+    polls every 2 s on the stack so that a hardware edit shows within seconds (its heartbeats
+    go every second regardless; the health probe reads errors every second). With
     ``kubelet_healthz`` (node -> its kubelet's healthz port), a node's heartbeats stop while
     its kubelet does not answer, as on a real node.
     """
@@ -100,7 +101,7 @@ def product_components(
                     "NEURON_DRA_HOST_ROOT": str(sim.root),
                     "NEURON_DRA_NEURON_LS_COMMAND": ",".join(sim.neuron_ls_command),
                     "NEURON_DRA_NATS_SERVERS": nats_url,
-                    "NEURON_DRA_POLL_SECONDS": "1",
+                    "NEURON_DRA_POLL_SECONDS": "2",
                     "NEURON_DRA_LOG_LEVEL": "warning",
                     **(
                         {
