@@ -64,7 +64,7 @@ async def build(settings: AlertsSettings) -> Service:
 
     bus = await Bus.connect(settings.nats_servers, name=NAME)
     spec = consumer(CONSUMER)
-    await bus.reconcile(consumers=[spec])
+    await bus.reconcile(consumers=[spec], replicas=settings.stream_replicas)
     client = AlertmanagerClient(settings.alertmanager_url, timeout=settings.request_timeout)
     publisher = bus.publisher(source=f"/neuron-dra/{NAME}")
 

@@ -51,7 +51,7 @@ async def build(settings: AuditSettings) -> Service:
     )
     bus = await Bus.connect(settings.nats_servers, name=NAME)
     spec = consumer(CONSUMER)
-    await bus.reconcile(consumers=[spec])
+    await bus.reconcile(consumers=[spec], replicas=settings.stream_replicas)
     runner = bus.runner(spec, writer.handle)
     service = Service(name=NAME, settings=settings)
     service.add_task("audit", runner.run, stop=runner.stop, ready=lambda: runner.ready)

@@ -34,7 +34,7 @@ def rules(settings: DetectorSettings) -> DetectorRules:
 async def build(settings: DetectorSettings) -> Service:
     """Connect; judge only while leading (or always, without Kubernetes)."""
     bus = await Bus.connect(settings.nats_servers, name=NAME)
-    await bus.reconcile(consumers=[consumer(DURABLE)])
+    await bus.reconcile(consumers=[consumer(DURABLE)], replicas=settings.stream_replicas)
     kube = None
     if settings.kubernetes:
         from neuron_dra_common.kube import connect

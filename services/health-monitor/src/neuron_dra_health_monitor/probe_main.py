@@ -40,7 +40,7 @@ async def build(settings: ProbeSettings) -> Service:
     )
 
     bus = await Bus.connect(settings.nats_servers, name=f"{NAME}-{settings.node_name}")
-    await bus.reconcile()
+    await bus.reconcile(replicas=settings.stream_replicas)
     book = HealthBook(node=settings.node_name)
     # What this node's probe published last, per device: a restart neither forgets an error
     # nor reports it again.
