@@ -46,6 +46,38 @@ def test_every_container_is_locked_down(base: list[dict[str, Any]]) -> None:
     assert {"nats", "neuron-dra-discovery", "neuron-dra-kubelet-plugin"} <= seen
 
 
+#: The only pods on the host's network: discovery asks the kubelet's health endpoint, which
+#: listens on the node's loopback.
+HOST_NETWORK = {"neuron-dra-discovery"}
+
+
+def test_only_discovery_shares_the_host_network_and_it_watches_the_kubelet(
+    base: list[dict[str, Any]],
+) -> None:
+    host_ports: dict[int, str] = {}
+    on_host = set()
+    for kind in ("Deployment", "DaemonSet", "StatefulSet"):
+        for name, workload in by_kind(base, kind).items():
+            pod = workload["spec"]["template"]["spec"]
+            if not pod.get("hostNetwork"):
+                continue
+            on_host.add(name)
+            # Cluster DNS still resolves the NATS service name.
+            assert pod["dnsPolicy"] == "ClusterFirstWithHostNet", name
+            for container in pod["containers"]:
+                for port in container.get("ports", []):
+                    assert port["containerPort"] not in host_ports, (name, host_ports)
+                    host_ports[port["containerPort"]] = name
+    assert on_host == HOST_NETWORK
+    [container] = by_kind(base, "DaemonSet")["neuron-dra-discovery"]["spec"]["template"]["spec"][
+        "containers"
+    ]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["NEURON_DRA_KUBELET_HEALTHZ_URL"] == "http://127.0.0.1:10248/healthz"
+    # The kubelet's own ports (10248 healthz, 10250 API, 10255 read-only) stay free.
+    assert not {10248, 10250, 10255} & set(host_ports)
+
+
 def test_the_namespace_has_pod_security_labels(base: list[dict[str, Any]]) -> None:
     labels = by_kind(base, "Namespace")["neuron-dra-driver"]["metadata"]["labels"]
     # Host paths (sysfs, /dev, the kubelet's directories) need the privileged level.
