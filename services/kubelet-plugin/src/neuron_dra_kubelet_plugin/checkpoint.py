@@ -43,7 +43,7 @@ import contextlib
 import enum
 import hashlib
 import os
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -62,7 +62,6 @@ __all__ = [
     "CheckpointStore",
     "ClaimEntry",
     "ClaimState",
-    "DeviceConflict",
     "PreparedDevice",
     "UnsupportedCheckpointVersion",
     "decode_checkpoint",
@@ -128,14 +127,6 @@ class ClaimEntry(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
         return f"ResourceClaim {self.namespace}/{self.name} ({self.uid})"
 
 
-class DeviceConflict(msgspec.Struct, frozen=True, kw_only=True):
-    """``device`` of pool ``pool`` is held by ``holder``."""
-
-    pool: str
-    device: str
-    holder: ClaimEntry
-
-
 class Checkpoint(msgspec.Struct, frozen=True, kw_only=True):
     """All claims the plugin has prepared (or started to), keyed by claim UID.
 
@@ -157,20 +148,6 @@ class Checkpoint(msgspec.Struct, frozen=True, kw_only=True):
     def stale(self, boot_id: str) -> tuple[ClaimEntry, ...]:
         """Entries written before the node's last reboot."""
         return tuple(e for e in self.claims.values() if e.boot_id != boot_id)
-
-    def conflicts(self, uid: str, devices: Iterable[tuple[str, str]]) -> tuple[DeviceConflict, ...]:
-        """Which of ``(pool, device)`` are already held by a claim other than ``uid``."""
-        held = {
-            (d.pool, d.device): entry
-            for entry in self.claims.values()
-            if entry.uid != uid
-            for d in entry.devices
-        }
-        return tuple(
-            DeviceConflict(pool=pool, device=device, holder=held[(pool, device)])
-            for pool, device in devices
-            if (pool, device) in held
-        )
 
 
 class _File(msgspec.Struct, kw_only=True):
