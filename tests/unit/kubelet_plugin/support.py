@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from neuron_dra_common.driver import NODE_DEVICE
 from neuron_dra_common.topology import instance_spec
 from neuron_dra_kubelet_plugin.claims import ClaimRef, ResourceClaim, claim_from_api
 from neuron_dra_kubelet_plugin.plan import NodeContext
@@ -19,6 +20,17 @@ def trn2_node(*, pool: str = NODE, default_lnc: int | None = None) -> NodeContex
         devices=frozenset(range(16)),
         default_lnc=default_lnc,
         supported_ultraserver_modes=(1, 3, 4),
+    )
+
+
+def trn2u_node(*, pool: str = NODE) -> NodeContext:
+    """An UltraServer node: its 16 devices and the whole-node device ``neuronnode``."""
+    return NodeContext(
+        pool=pool,
+        instance=instance_spec("trn2u.48xlarge"),
+        devices=frozenset(range(16)),
+        supported_ultraserver_modes=(1, 3, 4),
+        node_device=NODE_DEVICE,
     )
 
 

@@ -128,15 +128,6 @@ def test_corrupted_file_is_quarantined_not_fatal(tmp_path: Path) -> None:
     assert store.load() == Checkpoint()
 
 
-def test_conflicts_name_the_holder() -> None:
-    checkpoint = Checkpoint().with_entry(entry("u1", ("neurondevice0", "neurondevice1")))
-    conflicts = checkpoint.conflicts(
-        "u2", [("node-a", "neurondevice1"), ("node-a", "neurondevice2")]
-    )
-    assert [(c.device, c.holder.uid) for c in conflicts] == [("neurondevice1", "u1")]
-    assert checkpoint.conflicts("u1", [("node-a", "neurondevice1")]) == ()
-
-
 def test_stale_entries_are_those_of_another_boot() -> None:
     checkpoint = (
         Checkpoint()

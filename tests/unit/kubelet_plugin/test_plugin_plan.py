@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from neuron_dra_common import cdi
+from neuron_dra_common.driver import NODE_DEVICE, device_index
 from neuron_dra_kubelet_plugin.checkpoint import Checkpoint
 from neuron_dra_kubelet_plugin.claims import ClaimRef
 from neuron_dra_kubelet_plugin.edits import UltraServerPlacement
 from neuron_dra_kubelet_plugin.plan import PrepareError, entry_from_spec, plan_prepare
 
-from tests.unit.kubelet_plugin.support import make_claim, opaque, ref_of, trn2_node
+from tests.unit.kubelet_plugin.support import make_claim, opaque, ref_of, trn2_node, trn2u_node
 
 NODE_CTX = trn2_node()
 
@@ -155,3 +158,82 @@ def test_spec_rebuilds_the_entry() -> None:
         ref=ref_of(claim), claim=claim, node=NODE_CTX, checkpoint=Checkpoint(), boot_id="b1"
     )
     assert entry_from_spec(result.spec, boot_id="b1") == result.entry
+
+
+US_CTX = trn2u_node()
+
+
+def _prepared(uid: str, devices: list[int | str], checkpoint: Checkpoint) -> Checkpoint:
+    claim = make_claim(uid, devices, name=f"claim-{uid}")
+    plan = plan_prepare(
+        ref=ref_of(claim), claim=claim, node=US_CTX, checkpoint=checkpoint, boot_id="b1"
+    )
+    return checkpoint.with_entry(plan.entry)
+
+
+def _refused_on_us(uid: str, devices: list[int | str], checkpoint: Checkpoint) -> str:
+    claim = make_claim(uid, devices, name=f"claim-{uid}")
+    with pytest.raises(PrepareError) as info:
+        plan_prepare(
+            ref=ref_of(claim), claim=claim, node=US_CTX, checkpoint=checkpoint, boot_id="b1"
+        )
+    return str(info.value)
+
+
+def test_the_node_device_is_refused_while_a_chip_of_the_node_is_prepared() -> None:
+    held = _prepared("u1", [3], Checkpoint())
+    assert _refused_on_us("u2", [NODE_DEVICE], held) == (
+        "ResourceClaim default/claim-u2: device neuronnode holds neurondevice3, which is "
+        "already prepared for ResourceClaim default/claim-u1 (u1)"
+    )
+
+
+def test_a_chip_is_refused_while_the_node_device_is_prepared() -> None:
+    held = _prepared("u1", [NODE_DEVICE], Checkpoint())
+    assert _refused_on_us("u2", [3], held) == (
+        "ResourceClaim default/claim-u2: device neurondevice3 is part of neuronnode, which "
+        "is already prepared for ResourceClaim default/claim-u1 (u1)"
+    )
+    assert "device neuronnode is already prepared" in _refused_on_us("u3", [NODE_DEVICE], held)
+
+
+# A claim: 1..3 devices of the UltraServer node's pool, the whole-node device among them.
+_DEVICE_CHOICE = st.one_of(st.just(NODE_DEVICE), st.integers(0, 15))
+_CLAIMS = st.lists(st.lists(_DEVICE_CHOICE, min_size=1, max_size=3, unique=True), max_size=12)
+
+
+def _chips(device: int | str) -> set[int]:
+    """What the test (not the plugin) knows a device name or index holds."""
+    if device == NODE_DEVICE:
+        return set(range(16))
+    index = device if isinstance(device, int) else device_index(device)
+    assert index is not None, device
+    return {index}
+
+
+@given(claims=_CLAIMS, releases=st.lists(st.integers(0, 11), max_size=4))
+def test_no_neuron_device_is_ever_prepared_for_two_claims(
+    claims: list[list[int | str]], releases: list[int]
+) -> None:
+    checkpoint = Checkpoint()
+    for n, devices in enumerate(claims):
+        uid = f"u{n}"
+        if n in releases:
+            # An unprepare in between frees what the claim before this one held.
+            checkpoint = checkpoint.without(f"u{n - 1}")
+        held = {
+            chip for e in checkpoint.claims.values() for d in e.devices for chip in _chips(d.device)
+        }
+        wanted = set().union(*(_chips(d) for d in devices))
+        if held & wanted:
+            # Refused for a real overlap, naming the claim that holds it.
+            with pytest.raises(PrepareError, match="already prepared for ResourceClaim default/"):
+                _prepared(uid, devices, checkpoint)
+        else:
+            checkpoint = _prepared(uid, devices, checkpoint)
+    per_chip: dict[int, set[str]] = {}
+    for entry in checkpoint.claims.values():
+        for d in entry.devices:
+            for chip in _chips(d.device):
+                per_chip.setdefault(chip, set()).add(entry.uid)
+    assert all(len(holders) == 1 for holders in per_chip.values()), per_chip

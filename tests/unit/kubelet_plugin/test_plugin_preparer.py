@@ -12,11 +12,17 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from neuron_dra_common import cdi
 from neuron_dra_kubelet_plugin.checkpoint import Change, Checkpoint, CheckpointStore, ClaimState
-from neuron_dra_kubelet_plugin.claims import ClaimRef
+from neuron_dra_kubelet_plugin.claims import ClaimRef, ResourceClaim
 from neuron_dra_kubelet_plugin.plan import PrepareError
 from neuron_dra_kubelet_plugin.preparer import Effects, NodePreparer
 
-from tests.unit.kubelet_plugin.support import MemoryClaims, make_claim, ref_of, trn2_node
+from tests.unit.kubelet_plugin.support import (
+    MemoryClaims,
+    make_claim,
+    ref_of,
+    trn2_node,
+    trn2u_node,
+)
 
 
 class Crash(Exception):
@@ -120,6 +126,46 @@ async def test_concurrent_claims_for_one_device_get_it_once(tmp_path: Path) -> N
     )
     assert sum(not isinstance(r, BaseException) for r in results) == 1
     assert all(isinstance(r, PrepareError) for r in results if isinstance(r, BaseException))
+    assert_consistent(tmp_path, preparer)
+
+
+class Reported:
+    """Collects what the plugin reports as pod events for failed prepares."""
+
+    def __init__(self) -> None:
+        self.messages: list[str] = []
+
+    def failed(self, claim: ResourceClaim, message: str) -> None:
+        self.messages.append(message)
+
+
+async def test_the_whole_node_and_one_of_its_chips_never_prepare_together(tmp_path: Path) -> None:
+    chip = make_claim("u1", [3], name="chip")
+    whole = make_claim("u2", ["neuronnode"], name="whole")
+    reported = Reported()
+    preparer = NodePreparer(
+        node=trn2u_node(),
+        claims=MemoryClaims([chip, whole]),
+        effects=CrashingEffects(tmp_path),
+        boot_id="b1",
+        reporter=reported,
+    )
+    preparer.recover()
+    await preparer.prepare(ref_of(chip))
+    with pytest.raises(PrepareError) as refused:
+        await preparer.prepare(ref_of(whole))
+    assert str(refused.value) == (
+        "ResourceClaim default/whole: device neuronnode holds neurondevice3, which is already "
+        "prepared for ResourceClaim default/chip (u1)"
+    )
+    assert reported.messages == [str(refused.value)]
+    assert cdi.claim_spec_uids(tmp_path / "cdi") == {"u1"}
+    assert_consistent(tmp_path, preparer)
+    # Once the chip is released the whole node prepares, and then the chip is refused.
+    await preparer.unprepare(ref_of(chip))
+    assert len(await preparer.prepare(ref_of(whole))) == 1
+    with pytest.raises(PrepareError, match="neurondevice3 is part of neuronnode"):
+        await preparer.prepare(ref_of(chip))
     assert_consistent(tmp_path, preparer)
 
 

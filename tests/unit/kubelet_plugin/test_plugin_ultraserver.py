@@ -224,3 +224,28 @@ async def test_a_node_outside_any_ultraserver_is_read_only_for_workload_claims()
     )
     with pytest.raises(PrepareError, match=r"carries no allocation for it yet"):
         await gate.get(REF)
+
+
+async def test_a_claim_naming_the_bound_workload_without_its_uid_is_refused() -> None:
+    labels = {"neuron.aws.com/workload": "train"}
+    gate = UltraServerGate(Source(claim(labels)), api=FakeApi(annotated(record())), node=NODE)
+    with pytest.raises(PrepareError) as refused:
+        await gate.get(REF)
+    assert str(refused.value) == (
+        "ResourceClaim ml/train-0-neurons: label neuron.aws.com/workload-uid is missing; node "
+        "us0-trn2u-48xl-2's devices are bound to NeuronUltraServerWorkload ml/train "
+        "(workloadId train) with UID w1, and only claims that carry that UID are prepared there"
+    )
+
+
+async def test_a_claim_naming_the_bound_workload_with_another_uid_is_refused() -> None:
+    # A workload deleted and made again under the same name, or a label written by hand.
+    labels = {"neuron.aws.com/workload": "train", "neuron.aws.com/workload-uid": "w0"}
+    gate = UltraServerGate(Source(claim(labels)), api=FakeApi(annotated(record())), node=NODE)
+    with pytest.raises(PrepareError) as refused:
+        await gate.get(REF)
+    assert str(refused.value).startswith(
+        "ResourceClaim ml/train-0-neurons: label neuron.aws.com/workload-uid is w0, not the UID "
+        "w1 of NeuronUltraServerWorkload ml/train (workloadId train) that node "
+        "us0-trn2u-48xl-2's devices are bound to"
+    )

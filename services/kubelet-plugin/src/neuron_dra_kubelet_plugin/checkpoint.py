@@ -30,6 +30,13 @@ Each claim goes through two phases: ``PrepareStarted`` is written before any sid
 after a restart is a half-done prepare to roll back. Every entry carries the node's boot id:
 after a reboot nothing prepared before it is in effect any more, and the entries are stale.
 
+Two plugin processes may share the files (a rolling update runs the new pod beside the old
+one). They change them only under the node lock (:mod:`~neuron_dra_kubelet_plugin.nodelock`),
+and :meth:`CheckpointStore.is_current` tells a store whether the other process wrote since its
+own last write; if so the store loads again and writes a new base instead of appending to a
+journal that may no longer be the one on disk. The files do not change for that: a release
+without the lock reads them as before.
+
 Nothing is flushed to disk: every entry is only valid within the boot that wrote it, so a
 checkpoint that would survive a power loss is dropped as stale on the next boot anyway, and
 one that does not survive is reported as corrupted and set aside (the node's ``/run`` is a
@@ -43,7 +50,7 @@ import contextlib
 import enum
 import hashlib
 import os
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -62,7 +69,6 @@ __all__ = [
     "CheckpointStore",
     "ClaimEntry",
     "ClaimState",
-    "DeviceConflict",
     "PreparedDevice",
     "UnsupportedCheckpointVersion",
     "decode_checkpoint",
@@ -128,14 +134,6 @@ class ClaimEntry(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
         return f"ResourceClaim {self.namespace}/{self.name} ({self.uid})"
 
 
-class DeviceConflict(msgspec.Struct, frozen=True, kw_only=True):
-    """``device`` of pool ``pool`` is held by ``holder``."""
-
-    pool: str
-    device: str
-    holder: ClaimEntry
-
-
 class Checkpoint(msgspec.Struct, frozen=True, kw_only=True):
     """All claims the plugin has prepared (or started to), keyed by claim UID.
 
@@ -157,20 +155,6 @@ class Checkpoint(msgspec.Struct, frozen=True, kw_only=True):
     def stale(self, boot_id: str) -> tuple[ClaimEntry, ...]:
         """Entries written before the node's last reboot."""
         return tuple(e for e in self.claims.values() if e.boot_id != boot_id)
-
-    def conflicts(self, uid: str, devices: Iterable[tuple[str, str]]) -> tuple[DeviceConflict, ...]:
-        """Which of ``(pool, device)`` are already held by a claim other than ``uid``."""
-        held = {
-            (d.pool, d.device): entry
-            for entry in self.claims.values()
-            if entry.uid != uid
-            for d in entry.devices
-        }
-        return tuple(
-            DeviceConflict(pool=pool, device=device, holder=held[(pool, device)])
-            for pool, device in devices
-            if (pool, device) in held
-        )
 
 
 class _File(msgspec.Struct, kw_only=True):
@@ -303,9 +287,37 @@ class CheckpointStore:
         # The journal this store appends to (opened by save), and its size.
         self._fd: int | None = None
         self._size = 0
+        # The base this store last wrote, kept open so that its inode cannot be reused by a
+        # file written later: the identities of both files tell whether another process
+        # replaced either since (see is_current).
+        self._base_fd: int | None = None
+        self._identity: tuple[tuple[int, int], tuple[int, int]] | None = None
+
+    def is_current(self) -> bool:
+        """Whether the files on disk are exactly what this store last wrote.
+
+        False when another process (a second plugin pod during a rolling update) replaced
+        the base or the journal or appended to the journal since, and when this store has
+        not written yet: then the checkpoint must be loaded again before it is changed.
+        """
+        if self._fd is None or self._identity is None:
+            return False
+        try:
+            base, journal = os.stat(self.path), os.stat(self.journal)
+        except FileNotFoundError:
+            return False
+        return (
+            (base.st_dev, base.st_ino),
+            (journal.st_dev, journal.st_ino),
+        ) == self._identity and journal.st_size == self._size
 
     def load(self) -> Checkpoint:
-        """The stored checkpoint (base plus journal); empty when there is no file yet."""
+        """The stored checkpoint (base plus journal); empty when there is no file yet.
+
+        The next change after a load writes a new base: what this store had open may be
+        files another process has replaced since.
+        """
+        self._close()
         try:
             raw = self.path.read_bytes()
         except FileNotFoundError:
@@ -341,10 +353,13 @@ class CheckpointStore:
         raw, checksum = _encode(checkpoint)
         replace_file(self.path, self._temp, raw, mode=0o600)
         self._close()
+        self._base_fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
         header = _journal_line(_LINE_ENCODER.encode({"base": checksum}))
         replace_file(self.journal, self._journal_temp, header, mode=0o600)
         self._fd = os.open(self.journal, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
         self._size = len(header)
+        base, journal = os.fstat(self._base_fd), os.fstat(self._fd)
+        self._identity = ((base.st_dev, base.st_ino), (journal.st_dev, journal.st_ino))
 
     def append(self, changes: Sequence[Change], current: Checkpoint) -> None:
         """Record ``changes`` (which made ``current``): one append to the journal.
@@ -371,9 +386,14 @@ class CheckpointStore:
         self._close()
 
     def _close(self) -> None:
-        if self._fd is not None:
-            fd, self._fd = self._fd, None
-            os.close(fd)
+        journal, base = self._fd, self._base_fd
+        self._fd = self._base_fd = self._identity = None
+        try:
+            if base is not None:
+                os.close(base)
+        finally:
+            if journal is not None:
+                os.close(journal)
 
     def remove_leftovers(self) -> None:
         """Drop temporary files an interrupted save left behind."""

@@ -16,6 +16,7 @@ from neuron_dra_common.driver import (
     ANNOTATION_DEVICE,
     ANNOTATION_REQUESTS,
     DRIVER_NAME,
+    NODE_DEVICE,
     device_index,
 )
 from neuron_dra_common.hardware.model import NodeHardware
@@ -99,6 +100,52 @@ def _indices(node: NodeContext, device: str, ref: ClaimRef) -> tuple[int, ...]:
     return (index,)
 
 
+def _holds(node: NodeContext, device: str) -> frozenset[int] | None:
+    """The Neuron devices of this node that ``device`` (a name in its pool) holds.
+
+    ``None`` for a name that is neither: such a device can only clash with its own name.
+    The whole-node device is recognised by its contract name too, so an entry written
+    while the node published it still counts after a setting changed.
+    """
+    if device in (NODE_DEVICE, node.node_device):
+        return node.devices
+    index = device_index(device)
+    return None if index is None else frozenset((index,))
+
+
+def _refuse_overlaps(
+    ref: ClaimRef,
+    node: NodeContext,
+    *,
+    checkpoint: Checkpoint,
+    wanted: dict[str, tuple[int, ...]],
+) -> None:
+    """Refuse ``wanted`` (device name -> the Neuron devices it holds) when another claim's
+    prepared devices hold any of the same Neuron devices.
+
+    Names alone are not enough: ``neuronnode`` and ``neurondevice3`` share a chip, and a
+    scheduler that lost the shared counters (node-only slices) can hand them to two claims.
+    """
+    for entry in checkpoint.claims.values():
+        if entry.uid == ref.uid:
+            continue
+        for held in entry.devices:
+            if held.pool != node.pool:
+                continue
+            held_chips = _holds(node, held.device)
+            for device, chips in wanted.items():
+                holder = f"ResourceClaim {entry.namespace}/{entry.name} ({entry.uid})"
+                if device == held.device:
+                    raise PrepareError(f"{ref}: device {device} is already prepared for {holder}")
+                if held_chips is None or held_chips.isdisjoint(chips):
+                    continue
+                how = "holds" if held_chips < frozenset(chips) else "is part of"
+                raise PrepareError(
+                    f"{ref}: device {device} {how} {held.device}, which is already prepared "
+                    f"for {holder}"
+                )
+
+
 def _single(values: Iterable[int | None], what: str, ref: ClaimRef) -> int | None:
     distinct = sorted({v for v in values if v is not None})
     if len(distinct) > 1:
@@ -123,7 +170,8 @@ def plan_prepare(
 
     Checks, in order: the claim is the one the kubelet means (same UID) and is allocated;
     its devices of this driver are in this node's pool and exist; its configs decode; no
-    device is held by another claim in ``checkpoint``.
+    Neuron device it would hold is held by another claim in ``checkpoint`` (under the same
+    name, or through the whole-node device).
     """
     if claim.metadata.uid != ref.uid:
         raise PrepareError(
@@ -156,13 +204,7 @@ def plan_prepare(
     requested_lnc = _single((e.logical_neuron_core for e in effective), "logicalNeuronCore", ref)
     us_nodes = _single((e.ultraserver_mode for e in effective), "ultraserverMode", ref)
 
-    conflicts = checkpoint.conflicts(ref.uid, ((node.pool, d) for d in requests_by_device))
-    if conflicts:
-        c = conflicts[0]
-        raise PrepareError(
-            f"{ref}: device {c.device} is already prepared for ResourceClaim "
-            f"{c.holder.namespace}/{c.holder.name} ({c.holder.uid})"
-        )
+    _refuse_overlaps(ref, node, checkpoint=checkpoint, wanted=indices)
 
     all_indices = sorted({i for group in indices.values() for i in group})
     try:

@@ -16,6 +16,12 @@ entries from before the last reboot and removes CDI specs no entry accounts for.
 repeated for a completed claim answers from the checkpoint; for a half-done one it rolls
 back and starts over.
 
+Every prepare and unprepare, and the recovery, runs under the node lock
+(:mod:`~neuron_dra_kubelet_plugin.nodelock`), because two plugin processes serve a node
+during a rolling update: under it the preparer first takes in what the other process wrote
+(:meth:`NodePreparer._refresh`), then plans and writes, all without awaiting anything, so the
+lock is held for a few file writes.
+
 Claims are prepared concurrently (the kubelet prepares many pods at once): one claim at a
 time per UID, its devices reserved in the in-memory checkpoint before anything is written.
 File work runs on the event loop: a spec is a few kilobytes written and renamed without a
@@ -48,6 +54,7 @@ from neuron_dra_kubelet_plugin.checkpoint import (
 from neuron_dra_kubelet_plugin.claims import ClaimRef, ResourceClaim
 from neuron_dra_kubelet_plugin.edits import UltraServerPlacement
 from neuron_dra_kubelet_plugin.faults import CrashPoint, no_crash
+from neuron_dra_kubelet_plugin.nodelock import NodeLock, NodeLockTimeout, lock_path_for
 from neuron_dra_kubelet_plugin.plan import NodeContext, PrepareError, entry_from_spec, plan_prepare
 
 __all__ = [
@@ -104,13 +111,29 @@ class FailureReporter(Protocol):
 class Effects:
     """The file system side of prepare: one checkpoint file and the claims' CDI specs."""
 
-    def __init__(self, *, store: CheckpointStore, cdi_root: Path, kind: str = cdi.NEURON_CDI_KIND):
+    def __init__(
+        self,
+        *,
+        store: CheckpointStore,
+        cdi_root: Path,
+        kind: str = cdi.NEURON_CDI_KIND,
+        lock: NodeLock | None = None,
+    ):
         self.store = store
         self.cdi_root = cdi_root
         self.kind = kind
+        self.lock = lock or NodeLock(lock_path_for(store.path))
 
     def load(self) -> tuple[Checkpoint, CheckpointError | None]:
         self.store.remove_leftovers()
+        return self.store.load_or_quarantine()
+
+    def is_current(self) -> bool:
+        """Whether the checkpoint on disk is what this process last wrote."""
+        return self.store.is_current()
+
+    def reload(self) -> tuple[Checkpoint, CheckpointError | None]:
+        """The checkpoint as another process left it (unreadable files set aside)."""
         return self.store.load_or_quarantine()
 
     def save(self, checkpoint: Checkpoint) -> None:
@@ -227,7 +250,15 @@ class NodePreparer:
         return self._checkpoint
 
     def recover(self) -> Recovery:
-        """Load the checkpoint and bring disk and checkpoint back to a consistent state."""
+        """Load the checkpoint and bring disk and checkpoint back to a consistent state.
+
+        Under the node lock: a plugin process still serving beside this one is never caught
+        between two steps, so what looks half done here was left by a process that died.
+        """
+        with self._effects.lock.held_now():
+            return self._recover()
+
+    def _recover(self) -> Recovery:
         checkpoint, error = self._effects.load()
         self._checkpoint = checkpoint
         if error is not None:
@@ -264,6 +295,27 @@ class NodePreparer:
             if entry is not None and entry.uid == uid:
                 checkpoint = checkpoint.with_entry(entry)
         self._effects.save(checkpoint)
+        self._checkpoint = checkpoint
+
+    def _refresh(self) -> None:
+        """Under the node lock: take in what another plugin process wrote since this one did.
+
+        Changes of this process not yet on disk (a write that failed) are applied again on
+        top: they are still owed to the disk, and the next commit writes them.
+        """
+        if self._effects.is_current():
+            return
+        checkpoint, error = self._effects.reload()
+        if error is not None:
+            log.error("%s; rebuilding it from the CDI specs on disk", error)
+            self._rebuild_from_specs()
+            checkpoint = self._checkpoint
+        for change in self._pending:
+            checkpoint = (
+                checkpoint.without(change)
+                if isinstance(change, str)
+                else checkpoint.with_entry(change)
+            )
         self._checkpoint = checkpoint
 
     def _rollback(self, uid: str) -> None:
@@ -313,54 +365,71 @@ class NodePreparer:
             raise PrepareError(f"{ref}: not found")
         self._crash("prepare:claim-read")
         async with self._claim_locks.hold(ref.uid):
-            done = self._completed(ref)
-            if done is not None:
-                return done.devices
-            with claimtrace.prepare_span(claim, tracer=self._tracer):
-                if ref.uid in self._checkpoint.claims:
-                    self._rollback_now(ref.uid)
-                try:
-                    plan = plan_prepare(
-                        ref=ref,
-                        claim=claim,
-                        node=self._node,
-                        checkpoint=self._checkpoint,
-                        boot_id=self._boot_id,
-                        placement=self._placement(ref),
-                    )
-                except PrepareError as exc:
-                    if self._reporter is not None:
-                        self._reporter.failed(claim, str(exc))
-                    raise
-                # Planned and reserved with no await in between: a concurrent prepare of another
-                # claim sees these devices as taken from here on.
-                started = msgspec.structs.replace(plan.entry, state=ClaimState.PREPARE_STARTED)
-                self._change(self._checkpoint.with_entry(started), started)
-                self._commit()
-                self._crash("prepare:started-saved")
-                with claimtrace.cdi_write_span(ref.uid, tracer=self._tracer):
-                    self._effects.write_spec(ref.uid, plan.spec)
-                self._crash("prepare:spec-written")
-                self._change(self._checkpoint.with_entry(plan.entry), plan.entry)
-                self._commit()
-                self._crash("prepare:completed-saved")
-                if self._listener is not None:
-                    self._listener.prepared(plan.entry)
-                return plan.entry.devices
+            try:
+                async with self._effects.lock.held():
+                    return self._prepare_locked(ref, claim)
+            except NodeLockTimeout as exc:
+                raise PrepareError(f"{ref}: {exc}") from None
+
+    def _prepare_locked(self, ref: ClaimRef, claim: ResourceClaim) -> tuple[PreparedDevice, ...]:
+        # Nothing here awaits: the node lock is held for file writes only.
+        self._refresh()
+        done = self._completed(ref)
+        if done is not None:
+            return done.devices
+        with claimtrace.prepare_span(claim, tracer=self._tracer):
+            if ref.uid in self._checkpoint.claims:
+                self._rollback_now(ref.uid)
+            try:
+                plan = plan_prepare(
+                    ref=ref,
+                    claim=claim,
+                    node=self._node,
+                    checkpoint=self._checkpoint,
+                    boot_id=self._boot_id,
+                    placement=self._placement(ref),
+                )
+            except PrepareError as exc:
+                if self._reporter is not None:
+                    self._reporter.failed(claim, str(exc))
+                raise
+            # Planned and reserved with no await in between: a concurrent prepare of another
+            # claim sees these devices as taken from here on.
+            started = msgspec.structs.replace(plan.entry, state=ClaimState.PREPARE_STARTED)
+            self._change(self._checkpoint.with_entry(started), started)
+            self._commit()
+            self._crash("prepare:started-saved")
+            with claimtrace.cdi_write_span(ref.uid, tracer=self._tracer):
+                self._effects.write_spec(ref.uid, plan.spec)
+            self._crash("prepare:spec-written")
+            self._change(self._checkpoint.with_entry(plan.entry), plan.entry)
+            self._commit()
+            self._crash("prepare:completed-saved")
+            if self._listener is not None:
+                self._listener.prepared(plan.entry)
+            return plan.entry.devices
 
     async def unprepare(self, ref: ClaimRef) -> None:
         # Needs nothing but the UID: the claim object may be gone already.
         async with self._claim_locks.hold(ref.uid):
-            self._crash("unprepare:begin")
-            self._effects.remove_spec(ref.uid)
-            self._crash("unprepare:spec-removed")
-            entry = self._checkpoint.claims.get(ref.uid)
-            if entry is not None:
-                self._change(self._checkpoint.without(ref.uid), ref.uid)
-            # Also when there was nothing to drop: an earlier write that failed may still owe
-            # the disk this claim's removal.
-            self._commit()
-            if entry is not None:
-                self._crash("unprepare:entry-dropped")
-                if self._listener is not None and entry.state is ClaimState.PREPARE_COMPLETED:
-                    self._listener.unprepared(entry)
+            try:
+                async with self._effects.lock.held():
+                    self._unprepare_locked(ref)
+            except NodeLockTimeout as exc:
+                raise PrepareError(f"{ref}: {exc}") from None
+
+    def _unprepare_locked(self, ref: ClaimRef) -> None:
+        self._refresh()
+        self._crash("unprepare:begin")
+        self._effects.remove_spec(ref.uid)
+        self._crash("unprepare:spec-removed")
+        entry = self._checkpoint.claims.get(ref.uid)
+        if entry is not None:
+            self._change(self._checkpoint.without(ref.uid), ref.uid)
+        # Also when there was nothing to drop: an earlier write that failed may still owe
+        # the disk this claim's removal.
+        self._commit()
+        if entry is not None:
+            self._crash("unprepare:entry-dropped")
+            if self._listener is not None and entry.state is ClaimState.PREPARE_COMPLETED:
+                self._listener.unprepared(entry)

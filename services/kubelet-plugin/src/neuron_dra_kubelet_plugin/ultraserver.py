@@ -6,8 +6,9 @@ which has neither record nor UltraServer labels, only for a workload's claims) a
 
 - the node carries the operator's allocation record (``neuron.aws.com/ultraserver-allocation``):
   its devices are tagged with that workload's ``workloadId`` and are prepared only for claims
-  of that workload (the claim's ``neuron.aws.com/workload`` / ``workload-uid`` labels, which the
-  operator's ResourceClaimTemplate sets); the record gives the placement (mode, server id,
+  of that workload: the claim's ``neuron.aws.com/workload`` label names it and its
+  ``workload-uid`` label must be the UID the record holds (the operator's ResourceClaimTemplate
+  sets both; see :func:`check_binding`); the record gives the placement (mode, server id,
   node id, topology id, rank-0 host). While the record is ``Pending`` (the operator has not
   bound the whole gang yet) prepare answers a per-claim error, so the kubelet retries;
 - the node has no record: a claim of a workload waits for it (per-claim error); any other
@@ -42,7 +43,13 @@ from neuron_dra_kubelet_plugin.config import ConfigError, decode_configs, effect
 from neuron_dra_kubelet_plugin.edits import UltraServerPlacement
 from neuron_dra_kubelet_plugin.plan import PrepareError
 
-__all__ = ["NodeReader", "UltraServerGate", "placement_from_labels", "placement_from_record"]
+__all__ = [
+    "NodeReader",
+    "UltraServerGate",
+    "check_binding",
+    "placement_from_labels",
+    "placement_from_record",
+]
 
 Obj = dict[str, Any]
 
@@ -99,6 +106,43 @@ def placement_from_labels(
     return UltraServerPlacement(
         nodes=size, server_id=server, node_id=int(raw_id), topo_id=int(raw_id), topo0_host=host
     )
+
+
+def check_binding(
+    ref: ClaimRef, record: NodeAllocation, *, labels: Mapping[str, str], node: str
+) -> None:
+    """Refuse a claim that is not of the workload ``record`` binds ``node``'s devices to.
+
+    The claim's labels name its workload and that workload's UID. Anyone who can create a
+    claim can set labels, and a workload deleted and created again keeps its name: the UID
+    is what tells the bound workload apart, so a claim without it, or with another, is
+    refused (the operator's templates always carry both).
+    """
+    holder = f"NeuronUltraServerWorkload {record.workload} (workloadId {record.workload_id})"
+    wanted = labels.get(WORKLOAD_LABEL)
+    if not wanted:
+        raise PrepareError(
+            f"{ref}: node {node}'s devices are bound to {holder}; the claim is not part of "
+            f"that workload (it has no label {WORKLOAD_LABEL})"
+        )
+    if (ref.namespace, wanted) != (record.namespace, record.name):
+        raise PrepareError(
+            f"{ref}: label {WORKLOAD_LABEL} names NeuronUltraServerWorkload "
+            f"{ref.namespace}/{wanted}, but node {node}'s devices are bound to {holder}"
+        )
+    wanted_uid = labels.get(WORKLOAD_UID_LABEL, "")
+    if not wanted_uid:
+        raise PrepareError(
+            f"{ref}: label {WORKLOAD_UID_LABEL} is missing; node {node}'s devices are bound to "
+            f"{holder} with UID {record.workload_uid}, and only claims that carry that UID are "
+            "prepared there"
+        )
+    if wanted_uid != record.workload_uid:
+        raise PrepareError(
+            f"{ref}: label {WORKLOAD_UID_LABEL} is {wanted_uid}, not the UID "
+            f"{record.workload_uid} of {holder} that node {node}'s devices are bound to (a "
+            "workload of that name made again, or a label set by hand)"
+        )
 
 
 class UltraServerGate:
@@ -161,7 +205,6 @@ class UltraServerGate:
             raise PrepareError(f"{ref}: {exc}") from None
         labels = claim.metadata.labels
         wanted = labels.get(WORKLOAD_LABEL)
-        wanted_uid = labels.get(WORKLOAD_UID_LABEL, "")
         if record is None:
             if wanted:
                 raise PrepareError(
@@ -183,19 +226,8 @@ class UltraServerGate:
             return placement_from_labels(
                 self._node, meta.get("labels") or {}, size=size, peers=peers
             )
+        check_binding(ref, record, labels=labels, node=self._node)
         holder = f"NeuronUltraServerWorkload {record.workload} (workloadId {record.workload_id})"
-        if not wanted:
-            raise PrepareError(
-                f"{ref}: node {self._node}'s devices are bound to {holder}; the claim is not "
-                "part of that workload"
-            )
-        if (ref.namespace, wanted) != (record.namespace, record.name) or (
-            wanted_uid and wanted_uid != record.workload_uid
-        ):
-            raise PrepareError(
-                f"{ref}: belongs to NeuronUltraServerWorkload {ref.namespace}/{wanted}, but node "
-                f"{self._node}'s devices are bound to {holder}"
-            )
         if record.phase != "Bound":
             raise PrepareError(
                 f"{ref}: the allocation of {holder} is not complete: node {self._node} is "
