@@ -26,9 +26,12 @@ from neuron_dra_kubelet_plugin.health import DeviceHealthReport, Health, StaticH
 if TYPE_CHECKING:
     from neuron_dra_common.bus import Bus, Follower
 
-__all__ = ["BusHealth", "health_subject"]
+__all__ = ["READER", "BusHealth", "health_subject"]
 
 log = logging.getLogger(__name__)
+
+#: Whose dead letters this node's refused health events are (each node reads only its own).
+READER: Final = "kubelet-plugin-health"
 
 _HEALTH: Final = {
     "Healthy": Health.HEALTHY,
@@ -100,6 +103,7 @@ class BusHealth(StaticHealth):
 
         self._follower = Follower(
             bus,
+            name=READER,
             stream=HEALTH.name,
             subject=health_subject(self._node),
             handler=self._on_event,

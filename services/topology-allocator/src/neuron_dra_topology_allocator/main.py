@@ -5,8 +5,9 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
-from neuron_dra_common.bus import Bus, Follower, Responder
+from neuron_dra_common.bus import Bus, Follower, Responder, limits_of
 from neuron_dra_common.bus.declarations import ALLOCATION, HEALTH, INVENTORY
+from neuron_dra_common.events import AllocationReleased, AllocationRequested
 from neuron_dra_common.events.base import SUBJECT_ROOT
 from neuron_dra_common.runtime import Service, serve
 
@@ -21,7 +22,7 @@ NAME = "topology-allocator"
 
 async def build(settings: AllocatorSettings) -> Service:
     """Connect, replay the fleet, then answer requests once the view is complete."""
-    bus = await Bus.connect(settings.nats_servers, name=NAME)
+    bus = await Bus.connect(settings.nats_servers, name=NAME, limits=limits_of(settings))
     await bus.reconcile(replicas=settings.stream_replicas)
     projection = Projection()
     allocator = Allocator(
@@ -30,21 +31,34 @@ async def build(settings: AllocatorSettings) -> Service:
     followers = {
         "inventory": Follower(
             bus,
+            name=f"{NAME}-inventory",
             stream=INVENTORY.name,
             subject=f"{SUBJECT_ROOT}.inventory.>",
             handler=projection.apply,
         ),
         "health": Follower(
-            bus, stream=HEALTH.name, subject=f"{SUBJECT_ROOT}.health.>", handler=projection.apply
+            bus,
+            name=f"{NAME}-health",
+            stream=HEALTH.name,
+            subject=f"{SUBJECT_ROOT}.health.>",
+            handler=projection.apply,
         ),
         "allocations": Follower(
             bus,
+            name=f"{NAME}-allocations",
             stream=ALLOCATION.name,
             subject=f"{SUBJECT_ROOT}.allocation.>",
             handler=projection.apply,
         ),
     }
-    responder = Responder(bus, settings.subject, allocator.handle, queue=NAME)
+    responder = Responder(
+        bus,
+        settings.subject,
+        allocator.handle,
+        name=f"{NAME}-rpc",
+        accepts=(AllocationRequested, AllocationReleased),
+        queue=NAME,
+    )
     stopped = asyncio.Event()
 
     async def serve() -> None:

@@ -12,7 +12,7 @@ import socket
 from collections.abc import Callable, Sequence
 from typing import Final
 
-from neuron_dra_common.bus import Bus, Follower, request
+from neuron_dra_common.bus import Bus, Follower, limits_of, request
 from neuron_dra_common.bus.declarations import HEALTH
 from neuron_dra_common.events import AnyEvent, Event
 from neuron_dra_common.events.base import SUBJECT_ROOT
@@ -49,7 +49,7 @@ WORKLOAD_WORKERS: Final = 4
 async def build(settings: OperatorSettings) -> Service:
     crash = faults.from_env()
     client = await connect(kubeconfig=settings.kubeconfig or None)
-    bus = await Bus.connect(settings.nats_servers, name=NAME)
+    bus = await Bus.connect(settings.nats_servers, name=NAME, limits=limits_of(settings))
 
     workloads_inf = Informer(client, NUSW)
     ultraservers_inf = Informer(client, NUS, namespace=NAMESPACE)
@@ -114,7 +114,11 @@ async def build(settings: OperatorSettings) -> Service:
     # Every replica follows the health stream from its start (a standby takes over knowing
     # which nodes are lost); replayed, so a restart knows them again.
     health_follower = Follower(
-        bus, stream=HEALTH.name, subject=f"{SUBJECT_ROOT}.health.>", handler=health.apply
+        bus,
+        name=f"{NAME}-health",
+        stream=HEALTH.name,
+        subject=f"{SUBJECT_ROOT}.health.>",
+        handler=health.apply,
     )
 
     async def lead() -> None:
