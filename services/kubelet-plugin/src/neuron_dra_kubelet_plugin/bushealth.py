@@ -96,12 +96,12 @@ class BusHealth(StaticHealth):
         if isinstance(event, DeviceHealthChanged):
             self.apply(event)
 
-    async def follow(self, bus: Bus) -> None:
-        """Apply this node's health events, latest per device first, until :meth:`stop`."""
+    def follower(self, bus: Bus) -> Follower:
+        """The reader of this node's health events (refused ones go to its dead letter)."""
         from neuron_dra_common.bus import Follower
         from neuron_dra_common.bus.declarations import HEALTH
 
-        self._follower = Follower(
+        return Follower(
             bus,
             name=READER,
             stream=HEALTH.name,
@@ -109,5 +109,9 @@ class BusHealth(StaticHealth):
             handler=self._on_event,
             last_per_subject=True,
         )
+
+    async def follow(self, bus: Bus) -> None:
+        """Apply this node's health events, latest per device first, until :meth:`stop`."""
+        self._follower = self.follower(bus)
         if not self._stop.is_set():
             await self._follower.run()

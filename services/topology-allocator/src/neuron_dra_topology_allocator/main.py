@@ -15,9 +15,40 @@ from neuron_dra_topology_allocator.allocator import Allocator
 from neuron_dra_topology_allocator.projection import Projection
 from neuron_dra_topology_allocator.settings import AllocatorSettings
 
-__all__ = ["build", "main"]
+__all__ = ["allocation_responder", "build", "main", "projection_followers"]
 
 NAME = "topology-allocator"
+
+
+def projection_followers(bus: Bus, projection: Projection) -> dict[str, Follower]:
+    """The readers that rebuild the fleet view: inventories, health, allocations."""
+    return {
+        kind: Follower(
+            bus,
+            name=f"{NAME}-{kind}",
+            stream=stream.name,
+            subject=f"{SUBJECT_ROOT}.{token}.>",
+            handler=projection.apply,
+        )
+        for kind, stream, token in (
+            ("inventory", INVENTORY, "inventory"),
+            ("health", HEALTH, "health"),
+            ("allocations", ALLOCATION, "allocation"),
+        )
+    }
+
+
+def allocation_responder(bus: Bus, allocator: Allocator, *, subject: str) -> Responder:
+    """The request/reply endpoint; what it refuses goes to ``topology-allocator-rpc``'s dead
+    letter."""
+    return Responder(
+        bus,
+        subject,
+        allocator.handle,
+        name=f"{NAME}-rpc",
+        accepts=(AllocationRequested, AllocationReleased),
+        queue=NAME,
+    )
 
 
 async def build(settings: AllocatorSettings) -> Service:
@@ -28,37 +59,8 @@ async def build(settings: AllocatorSettings) -> Service:
     allocator = Allocator(
         projection, sink=bus.publisher(source=f"/neuron-dra/{NAME}"), strategy=settings.strategy
     )
-    followers = {
-        "inventory": Follower(
-            bus,
-            name=f"{NAME}-inventory",
-            stream=INVENTORY.name,
-            subject=f"{SUBJECT_ROOT}.inventory.>",
-            handler=projection.apply,
-        ),
-        "health": Follower(
-            bus,
-            name=f"{NAME}-health",
-            stream=HEALTH.name,
-            subject=f"{SUBJECT_ROOT}.health.>",
-            handler=projection.apply,
-        ),
-        "allocations": Follower(
-            bus,
-            name=f"{NAME}-allocations",
-            stream=ALLOCATION.name,
-            subject=f"{SUBJECT_ROOT}.allocation.>",
-            handler=projection.apply,
-        ),
-    }
-    responder = Responder(
-        bus,
-        settings.subject,
-        allocator.handle,
-        name=f"{NAME}-rpc",
-        accepts=(AllocationRequested, AllocationReleased),
-        queue=NAME,
-    )
+    followers = projection_followers(bus, projection)
+    responder = allocation_responder(bus, allocator, subject=settings.subject)
     stopped = asyncio.Event()
 
     async def serve() -> None:

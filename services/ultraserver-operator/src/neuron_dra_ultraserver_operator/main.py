@@ -38,7 +38,7 @@ from neuron_dra_ultraserver_operator.settings import OperatorSettings
 from neuron_dra_ultraserver_operator.triggers import Triggers
 from neuron_dra_ultraserver_operator.ultraservers import UltraServerReconciler, ensure_namespace
 
-__all__ = ["build", "main"]
+__all__ = ["build", "health_reader", "main"]
 
 NAME: Final = "ultraserver-operator"
 #: Workloads reconciled at once (each key by one worker at a time; the allocator decides
@@ -113,13 +113,7 @@ async def build(settings: OperatorSettings) -> Service:
 
     # Every replica follows the health stream from its start (a standby takes over knowing
     # which nodes are lost); replayed, so a restart knows them again.
-    health_follower = Follower(
-        bus,
-        name=f"{NAME}-health",
-        stream=HEALTH.name,
-        subject=f"{SUBJECT_ROOT}.health.>",
-        handler=health.apply,
-    )
+    health_follower = health_reader(bus, health)
 
     async def lead() -> None:
         # Every key the informers reported while this replica waited is queued already.
@@ -153,6 +147,17 @@ async def build(settings: OperatorSettings) -> Service:
     service.on_shutdown(bus.close)
     service.on_shutdown(client.close)
     return service
+
+
+def health_reader(bus: Bus, health: NodeHealth) -> Follower:
+    """The reader of node and device health; refused events go to its dead letter."""
+    return Follower(
+        bus,
+        name=f"{NAME}-health",
+        stream=HEALTH.name,
+        subject=f"{SUBJECT_ROOT}.health.>",
+        handler=health.apply,
+    )
 
 
 def _synced(informer: Informer) -> Callable[[], bool]:

@@ -4,10 +4,11 @@ The runner, the projections, start-up replays and the request responder all call
 :func:`admit`, so a message one of them refuses is refused by all of them for the same
 reason, and the refusal becomes a dead letter naming what was wrong. Pure: no I/O.
 
->>> admit(b'{"type":"node.heartbeat.v1"}', subject="neuron.heartbeat.a", limits=IntakeLimits())
-Traceback (most recent call last):
-...
-Refused: event payload: Object missing required field `node`
+>>> try:
+...     admit(b'{"type":"node.heartbeat.v1"}', subject="neuron.heartbeat.a", limits=LIMITS)
+... except Refused as refused:
+...     print(refused.kind, refused)
+decode event payload: Object missing required field `node`
 """
 
 from __future__ import annotations
