@@ -72,6 +72,8 @@ class Follower:
         once: bool = False,
     ) -> None:
         self._bus = bus
+        #: Whose dead letters the refused messages are.
+        self.name = name
         self._spec = reader(stream, name)
         self._stream = stream
         self._subject = subject
