@@ -41,11 +41,11 @@ class Malformed(NamedTuple):
     reason: str
 
 
-def _other_type(event: Event) -> Event:
-    """A valid event of another type than ``event``."""
+def _other_type(event: Event, index: int) -> Event:
+    """A valid event of another type than ``event``, distinct for each ``index``."""
     if isinstance(event, NodeHeartbeat):
-        return DeviceHealthChanged(node="other", device="neurondevice0", health="Healthy")
-    return heartbeat("other")
+        return DeviceHealthChanged(node=f"other-{index}", device="neurondevice0", health="Healthy")
+    return heartbeat(f"other-{index}")
 
 
 def _elsewhere(event: Event) -> Event:
@@ -62,7 +62,7 @@ def malformed_inputs(
 ) -> list[Malformed]:
     """The malformed messages for a consumer whose good events ``sample(i)`` builds."""
     undecodable, wrong, large, moved = (sample(first + i) for i in range(4))
-    other = _other_type(wrong)
+    other = _other_type(wrong, first)
     padded = msgspec.json.decode(encode(large))
     padded["padding"] = "x" * limits.max_message_bytes
     body = _elsewhere(moved)
