@@ -51,10 +51,10 @@ def _other_type(event: Event, index: int) -> Event:
 def _elsewhere(event: Event) -> Event:
     """``event`` about another node (or, for events without one, another workload)."""
     if hasattr(event, "node"):
-        return msgspec.structs.replace(event, node=f"{event.node}-elsewhere")  # type: ignore[type-var]
+        return msgspec.structs.replace(event, node=f"{event.node}-elsewhere")
     workload = event.workload  # type: ignore[attr-defined]
     moved = msgspec.structs.replace(workload, name=f"{workload.name}-elsewhere")
-    return msgspec.structs.replace(event, workload=moved)  # type: ignore[type-var]
+    return msgspec.structs.replace(event, workload=moved)
 
 
 def malformed_inputs(
