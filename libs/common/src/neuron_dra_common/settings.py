@@ -74,8 +74,8 @@ class ServiceSettings(msgspec.Struct, frozen=True, kw_only=True):
         int,
         msgspec.Meta(
             ge=1024,
-            description="Largest message a consumer accepts, in bytes; a larger one goes to "
-            "the dead letter (default: NATS's own max_payload, 1 MiB)",
+            description="Largest message a consumer accepts, in bytes (1 MiB: NATS's own "
+            "max_payload); a larger one goes to the dead letter",
         ),
     ] = 1 << 20
     bus_max_inventory_devices: Annotated[
