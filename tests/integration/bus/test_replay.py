@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from neuron_dra_common.bus import Bus, Follower, replay
+from neuron_dra_common.bus import Bus, Follower, PermanentError, replay
 from neuron_dra_common.bus.declarations import HEALTH, INVENTORY
 from neuron_dra_common.events import AnyEvent, DeviceHealthChanged
 
@@ -82,3 +82,34 @@ async def test_follower_catches_up_then_applies_what_comes_next(nats_bus: Bus) -
     finally:
         follower.stop()
         await asyncio.wait_for(task, 5)
+
+
+async def test_an_event_the_projection_cannot_apply_is_a_dead_letter_and_the_rest_applies(
+    nats_bus: Bus,
+) -> None:
+    pub = nats_bus.publisher(source="/test")
+    await pub.publish_many([health("node-a", i, f"r{i}") for i in range(4)])
+    applied: list[str] = []
+
+    def apply(event: AnyEvent) -> None:
+        assert isinstance(event, DeviceHealthChanged)
+        if event.reason == "r1":
+            raise PermanentError("DeviceHealthChanged node-a/neurondevice1: reason r1 refused")
+        if event.reason == "r2":
+            raise RuntimeError("projection bug")
+        applied.append(event.reason)
+
+    await Follower(
+        nats_bus,
+        name=READER,
+        stream=HEALTH.name,
+        subject="neuron.health.>",
+        handler=apply,
+        once=True,
+    ).run()
+    assert applied == ["r0", "r3"]
+    records = await dead_letters(nats_bus, at_least=2)
+    assert [(r.kind, r.reason) for r in records] == [
+        ("permanent", "DeviceHealthChanged node-a/neurondevice1: reason r1 refused"),
+        ("handler", "handler raised RuntimeError('projection bug')"),
+    ]
