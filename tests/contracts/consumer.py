@@ -1,5 +1,9 @@
 """The contract every service that consumes events must keep, run against its real handler.
 
+Besides ack, redelivery and idempotency: every malformed message (see
+:mod:`tests.contracts.malformed`) is exactly one dead letter naming what is wrong, and the
+consumer goes on with the next good message.
+
 A service's test module subclasses :class:`ConsumerContract`, names its consumer, gives a few
 events it handles, builds its real handler, and says how many times an event's effect is
 visible. pytest then runs every ``test_*`` here against it::
@@ -23,6 +27,7 @@ import pytest
 from neuron_dra_common.bus import Bus, ConsumerSpec, Delivery, Handler, RunnerOptions
 from neuron_dra_common.events import AnyEvent, Event
 
+from tests.contracts.malformed import CONTRACT_LIMITS, check_dead_letters, malformed_inputs
 from tests.contracts.support import dead_letters, running
 from tests.fixtures.nats import NatsServer
 
@@ -53,7 +58,9 @@ class ConsumerContract(abc.ABC):
 
     @pytest.fixture
     async def contract_bus(self, nats_server: NatsServer) -> AsyncIterator[Bus]:
-        bus = await Bus.connect([nats_server.url], name=f"contract-{self.spec.durable}")
+        bus = await Bus.connect(
+            [nats_server.url], name=f"contract-{self.spec.durable}", limits=CONTRACT_LIMITS
+        )
         await bus.reconcile()
         try:
             yield bus
@@ -164,3 +171,23 @@ class ConsumerContract(abc.ABC):
             await self._effect(second)
             await self._settled(contract_bus)
         assert (await self.effect_count(first), await self.effect_count(second)) == (1, 1)
+
+    async def test_n_malformed_messages_are_n_dead_letters_and_the_next_good_one_is_handled(
+        self, contract_bus: Bus
+    ) -> None:
+        handler = await self.make_handler(contract_bus)
+        cases = [
+            case
+            for round_ in range(3)
+            for case in malformed_inputs(self.sample_event, first=100 + 10 * round_)
+        ]
+        for case in cases:
+            await contract_bus.js.publish(case.subject, case.payload)
+        good = self.sample_event(1)
+        await self._publish(contract_bus, good)
+        async with running(contract_bus.runner(self._spec(), handler, options=self.options)):
+            await dead_letters(contract_bus, at_least=len(cases))
+            await self._effect(good)
+            await self._settled(contract_bus)
+        check_dead_letters(await dead_letters(contract_bus), cases, consumer=self.spec.durable)
+        assert await self.effect_count(good) == 1

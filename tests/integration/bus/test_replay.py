@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import asyncio
 
-from neuron_dra_common.bus import Bus, Follower, replay
+from neuron_dra_common.bus import Bus, Follower, PermanentError, replay
 from neuron_dra_common.bus.declarations import HEALTH, INVENTORY
 from neuron_dra_common.events import AnyEvent, DeviceHealthChanged
 
-from tests.contracts.support import wait_until
+from tests.contracts.support import dead_letters, wait_until
+
+READER = "test-reader"
 
 
 def health(node: str, device: int, reason: str) -> DeviceHealthChanged:
@@ -23,20 +25,26 @@ def reasons(events: list[AnyEvent]) -> list[str]:
 
 async def test_replay_of_an_empty_stream_returns_at_once(nats_bus: Bus) -> None:
     stored = await asyncio.wait_for(
-        replay(nats_bus, stream=INVENTORY.name, subject=INVENTORY.subjects[0]), 5
+        replay(nats_bus, name=READER, stream=INVENTORY.name, subject=INVENTORY.subjects[0]), 5
     )
     assert stored == []
 
 
-async def test_replay_reads_everything_stored_in_order_and_skips_what_does_not_decode(
+async def test_replay_reads_everything_stored_in_order_and_dead_letters_what_it_refuses(
     nats_bus: Bus,
 ) -> None:
     pub = nats_bus.publisher(source="/test")
     await pub.publish_many([health("node-a", i % 3, f"r{i}") for i in range(10)])
     await nats_bus.js.publish("neuron.health.node-a.neurondevice0", b"not an event")
     await pub.publish(health("node-b", 0, "r10"))
-    stored = await replay(nats_bus, stream=HEALTH.name, subject="neuron.health.>")
+    stored = await replay(nats_bus, name=READER, stream=HEALTH.name, subject="neuron.health.>")
     assert reasons(stored) == [f"r{i}" for i in range(11)]
+    [record] = await dead_letters(nats_bus)
+    assert (record.consumer, record.kind, record.payload) == (READER, "decode", b"not an event")
+    assert "not JSON" in record.reason
+    # Read again (a restart): the same stored message is one dead letter, not two.
+    await replay(nats_bus, name=READER, stream=HEALTH.name, subject="neuron.health.>")
+    assert len(await dead_letters(nats_bus)) == 1
 
 
 async def test_replay_of_the_latest_per_subject(nats_bus: Bus) -> None:
@@ -44,7 +52,11 @@ async def test_replay_of_the_latest_per_subject(nats_bus: Bus) -> None:
     await pub.publish_many([health("node-a", i % 3, f"r{i}") for i in range(9)])
     await pub.publish(health("node-b", 0, "other node"))
     stored = await replay(
-        nats_bus, stream=HEALTH.name, subject="neuron.health.node-a.>", last_per_subject=True
+        nats_bus,
+        name=READER,
+        stream=HEALTH.name,
+        subject="neuron.health.node-a.>",
+        last_per_subject=True,
     )
     assert sorted(reasons(stored)) == ["r6", "r7", "r8"]
 
@@ -54,7 +66,11 @@ async def test_follower_catches_up_then_applies_what_comes_next(nats_bus: Bus) -
     await pub.publish_many([health("node-a", 0, f"r{i}") for i in range(5)])
     applied: list[AnyEvent] = []
     follower = Follower(
-        nats_bus, stream=HEALTH.name, subject="neuron.health.>", handler=applied.append
+        nats_bus,
+        name=READER,
+        stream=HEALTH.name,
+        subject="neuron.health.>",
+        handler=applied.append,
     )
     task = asyncio.create_task(follower.run(), name="follower")
     try:
@@ -66,3 +82,34 @@ async def test_follower_catches_up_then_applies_what_comes_next(nats_bus: Bus) -
     finally:
         follower.stop()
         await asyncio.wait_for(task, 5)
+
+
+async def test_an_event_the_projection_cannot_apply_is_a_dead_letter_and_the_rest_applies(
+    nats_bus: Bus,
+) -> None:
+    pub = nats_bus.publisher(source="/test")
+    await pub.publish_many([health("node-a", i, f"r{i}") for i in range(4)])
+    applied: list[str] = []
+
+    def apply(event: AnyEvent) -> None:
+        assert isinstance(event, DeviceHealthChanged)
+        if event.reason == "r1":
+            raise PermanentError("DeviceHealthChanged node-a/neurondevice1: reason r1 refused")
+        if event.reason == "r2":
+            raise RuntimeError("projection bug")
+        applied.append(event.reason)
+
+    await Follower(
+        nats_bus,
+        name=READER,
+        stream=HEALTH.name,
+        subject="neuron.health.>",
+        handler=apply,
+        once=True,
+    ).run()
+    assert applied == ["r0", "r3"]
+    records = await dead_letters(nats_bus, at_least=2)
+    assert [(r.kind, r.reason) for r in records] == [
+        ("permanent", "DeviceHealthChanged node-a/neurondevice1: reason r1 refused"),
+        ("handler", "handler raised RuntimeError('projection bug')"),
+    ]

@@ -77,7 +77,7 @@ async def started(log: Path, *, count: int = 1) -> None:
 
 
 async def node_events(bus: Bus) -> list[AnyEvent]:
-    return await replay(bus, stream=HEALTH.name, subject="neuron.health.*.node")
+    return await replay(bus, name="test-reader", stream=HEALTH.name, subject="neuron.health.*.node")
 
 
 async def wait_for_event(

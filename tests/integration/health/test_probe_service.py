@@ -60,7 +60,9 @@ def stop(proc: subprocess.Popen[bytes], tmp_path: Path) -> None:
 
 
 async def events(bus: Bus) -> list[DeviceHealthChanged]:
-    stored = await replay(bus, stream=HEALTH.name, subject=f"neuron.health.{NODE}.>")
+    stored = await replay(
+        bus, name="test-reader", stream=HEALTH.name, subject=f"neuron.health.{NODE}.>"
+    )
     return [e for e in stored if isinstance(e, DeviceHealthChanged)]
 
 

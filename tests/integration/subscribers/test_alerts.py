@@ -72,7 +72,7 @@ def uncorrectable(node: str, dev: str) -> DeviceHealthChanged:
 
 async def recorded(bus: Bus, key: str) -> list[AlertStateChanged]:
     """Every change of alert ``key`` the audit stream holds, in order."""
-    events = await replay(bus, stream=AUDIT.name, subject="neuron.alert.>")
+    events = await replay(bus, name="test-reader", stream=AUDIT.name, subject="neuron.alert.>")
     return [e for e in events if isinstance(e, AlertStateChanged) and e.key == key]
 
 

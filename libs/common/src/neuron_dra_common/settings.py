@@ -70,6 +70,22 @@ class ServiceSettings(msgspec.Struct, frozen=True, kw_only=True):
     shutdown_timeout: Annotated[
         float, msgspec.Meta(gt=0, description="Seconds allowed for an orderly shutdown")
     ] = 10.0
+    bus_max_message_bytes: Annotated[
+        int,
+        msgspec.Meta(
+            ge=1024,
+            description="Largest message a consumer accepts, in bytes (1 MiB: NATS's own "
+            "max_payload); a larger one goes to the dead letter",
+        ),
+    ] = 1 << 20
+    bus_max_inventory_devices: Annotated[
+        int,
+        msgspec.Meta(
+            ge=1,
+            description="Most devices a NodeInventory may list; one with more goes to the dead "
+            "letter and makes no ResourceSlices (a host has at most 64 Neuron devices)",
+        ),
+    ] = 64
 
 
 class LeaderElectedSettings(ServiceSettings, frozen=True, kw_only=True):

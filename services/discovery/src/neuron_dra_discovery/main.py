@@ -23,7 +23,7 @@ PROG = "neuron-dra-discovery"
 
 async def build(settings: DiscoverySettings) -> Service:
     """Connect to the bus and wire the agent into a service."""
-    from neuron_dra_common.bus import Bus
+    from neuron_dra_common.bus import Bus, limits_of
     from neuron_dra_common.driver import package_version
     from neuron_dra_common.runtime import Service
 
@@ -35,7 +35,9 @@ async def build(settings: DiscoverySettings) -> Service:
         make_tracker,
     )
 
-    bus = await Bus.connect(settings.nats_servers, name=f"{NAME}-{settings.node_name}")
+    bus = await Bus.connect(
+        settings.nats_servers, name=f"{NAME}-{settings.node_name}", limits=limits_of(settings)
+    )
     # Streams are declared in one place; reconciling them is idempotent and cheap.
     await bus.reconcile(replicas=settings.stream_replicas)
     publisher = bus.publisher(source=f"/neuron-dra/{NAME}/{settings.node_name}")

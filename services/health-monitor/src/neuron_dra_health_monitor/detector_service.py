@@ -62,7 +62,11 @@ class FailureDetector:
         now = self._clock()
         wall = datetime.now(UTC)
         for event in await replay(
-            self._bus, stream=HEALTH.name, subject=NODE_SUBJECTS, last_per_subject=True
+            self._bus,
+            name=DURABLE,
+            stream=HEALTH.name,
+            subject=NODE_SUBJECTS,
+            last_per_subject=True,
         ):
             if isinstance(event, NodeLost):
                 lost_for = (wall - event.detected_at).total_seconds()
@@ -70,7 +74,11 @@ class FailureDetector:
             elif isinstance(event, NodeRecovered):
                 self.detector.restore(event.node, lost=False, now=now)
         for event in await replay(
-            self._bus, stream=HEARTBEAT.name, subject=HEARTBEAT.subjects[0], last_per_subject=True
+            self._bus,
+            name=DURABLE,
+            stream=HEARTBEAT.name,
+            subject=HEARTBEAT.subjects[0],
+            last_per_subject=True,
         ):
             if isinstance(event, NodeHeartbeat):
                 self.detector.known(event.node, now=now, interval=event.interval_seconds)

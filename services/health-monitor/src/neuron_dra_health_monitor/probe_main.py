@@ -25,7 +25,7 @@ async def build(settings: ProbeSettings) -> Service:
     """Connect to the bus (and the API), take back the published health, wire the probe."""
     from pathlib import Path
 
-    from neuron_dra_common.bus import Bus, replay
+    from neuron_dra_common.bus import Bus, limits_of, replay
     from neuron_dra_common.bus.declarations import HEALTH
     from neuron_dra_common.events import DeviceHealthChanged
     from neuron_dra_common.events.base import SUBJECT_ROOT, subject_token
@@ -39,13 +39,16 @@ async def build(settings: ProbeSettings) -> Service:
         HealthBook,
     )
 
-    bus = await Bus.connect(settings.nats_servers, name=f"{NAME}-{settings.node_name}")
+    bus = await Bus.connect(
+        settings.nats_servers, name=f"{NAME}-{settings.node_name}", limits=limits_of(settings)
+    )
     await bus.reconcile(replicas=settings.stream_replicas)
     book = HealthBook(node=settings.node_name)
     # What this node's probe published last, per device: a restart neither forgets an error
     # nor reports it again.
     for event in await replay(
         bus,
+        name=NAME,
         stream=HEALTH.name,
         subject=f"{SUBJECT_ROOT}.health.{subject_token(settings.node_name)}.>",
         last_per_subject=True,

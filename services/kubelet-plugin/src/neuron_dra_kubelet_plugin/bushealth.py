@@ -26,9 +26,12 @@ from neuron_dra_kubelet_plugin.health import DeviceHealthReport, Health, StaticH
 if TYPE_CHECKING:
     from neuron_dra_common.bus import Bus, Follower
 
-__all__ = ["BusHealth", "health_subject"]
+__all__ = ["READER", "BusHealth", "health_subject"]
 
 log = logging.getLogger(__name__)
+
+#: Whose dead letters this node's refused health events are (each node reads only its own).
+READER: Final = "kubelet-plugin-health"
 
 _HEALTH: Final = {
     "Healthy": Health.HEALTHY,
@@ -93,17 +96,22 @@ class BusHealth(StaticHealth):
         if isinstance(event, DeviceHealthChanged):
             self.apply(event)
 
-    async def follow(self, bus: Bus) -> None:
-        """Apply this node's health events, latest per device first, until :meth:`stop`."""
+    def follower(self, bus: Bus) -> Follower:
+        """The reader of this node's health events (refused ones go to its dead letter)."""
         from neuron_dra_common.bus import Follower
         from neuron_dra_common.bus.declarations import HEALTH
 
-        self._follower = Follower(
+        return Follower(
             bus,
+            name=READER,
             stream=HEALTH.name,
             subject=health_subject(self._node),
             handler=self._on_event,
             last_per_subject=True,
         )
+
+    async def follow(self, bus: Bus) -> None:
+        """Apply this node's health events, latest per device first, until :meth:`stop`."""
+        self._follower = self.follower(bus)
         if not self._stop.is_set():
             await self._follower.run()

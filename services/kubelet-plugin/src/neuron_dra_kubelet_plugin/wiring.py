@@ -87,13 +87,17 @@ async def _keep_bus(
             wait.cancel()
     if stopped.is_set():
         return
-    from neuron_dra_common.bus import Bus
+    from neuron_dra_common.bus import Bus, limits_of
 
     attempt = 0
     bus: Bus | None = None
     while bus is None and not stopped.is_set():
         try:
-            bus = await Bus.connect(settings.nats_servers, name=f"{NAME}-{settings.node_name}")
+            bus = await Bus.connect(
+                settings.nats_servers,
+                name=f"{NAME}-{settings.node_name}",
+                limits=limits_of(settings),
+            )
             await bus.reconcile(replicas=settings.stream_replicas)
         except Exception as exc:  # any failure to reach the bus is retried, never fatal
             if bus is not None:

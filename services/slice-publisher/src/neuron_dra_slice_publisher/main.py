@@ -7,7 +7,7 @@ import contextlib
 import socket
 from collections.abc import Sequence
 
-from neuron_dra_common.bus import Bus, PermanentError, consumer
+from neuron_dra_common.bus import Bus, PermanentError, consumer, limits_of
 from neuron_dra_common.driver import package_version
 from neuron_dra_common.kube import (
     NODES,
@@ -24,6 +24,8 @@ from neuron_dra_slice_publisher.pool import slice_summary
 from neuron_dra_slice_publisher.settings import SlicePublisherSettings
 from neuron_dra_slice_publisher.store import SELECTOR, KubeSliceStore
 from neuron_dra_slice_publisher.wiring import (
+    HEALTH_DURABLE,
+    INVENTORY_DURABLE,
     detect_mode,
     detect_taints,
     read_health,
@@ -33,14 +35,13 @@ from neuron_dra_slice_publisher.wiring import (
 __all__ = ["build", "main"]
 
 NAME = "slice-publisher"
-DURABLE = "slice-publisher-inventory"
-HEALTH_DURABLE = "slice-publisher-health"
+DURABLE = INVENTORY_DURABLE
 
 
 async def build(settings: SlicePublisherSettings) -> Service:
     """Connect to the API and the bus; lead (consume and write) only while holding the Lease."""
     kube = await connect(kubeconfig=settings.kubeconfig or None)
-    bus = await Bus.connect(settings.nats_servers, name=NAME)
+    bus = await Bus.connect(settings.nats_servers, name=NAME, limits=limits_of(settings))
     await bus.reconcile(
         consumers=[consumer(DURABLE), consumer(HEALTH_DURABLE)], replicas=settings.stream_replicas
     )

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, Final
 
 from neuron_dra_common.bus import Bus, replay
 from neuron_dra_common.bus.declarations import HEALTH, INVENTORY
@@ -13,9 +13,19 @@ from neuron_dra_common.kube import RESOURCE_SLICES, ApiException, KubeClient
 
 from neuron_dra_slice_publisher.slices import NodeDeviceMode
 
-__all__ = ["detect_mode", "detect_taints", "read_health", "read_inventories"]
+__all__ = [
+    "HEALTH_DURABLE",
+    "INVENTORY_DURABLE",
+    "detect_mode",
+    "detect_taints",
+    "read_health",
+    "read_inventories",
+]
 
 log = logging.getLogger(__name__)
+
+INVENTORY_DURABLE: Final = "slice-publisher-inventory"
+HEALTH_DURABLE: Final = "slice-publisher-health"
 
 _PROBE: dict[str, Any] = {
     "apiVersion": "resource.k8s.io/v1",
@@ -54,10 +64,12 @@ async def detect_mode(client: KubeClient, setting: str) -> NodeDeviceMode:
 async def read_inventories(bus: Bus) -> list[NodeInventory]:
     """Every inventory the stream holds (the latest per node), to catch up after a restart.
 
-    One that does not decode is skipped here: the durable consumer dead-letters it with its
-    reason.
+    One that is refused goes to the dead letter of the durable consumer, under its name (the
+    consumer refuses it too, and the dead letter is stored once).
     """
-    stored = await replay(bus, stream=INVENTORY.name, subject=INVENTORY.subjects[0])
+    stored = await replay(
+        bus, name=INVENTORY_DURABLE, stream=INVENTORY.name, subject=INVENTORY.subjects[0]
+    )
     return [event for event in stored if isinstance(event, NodeInventory)]
 
 
@@ -102,4 +114,10 @@ async def detect_taints(client: KubeClient, setting: str) -> bool:
 
 async def read_health(bus: Bus) -> list[AnyEvent]:
     """The latest health event of every device and node, to catch up after a restart."""
-    return await replay(bus, stream=HEALTH.name, subject=HEALTH.subjects[0], last_per_subject=True)
+    return await replay(
+        bus,
+        name=HEALTH_DURABLE,
+        stream=HEALTH.name,
+        subject=HEALTH.subjects[0],
+        last_per_subject=True,
+    )

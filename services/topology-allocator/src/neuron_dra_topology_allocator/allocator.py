@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from typing import Final, Protocol
 
 import msgspec
-from neuron_dra_common.bus import PublishResult
+from neuron_dra_common.bus import PublishResult, RetryLater
 from neuron_dra_common.events import (
     AllocationDecided,
     AllocationReleased,
@@ -61,7 +61,7 @@ class EventSink(Protocol):
     async def publish(self, event: Event, *, msg_id: str | None = None) -> PublishResult: ...
 
 
-class NotReady(ValueError):
+class NotReady(RetryLater):
     """The allocator has not finished reading the fleet; the requester retries."""
 
 

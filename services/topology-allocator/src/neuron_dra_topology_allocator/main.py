@@ -5,8 +5,9 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
-from neuron_dra_common.bus import Bus, Follower, Responder
+from neuron_dra_common.bus import Bus, Follower, Responder, limits_of
 from neuron_dra_common.bus.declarations import ALLOCATION, HEALTH, INVENTORY
+from neuron_dra_common.events import AllocationReleased, AllocationRequested
 from neuron_dra_common.events.base import SUBJECT_ROOT
 from neuron_dra_common.runtime import Service, serve
 
@@ -14,37 +15,52 @@ from neuron_dra_topology_allocator.allocator import Allocator
 from neuron_dra_topology_allocator.projection import Projection
 from neuron_dra_topology_allocator.settings import AllocatorSettings
 
-__all__ = ["build", "main"]
+__all__ = ["allocation_responder", "build", "main", "projection_followers"]
 
 NAME = "topology-allocator"
 
 
+def projection_followers(bus: Bus, projection: Projection) -> dict[str, Follower]:
+    """The readers that rebuild the fleet view: inventories, health, allocations."""
+    return {
+        kind: Follower(
+            bus,
+            name=f"{NAME}-{kind}",
+            stream=stream.name,
+            subject=f"{SUBJECT_ROOT}.{token}.>",
+            handler=projection.apply,
+        )
+        for kind, stream, token in (
+            ("inventory", INVENTORY, "inventory"),
+            ("health", HEALTH, "health"),
+            ("allocations", ALLOCATION, "allocation"),
+        )
+    }
+
+
+def allocation_responder(bus: Bus, allocator: Allocator, *, subject: str) -> Responder:
+    """The request/reply endpoint; what it refuses goes to ``topology-allocator-rpc``'s dead
+    letter."""
+    return Responder(
+        bus,
+        subject,
+        allocator.handle,
+        name=f"{NAME}-rpc",
+        accepts=(AllocationRequested, AllocationReleased),
+        queue=NAME,
+    )
+
+
 async def build(settings: AllocatorSettings) -> Service:
     """Connect, replay the fleet, then answer requests once the view is complete."""
-    bus = await Bus.connect(settings.nats_servers, name=NAME)
+    bus = await Bus.connect(settings.nats_servers, name=NAME, limits=limits_of(settings))
     await bus.reconcile(replicas=settings.stream_replicas)
     projection = Projection()
     allocator = Allocator(
         projection, sink=bus.publisher(source=f"/neuron-dra/{NAME}"), strategy=settings.strategy
     )
-    followers = {
-        "inventory": Follower(
-            bus,
-            stream=INVENTORY.name,
-            subject=f"{SUBJECT_ROOT}.inventory.>",
-            handler=projection.apply,
-        ),
-        "health": Follower(
-            bus, stream=HEALTH.name, subject=f"{SUBJECT_ROOT}.health.>", handler=projection.apply
-        ),
-        "allocations": Follower(
-            bus,
-            stream=ALLOCATION.name,
-            subject=f"{SUBJECT_ROOT}.allocation.>",
-            handler=projection.apply,
-        ),
-    }
-    responder = Responder(bus, settings.subject, allocator.handle, queue=NAME)
+    followers = projection_followers(bus, projection)
+    responder = allocation_responder(bus, allocator, subject=settings.subject)
     stopped = asyncio.Event()
 
     async def serve() -> None:

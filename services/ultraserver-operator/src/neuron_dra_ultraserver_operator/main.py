@@ -12,7 +12,7 @@ import socket
 from collections.abc import Callable, Sequence
 from typing import Final
 
-from neuron_dra_common.bus import Bus, Follower, request
+from neuron_dra_common.bus import Bus, Follower, limits_of, request
 from neuron_dra_common.bus.declarations import HEALTH
 from neuron_dra_common.events import AnyEvent, Event
 from neuron_dra_common.events.base import SUBJECT_ROOT
@@ -38,7 +38,7 @@ from neuron_dra_ultraserver_operator.settings import OperatorSettings
 from neuron_dra_ultraserver_operator.triggers import Triggers
 from neuron_dra_ultraserver_operator.ultraservers import UltraServerReconciler, ensure_namespace
 
-__all__ = ["build", "main"]
+__all__ = ["build", "health_reader", "main"]
 
 NAME: Final = "ultraserver-operator"
 #: Workloads reconciled at once (each key by one worker at a time; the allocator decides
@@ -49,7 +49,7 @@ WORKLOAD_WORKERS: Final = 4
 async def build(settings: OperatorSettings) -> Service:
     crash = faults.from_env()
     client = await connect(kubeconfig=settings.kubeconfig or None)
-    bus = await Bus.connect(settings.nats_servers, name=NAME)
+    bus = await Bus.connect(settings.nats_servers, name=NAME, limits=limits_of(settings))
 
     workloads_inf = Informer(client, NUSW)
     ultraservers_inf = Informer(client, NUS, namespace=NAMESPACE)
@@ -113,9 +113,7 @@ async def build(settings: OperatorSettings) -> Service:
 
     # Every replica follows the health stream from its start (a standby takes over knowing
     # which nodes are lost); replayed, so a restart knows them again.
-    health_follower = Follower(
-        bus, stream=HEALTH.name, subject=f"{SUBJECT_ROOT}.health.>", handler=health.apply
-    )
+    health_follower = health_reader(bus, health)
 
     async def lead() -> None:
         # Every key the informers reported while this replica waited is queued already.
@@ -149,6 +147,17 @@ async def build(settings: OperatorSettings) -> Service:
     service.on_shutdown(bus.close)
     service.on_shutdown(client.close)
     return service
+
+
+def health_reader(bus: Bus, health: NodeHealth) -> Follower:
+    """The reader of node and device health; refused events go to its dead letter."""
+    return Follower(
+        bus,
+        name=f"{NAME}-health",
+        stream=HEALTH.name,
+        subject=f"{SUBJECT_ROOT}.health.>",
+        handler=health.apply,
+    )
 
 
 def _synced(informer: Informer) -> Callable[[], bool]:

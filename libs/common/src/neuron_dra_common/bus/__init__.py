@@ -11,11 +11,13 @@ from neuron_dra_common.bus.declarations import (
     StreamSpec,
     consumer,
     dead_letter_subject,
+    reader,
 )
-from neuron_dra_common.bus.errors import PermanentError, PublishError
+from neuron_dra_common.bus.errors import PermanentError, PublishError, RetryLater
 from neuron_dra_common.bus.follow import Follower, ProjectionHandler, replay
 from neuron_dra_common.bus.headers import CloudEventAttributes, cloud_event_attributes
 from neuron_dra_common.bus.history import StoredMessage, read_history
+from neuron_dra_common.bus.intake import IntakeLimits, Refused, admit, limits_of
 from neuron_dra_common.bus.publisher import Publisher, PublishResult
 from neuron_dra_common.bus.reconcile import reconcile, reconcile_consumer, reconcile_stream
 from neuron_dra_common.bus.rpc import ALLOCATOR_SUBJECT, Responder, RpcError, request
@@ -35,23 +37,29 @@ __all__ = [
     "Delivery",
     "Follower",
     "Handler",
+    "IntakeLimits",
     "PermanentError",
     "ProjectionHandler",
     "PublishError",
     "PublishResult",
     "Publisher",
+    "Refused",
     "Responder",
+    "RetryLater",
     "RpcError",
     "RunnerOptions",
     "StoredMessage",
     "StreamSpec",
+    "admit",
     "cloud_event_attributes",
     "cloud_event_id",
     "consumer",
     "dead_letter_subject",
     "encode_line",
+    "limits_of",
     "read_dead_letter",
     "read_history",
+    "reader",
     "reconcile",
     "reconcile_consumer",
     "reconcile_stream",

@@ -11,6 +11,7 @@ from nats.js import JetStreamContext
 from opentelemetry import trace
 
 from neuron_dra_common.bus.declarations import STREAMS, ConsumerSpec, StreamSpec
+from neuron_dra_common.bus.intake import IntakeLimits
 from neuron_dra_common.bus.publisher import Publisher
 from neuron_dra_common.bus.reconcile import Change, reconcile
 from neuron_dra_common.bus.runner import ConsumerRunner, Handler, RunnerOptions
@@ -30,8 +31,16 @@ class Bus:
     >>> await bus.close()
     """
 
-    def __init__(self, nc: Client, *, tracer_provider: trace.TracerProvider | None = None) -> None:
+    def __init__(
+        self,
+        nc: Client,
+        *,
+        tracer_provider: trace.TracerProvider | None = None,
+        limits: IntakeLimits | None = None,
+    ) -> None:
         self.nc = nc
+        #: What every consumer built on this bus accepts (runners, followers, responders).
+        self.limits = limits or IntakeLimits()
         self.js: JetStreamContext = nc.jetstream()
         # None means the process-wide provider, looked up when a tracer is first needed.
         self._tracer = (
@@ -46,6 +55,7 @@ class Bus:
         name: str,
         connect_timeout: float = 5.0,
         reconnect_wait: float = 0.25,
+        limits: IntakeLimits | None = None,
     ) -> Bus:
         """Connect to NATS; after a server restart the client reconnects without limit."""
 
@@ -69,7 +79,7 @@ class Bus:
             reconnected_cb=on_reconnected,
             error_cb=on_error,
         )
-        return cls(nc)
+        return cls(nc, limits=limits)
 
     @property
     def connected(self) -> bool:
@@ -96,7 +106,9 @@ class Bus:
         self, spec: ConsumerSpec, handler: Handler, *, options: RunnerOptions | None = None
     ) -> ConsumerRunner:
         """A runner for ``spec``; start its ``run()`` as a named task."""
-        return ConsumerRunner(self.nc, spec, handler, options=options, tracer=self._tracer)
+        return ConsumerRunner(
+            self.nc, spec, handler, options=options, limits=self.limits, tracer=self._tracer
+        )
 
     async def close(self) -> None:
         """Drain: flush what was published, finish subscriptions, then close."""

@@ -6,6 +6,7 @@ and ``x-dead-letter-*`` headers saying why, from where, and after how many deliv
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Final, Literal
@@ -33,7 +34,10 @@ __all__ = [
     "read_dead_letter",
 ]
 
-DeadLetterKind = Literal["decode", "handler", "permanent", "exhausted"]
+#: ``decode``: not an event; ``refused``: an event no consumer may handle (too large, on the
+#: wrong subject, over a limit); ``permanent``: the handler said retrying cannot help;
+#: ``handler``: the handler kept failing; ``exhausted``: delivered too often without an outcome.
+DeadLetterKind = Literal["decode", "refused", "handler", "permanent", "exhausted"]
 
 DL_REASON: Final = "x-dead-letter-reason"
 DL_KIND: Final = "x-dead-letter-kind"
@@ -72,18 +76,23 @@ async def publish_dead_letter(
     deliveries: int,
     kind: DeadLetterKind,
     reason: str,
+    msg_id: str = "",
     ack_timeout: float = 5.0,
 ) -> None:
     """Store the original message on the consumer's dead-letter subject, waiting for the ack.
 
-    Its ``Nats-Msg-Id`` is derived from stream, sequence and consumer, so dead-lettering the
-    same delivery twice (the ack of the original was lost) stores it once.
+    Its ``Nats-Msg-Id`` is derived from stream, sequence, consumer and payload, so
+    dead-lettering the same stored message twice (the ack of the original was lost, or a
+    projection replayed its stream again) stores it once, while a stream recreated with its
+    sequences from 1 again does not hide a new message behind an old one. ``msg_id`` replaces
+    it where there is no stream sequence (a request).
     """
+    digest = hashlib.blake2b(payload, digest_size=8).hexdigest()
     original = dict(headers or {})
     dl_headers = {k: v for k, v in original.items() if k != MSG_ID}
     dl_headers.update(
         {
-            MSG_ID: f"dl:{spec.stream}:{sequence}:{spec.durable}",
+            MSG_ID: msg_id or f"dl:{spec.stream}:{sequence}:{spec.durable}:{digest}",
             DL_REASON: reason[:_MAX_REASON].replace("\r", " ").replace("\n", " "),
             DL_KIND: kind,
             DL_STREAM: spec.stream,

@@ -23,12 +23,14 @@ __all__ = [
     "HEALTH",
     "HEARTBEAT",
     "INVENTORY",
+    "RPC_STREAM",
     "STREAMS",
     "WORKLOADS",
     "ConsumerSpec",
     "StreamSpec",
     "consumer",
     "dead_letter_subject",
+    "reader",
 ]
 
 _DAY = 86_400.0
@@ -139,6 +141,9 @@ DEADLETTER: Final = StreamSpec(
     subjects=(f"{DEAD_LETTER_PREFIX}.>",),
     description="Messages a consumer could not decode or handle, with the reason",
     max_age_seconds=90 * _DAY,
+    # A projection reads its stream again at every start and refuses the same message again:
+    # remembering dead-letter ids for as long as they are kept stores each one once.
+    duplicate_window_seconds=90 * _DAY,
 )
 
 #: All streams, in an order where a sourced stream exists before the one sourcing it.
@@ -155,40 +160,22 @@ STREAMS: Final[tuple[StreamSpec, ...]] = (
 )
 
 
-def _allocation(kind: str) -> tuple[str, ...]:
-    return (f"{SUBJECT_ROOT}.allocation.{kind}.>",)
-
-
-#: The durable consumers of the product's services, by durable name.
+#: The durable consumers of the product's services, by durable name: each one is run by
+#: the service named in it, through :class:`~neuron_dra_common.bus.ConsumerRunner`.
 CONSUMERS: Final[dict[str, ConsumerSpec]] = {
     spec.durable: spec
     for spec in (
         ConsumerSpec(stream=INVENTORY.name, durable="slice-publisher-inventory"),
         ConsumerSpec(stream=HEALTH.name, durable="slice-publisher-health"),
-        ConsumerSpec(
-            stream=ALLOCATION.name,
-            durable="slice-publisher-allocation",
-            filter_subjects=_allocation("decided"),
-        ),
-        ConsumerSpec(
-            stream=ALLOCATION.name,
-            durable="topology-allocator-requests",
-            filter_subjects=_allocation("requested"),
-        ),
-        ConsumerSpec(stream=INVENTORY.name, durable="topology-allocator-inventory"),
-        ConsumerSpec(stream=HEALTH.name, durable="topology-allocator-health"),
-        ConsumerSpec(
-            stream=ALLOCATION.name,
-            durable="ultraserver-operator-decisions",
-            filter_subjects=_allocation("decided"),
-        ),
-        ConsumerSpec(stream=INVENTORY.name, durable="ultraserver-operator-inventory"),
-        ConsumerSpec(stream=HEALTH.name, durable="ultraserver-operator-health"),
         ConsumerSpec(stream=HEARTBEAT.name, durable="health-monitor-heartbeats"),
         ConsumerSpec(stream=AUDIT.name, durable="audit"),
         ConsumerSpec(stream=AUDIT.name, durable="alert"),
     )
 }
+
+#: The stream-like name under which a request responder's dead letters are filed (requests
+#: are core NATS messages, stored in no stream).
+RPC_STREAM: Final = "RPC"
 
 
 def consumer(durable: str) -> ConsumerSpec:
@@ -198,6 +185,17 @@ def consumer(durable: str) -> ConsumerSpec:
     except KeyError:
         known = ", ".join(sorted(CONSUMERS))
         raise KeyError(f"consumer {durable!r} is not declared; known: {known}") from None
+
+
+def reader(stream: StreamSpec | str, name: str) -> ConsumerSpec:
+    """The identity of a consumer that is not durable (a projection, a replay, a responder).
+
+    It names where that reader's dead letters go; nothing is created on the server for it.
+
+    >>> dead_letter_subject(reader(INVENTORY, "topology-allocator-inventory"))
+    'neuron.deadletter.NEURON_INVENTORY.topology-allocator-inventory'
+    """
+    return ConsumerSpec(stream=stream if isinstance(stream, str) else stream.name, durable=name)
 
 
 def dead_letter_subject(spec: ConsumerSpec) -> str:

@@ -8,7 +8,7 @@ from typing import Final
 import nats.errors
 import nats.js.errors
 
-__all__ = ["TRANSIENT", "PermanentError", "PublishError"]
+__all__ = ["TRANSIENT", "PermanentError", "PublishError", "RetryLater"]
 
 #: Failures that go away once the connection or JetStream is back (a restart, a leader
 #: election): the same request with the same ``Nats-Msg-Id`` is safe to send again.
@@ -36,3 +36,9 @@ class PermanentError(Exception):
 
 class PublishError(Exception):
     """A publish did not reach JetStream before its deadline; the message names the subject."""
+
+
+class RetryLater(Exception):
+    """Raised by a request handler that cannot answer yet (it is still starting): the
+    requester gets the message as an error and asks again; the request is not a dead letter.
+    """

@@ -4,7 +4,12 @@ Request subjects live under ``neuron.rpc.`` where no stream listens: a stream th
 request would answer it with a JetStream ack before the responder could. What must outlive
 the exchange (a decision) the responder publishes to its stream itself.
 
->>> responder = Responder(bus, ALLOCATOR_SUBJECT, handle, queue="topology-allocator")
+A request the responder refuses (too large, not an event, not a type it answers) or cannot
+handle gets an error reply naming the problem, and goes to the responder's dead letter
+(``neuron.deadletter.RPC.<name>``) with the same reason.
+
+>>> responder = Responder(bus, ALLOCATOR_SUBJECT, handle, name="topology-allocator-rpc",
+...                       accepts=(AllocationRequested, AllocationReleased))
 >>> await responder.start()
 >>> decided = await request(bus, ALLOCATOR_SUBJECT, AllocationRequested(...), wait=5)
 """
@@ -13,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import uuid
 from collections.abc import Awaitable, Callable
 from typing import Final
 
@@ -22,7 +28,10 @@ from nats.aio.subscription import Subscription
 from opentelemetry import trace
 
 from neuron_dra_common.bus.connection import Bus
-from neuron_dra_common.bus.errors import PermanentError
+from neuron_dra_common.bus.deadletter import DeadLetterKind, publish_dead_letter
+from neuron_dra_common.bus.declarations import RPC_STREAM, reader
+from neuron_dra_common.bus.errors import PermanentError, RetryLater
+from neuron_dra_common.bus.intake import Refused, admit
 from neuron_dra_common.events.base import SUBJECT_ROOT, Event
 from neuron_dra_common.events.codec import AnyEvent, DecodeError, decode, encode
 from neuron_dra_common.telemetry.propagation import extract_headers, inject_headers
@@ -50,11 +59,25 @@ class Responder:
     """Answers requests on ``subject`` one at a time, in arrival order.
 
     One at a time on purpose: a responder that decides (an allocator) must never see two
-    requests race. Replicas share the load through ``queue``.
+    requests race. Replicas share the load through ``queue``. ``accepts`` are the event types
+    it answers; ``name`` says whose dead letters the refused requests are.
     """
 
-    def __init__(self, bus: Bus, subject: str, handler: RpcHandler, *, queue: str = "") -> None:
+    def __init__(
+        self,
+        bus: Bus,
+        subject: str,
+        handler: RpcHandler,
+        *,
+        name: str,
+        accepts: tuple[type[Event], ...],
+        queue: str = "",
+    ) -> None:
+        if not accepts:
+            raise ValueError(f"responder {name}: accepts names no event type")
         self._bus = bus
+        self._spec = reader(RPC_STREAM, name)
+        self._accepts = accepts
         self._subject = subject
         self._handler = handler
         self._queue = queue
@@ -85,9 +108,19 @@ class Responder:
             kind=trace.SpanKind.SERVER,
         ) as span:
             try:
-                answer = await self._handler(decode(msg.data))
-            except (DecodeError, PermanentError, ValueError) as exc:
+                event = admit(
+                    msg.data, subject=msg.subject, limits=self._bus.limits, accepts=self._accepts
+                )
+            except Refused as exc:
+                await self._refuse(msg, kind=exc.kind, reason=str(exc))
+                return
+            try:
+                answer = await self._handler(event)
+            except RetryLater as exc:
                 await self._reply(msg, error=str(exc))
+                return
+            except (PermanentError, ValueError) as exc:
+                await self._refuse(msg, kind="permanent", reason=str(exc))
                 return
             except asyncio.CancelledError:
                 raise
@@ -95,9 +128,34 @@ class Responder:
                 # The requester retries; say what happened rather than leave it waiting.
                 span.record_exception(exc)
                 log.exception("rpc handler failed", extra={"subject": self._subject})
-                await self._reply(msg, error=f"{self._subject}: handler failed: {exc!r}")
+                reason = f"{self._subject}: handler failed: {exc!r}"
+                await self._refuse(msg, kind="handler", reason=reason)
                 return
             await self._reply(msg, payload=encode(answer))
+
+    async def _refuse(self, msg: Msg, *, kind: DeadLetterKind, reason: str) -> None:
+        """Answer with the reason, and keep the request as a dead letter."""
+        await self._reply(msg, error=reason)
+        try:
+            await publish_dead_letter(
+                self._bus.js,
+                spec=self._spec,
+                subject=msg.subject,
+                payload=msg.data,
+                headers=msg.headers,
+                sequence=0,
+                deliveries=1,
+                kind=kind,
+                reason=reason,
+                # Requests have no stream sequence: each refusal is its own dead letter.
+                msg_id=f"dl:{RPC_STREAM}:{self._spec.durable}:{uuid.uuid4().hex}",
+            )
+        except nats.errors.Error as exc:
+            # The requester has the reason already; what is lost is the copy for people.
+            log.error(
+                "rpc dead letter not stored",
+                extra={"responder": self._spec.durable, "reason": reason, "error": repr(exc)},
+            )
 
     async def _reply(self, msg: Msg, *, payload: bytes = b"", error: str = "") -> None:
         headers = {ERROR_HEADER: error[:4000]} if error else None

@@ -3,7 +3,8 @@
 What a handler can count on:
 - it sees each stored message until it returns without raising; a failure is retried after
   ``backoff`` and, once ``max_attempts`` deliveries failed, the message goes to the dead
-  letter with the reason (so does a payload that does not decode, at once);
+  letter with the reason (so does, at once, a message :func:`~.intake.admit` refuses: one
+  that is too large, does not decode, or does not belong on its subject);
 - a message it already handled in this process is acked again without calling it (a lost
   ack after a NATS restart); across processes it gets :class:`Delivery` (stream sequence,
   msg id, delivery count) to make its own effects idempotent;
@@ -41,8 +42,9 @@ from neuron_dra_common.bus.deadletter import DeadLetterKind, publish_dead_letter
 from neuron_dra_common.bus.declarations import ConsumerSpec
 from neuron_dra_common.bus.errors import PermanentError
 from neuron_dra_common.bus.headers import MSG_ID, CloudEventAttributes, cloud_event_attributes
+from neuron_dra_common.bus.intake import IntakeLimits, Refused, admit
 from neuron_dra_common.bus.reconcile import reconcile_consumer
-from neuron_dra_common.events.codec import AnyEvent, DecodeError, decode
+from neuron_dra_common.events.codec import AnyEvent
 from neuron_dra_common.telemetry.propagation import extract_headers
 from neuron_dra_common.telemetry.tracing import get_tracer
 
@@ -154,9 +156,11 @@ class ConsumerRunner:
         handler: Handler,
         *,
         options: RunnerOptions | None = None,
+        limits: IntakeLimits | None = None,
         tracer: trace.Tracer | None = None,
     ) -> None:
         self.spec = spec
+        self._limits = limits or IntakeLimits()
         self._js: JetStreamContext = nc.jetstream()
         self._handler = handler
         self._options = options or RunnerOptions()
@@ -324,9 +328,9 @@ class ConsumerRunner:
             self._m_duplicate.inc()
             return
         try:
-            event = decode(msg.data)
-        except DecodeError as exc:
-            await self._dead_letter(msg, delivery, kind="decode", reason=str(exc))
+            event = admit(msg.data, subject=msg.subject, limits=self._limits)
+        except Refused as exc:
+            await self._dead_letter(msg, delivery, kind=exc.kind, reason=str(exc))
             return
         if delivery.deliveries > opts.max_attempts:
             # Delivered more often than allowed without an outcome (the process died while
