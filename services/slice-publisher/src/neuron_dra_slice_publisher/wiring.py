@@ -6,14 +6,14 @@ import logging
 from typing import Any
 
 from neuron_dra_common.bus import Bus, replay
-from neuron_dra_common.bus.declarations import HEALTH, INVENTORY
+from neuron_dra_common.bus.declarations import HEALTH, INVENTORY, TAINTS
 from neuron_dra_common.driver import DRIVER_NAME as DRIVER
 from neuron_dra_common.events import AnyEvent, NodeInventory
 from neuron_dra_common.kube import RESOURCE_SLICES, ApiException, KubeClient
 
 from neuron_dra_slice_publisher.slices import NodeDeviceMode
 
-__all__ = ["detect_mode", "detect_taints", "read_health", "read_inventories"]
+__all__ = ["detect_mode", "detect_taints", "read_announced", "read_health", "read_inventories"]
 
 log = logging.getLogger(__name__)
 
@@ -103,3 +103,8 @@ async def detect_taints(client: KubeClient, setting: str) -> bool:
 async def read_health(bus: Bus) -> list[AnyEvent]:
     """The latest health event of every device and node, to catch up after a restart."""
     return await replay(bus, stream=HEALTH.name, subject=HEALTH.subjects[0], last_per_subject=True)
+
+
+async def read_announced(bus: Bus) -> list[AnyEvent]:
+    """The latest taint change reported for every device, so a restart repeats none."""
+    return await replay(bus, stream=TAINTS.name, subject=TAINTS.subjects[0], last_per_subject=True)

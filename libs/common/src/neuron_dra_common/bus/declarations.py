@@ -24,6 +24,7 @@ __all__ = [
     "HEARTBEAT",
     "INVENTORY",
     "STREAMS",
+    "TAINTS",
     "WORKLOADS",
     "ConsumerSpec",
     "StreamSpec",
@@ -96,6 +97,12 @@ HEALTH: Final = StreamSpec(
     description="Device health changes",
     max_age_seconds=30 * _DAY,
 )
+TAINTS: Final = StreamSpec(
+    name="NEURON_TAINTS",
+    subjects=_subjects("taint"),
+    description="Device taints set and cleared by the slice publisher",
+    max_age_seconds=30 * _DAY,
+)
 ALLOCATION: Final = StreamSpec(
     name="NEURON_ALLOCATION",
     subjects=_subjects("allocation"),
@@ -128,6 +135,7 @@ AUDIT: Final = StreamSpec(
     sources=(
         INVENTORY.name,
         HEALTH.name,
+        TAINTS.name,
         ALLOCATION.name,
         CLAIMS.name,
         WORKLOADS.name,
@@ -146,6 +154,7 @@ STREAMS: Final[tuple[StreamSpec, ...]] = (
     INVENTORY,
     HEARTBEAT,
     HEALTH,
+    TAINTS,
     ALLOCATION,
     CLAIMS,
     WORKLOADS,
