@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from tests.e2e.health.support import alerts
 from tests.fixtures.stack import KubeStack
 
 pytestmark = pytest.mark.stack
@@ -156,6 +157,11 @@ def test_replace_affected_moves_a_workload_off_a_killed_node_onto_the_spare(
         declared - killed,
         stamp(lost[0]) - killed,
     )
+    [alert] = stack.wait_for(
+        "NeuronNodeLost in Alertmanager",
+        lambda: alerts(stack, alertname="NeuronNodeLost", node=victim),
+    )
+    assert alert["labels"]["severity"] == "critical"
 
     def moved() -> dict[str, Any] | None:
         found = status(stack, "replace")
@@ -230,6 +236,13 @@ def test_no_op_reports_a_killed_node_and_leaves_the_workload_where_it_is(
     failed = workload_events(stack, "noop", "NodeFailed")
     assert any(victim in m and "NoOp" in m for m in failed), failed
     assert workload_events(stack, "noop", "Replaced") == []
+    stack.wait_for(
+        "NeuronNodeLost and NeuronWorkloadDegraded in Alertmanager",
+        lambda: (
+            alerts(stack, alertname="NeuronNodeLost", node=victim)
+            and alerts(stack, alertname="NeuronWorkloadDegraded", workload="noop")
+        ),
+    )
     # Nothing moved: the pods on the healthy nodes still run where they ran.
     healthy = {p: n for p, n in pods_before.items() if n != victim}
     assert healthy.items() <= running_pods(stack, "noop").items()
