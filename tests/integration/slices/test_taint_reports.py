@@ -132,10 +132,7 @@ async def test_setting_and_clearing_a_taint_are_each_reported_once(
     bus = nats_bus.publisher(source="/test/discovery")
     await bus.publish(inventory(node, 1))
     publisher.start()
-    generation, _ = await wait_for(
-        "the node's pool", lambda: stored_taints(kube_stack, node)[0] or None
-    )
-    assert generation
+    generation = await wait_for("the node's pool", lambda: stored_taints(kube_stack, node)[0])
     assert await reports(nats_bus, node) == []
 
     await bus.publish(health(node, bad=True, at=T0))
