@@ -3,21 +3,23 @@
 The publisher remembers, per node, the taints it last reported for each device. After a
 pool is written (or found already current) the devices whose taints differ from that are
 reported, and only then remembered: a publish that fails is tried again with the next
-reconcile of the node, under the same message id (the pool generation that carries the
-change), so JetStream keeps it once. At start the memory is filled from the stream itself,
+reconcile of the node, under the same message id (made of the pool generation that carries
+the change), so JetStream keeps it once. At start the memory is filled from the stream itself,
 so a restarted publisher neither repeats what was reported nor misses what was not.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime
 
+import msgspec
 from neuron_dra_common.events import AnyEvent, DeviceTaint, DeviceTaintChanged
 
 from neuron_dra_slice_publisher.taints import NODE_LOST_KEY, HealthTaints
 
-__all__ = ["Publish", "TaintAnnouncer"]
+__all__ = ["Publish", "TaintAnnouncer", "msg_id"]
 
 #: Publish one event under a message id (the bus publisher's ``publish``).
 Publish = Callable[[DeviceTaintChanged, str], Awaitable[object]]
@@ -85,9 +87,18 @@ class TaintAnnouncer:
             return 0
         events = self.changes(node, taints, health=health, generation=generation)
         for event in events:
-            await self._publish(event, f"taint-{node}-{event.device}-{generation}")
+            await self._publish(event, msg_id(event))
             self._remember(event)
         return len(events)
+
+
+def msg_id(event: DeviceTaintChanged) -> str:
+    """The same change of the same pool generation always has the same id (a send repeated
+    after a failure is kept once); the digest of the change keeps apart two changes that a
+    pool deleted and created again (its generation starting over) could otherwise share."""
+    change = msgspec.json.encode((event.previous, event.taints))
+    digest = hashlib.sha256(change).hexdigest()[:12]
+    return f"taint-{event.node}-{event.device}-{event.pool_generation}-{digest}"
 
 
 def _lost(taints: tuple[DeviceTaint, ...]) -> bool:
