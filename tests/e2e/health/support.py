@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tests.fixtures.stack import KubeStack, neuron_dra
+from tests.fixtures.subscribers import active_alerts
 
 
 def fault(stack: KubeStack, node: str, kind: str, *, device: int | None = None) -> str:
@@ -40,6 +41,13 @@ def device_taints(stack: KubeStack, node: str) -> dict[str, list[dict[str, Any]]
 def condition(stack: KubeStack, node: str, kind: str) -> dict[str, Any]:
     conditions = stack.get_json("node", node)["status"].get("conditions") or []
     return next((c for c in conditions if c["type"] == kind), {})
+
+
+def alerts(stack: KubeStack, **labels: str) -> list[dict[str, Any]]:
+    """The active alerts the stack's Alertmanager shows (its v2 API), by labels."""
+    state = json.loads((stack.state_dir / "state.json").read_text())
+    (port,) = [c["ports"]["web"] for c in state["components"] if c["name"] == "alertmanager"]
+    return active_alerts(f"http://127.0.0.1:{port}", **labels)
 
 
 def topology(stack: KubeStack, node: str) -> str:

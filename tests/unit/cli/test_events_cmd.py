@@ -12,6 +12,8 @@ from neuron_dra_common.events import (
     AllocationDecided,
     ClaimPrepared,
     DeviceHealthChanged,
+    DeviceTaint,
+    DeviceTaintChanged,
     ObjectRef,
     WorkloadStateChanged,
 )
@@ -74,6 +76,22 @@ def test_descriptions_say_what_happened() -> None:
         )
         == "Failed (was Allocating) NoCapacity"
     )
+
+
+def test_a_taint_change_shows_on_its_node_with_the_taints_and_why() -> None:
+    taint = DeviceTaint(key="neuron.aws.com/hardware-error", value="DMA_ERROR", effect="NoExecute")
+    tainted = DeviceTaintChanged(
+        node="n1", device="neurondevice3", taints=(taint,), reason="DMA_ERROR uncorrectable"
+    )
+    assert matches(tainted, Filter(node="n1"))
+    assert not matches(tainted, Filter(node="n2"))
+    assert describe(tainted) == (
+        "tainted neuron.aws.com/hardware-error=DMA_ERROR:NoExecute - DMA_ERROR uncorrectable"
+    )
+    cleared = DeviceTaintChanged(node="n1", device="neurondevice3", previous=(taint,))
+    assert describe(cleared) == "untainted"
+    withheld = DeviceTaintChanged(node="n1", device="neurondevice3", taints=(taint,), withheld=True)
+    assert "left out of the pool" in describe(withheld)
 
 
 def test_the_command_line() -> None:

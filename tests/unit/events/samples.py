@@ -12,6 +12,8 @@ from neuron_dra_common.events import (
     ClaimPrepared,
     ClaimUnprepared,
     DeviceHealthChanged,
+    DeviceTaint,
+    DeviceTaintChanged,
     Event,
     NodeHeartbeat,
     NodeInventory,
@@ -114,6 +116,27 @@ def samples() -> list[Event]:
             node="ip-10-0-0-1.ec2.internal",
             detected_at=datetime(2026, 3, 1, 12, 5, 0, tzinfo=UTC),
             lost_for_seconds=299.0,
+        ),
+        DeviceTaintChanged(
+            node="ip-10-0-0-1.ec2.internal",
+            device="neurondevice3",
+            taints=(
+                DeviceTaint(
+                    key="neuron.aws.com/hardware-error",
+                    value="SRAM_UNCORRECTABLE_ERROR",
+                    effect="NoExecute",
+                ),
+            ),
+            previous=(
+                DeviceTaint(
+                    key="neuron.aws.com/hardware-error",
+                    value="HBM_REPAIRABLE_ERROR",
+                    effect="NoSchedule",
+                ),
+            ),
+            reason="SRAM_UNCORRECTABLE_ERROR uncorrectable, action replace-instance",
+            pool_generation=7,
+            changed_at=datetime(2026, 3, 1, 12, 0, 2, tzinfo=UTC),
         ),
         AlertStateChanged(
             key="NeuronDeviceUnhealthy/ip-10-0-0-1.ec2.internal/neurondevice3",

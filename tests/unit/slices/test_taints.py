@@ -8,13 +8,20 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import msgspec
 import pytest
-from neuron_dra_common.events import DeviceHealthChanged, Event
+from neuron_dra_common.events import DeviceHealthChanged, DeviceTaintChanged, Event, NodeLost
 from neuron_dra_common.kube import run_workers
+from neuron_dra_slice_publisher.announce import TaintAnnouncer
 from neuron_dra_slice_publisher.controller import Controller, NodeInfo
 from neuron_dra_slice_publisher.slices import NodeDeviceMode, build_pool
 from neuron_dra_slice_publisher.store import MemorySliceStore
-from neuron_dra_slice_publisher.taints import HARDWARE_ERROR_KEY, HealthTaints, taint_of
+from neuron_dra_slice_publisher.taints import (
+    HARDWARE_ERROR_KEY,
+    HealthTaints,
+    taint_json,
+    taint_of,
+)
 
 from tests.unit.slices.support import hardware
 from tests.unit.slices.test_controller import World, inventory
@@ -43,7 +50,7 @@ def health(
 def test_severity_chooses_the_effect() -> None:
     degraded = taint_of(health("neurondevice1", "HBM_REPAIRABLE_ERROR", "degraded"))
     assert degraded is not None
-    assert degraded.as_json() == {
+    assert taint_json(degraded) == {
         "key": HARDWARE_ERROR_KEY,
         "value": "HBM_REPAIRABLE_ERROR",
         "effect": "NoSchedule",
@@ -228,3 +235,90 @@ async def test_a_lost_node_taints_every_device_noexecute_until_it_recovers(world
     device = _device(world, "n1", "neurondevice0")
     assert device is not None
     assert "taints" not in device
+
+
+class Reports:
+    """What the controller reported on the bus; ``failures`` publishes fail first."""
+
+    def __init__(self, failures: int = 0) -> None:
+        self.sent: list[tuple[DeviceTaintChanged, str]] = []
+        self.tried: list[str] = []
+        self.failures = failures
+
+    async def publish(self, event: DeviceTaintChanged, msg_id: str) -> None:
+        self.tried.append(msg_id)
+        if self.failures:
+            self.failures -= 1
+            raise ConnectionError("nats: no responders")
+        self.sent.append((event, msg_id))
+
+    def summary(self) -> list[tuple[str, list[tuple[str, str, str]], list[str]]]:
+        return [
+            (
+                e.device,
+                [(t.key, t.value, t.effect) for t in e.taints],
+                [t.value for t in e.previous],
+            )
+            for e, _ in self.sent
+        ]
+
+
+async def test_each_taint_change_is_reported_once_with_its_reason(world: World) -> None:
+    reports = Reports()
+    world.controller.announcer = TaintAnnouncer(reports.publish)
+    world.add_node("n1")
+    world.controller.accept(inventory("n1"))
+    await world.settle()
+    assert reports.sent == []  # a healthy node has nothing to report
+    bad = health("neurondevice5", "DMA_ERROR", "uncorrectable")
+    world.controller.accept_health(msgspec.structs.replace(bad, evidence="NEURON_HW_ERR=DMA_ERROR"))
+    await world.settle()
+    set_ = [(HARDWARE_ERROR_KEY, "DMA_ERROR", "NoExecute")]
+    # The chip and the whole-node device, each once, with why.
+    assert reports.summary() == [("neurondevice5", set_, []), ("neuronnode", set_, [])]
+    chip = reports.sent[0][0]
+    assert chip.reason == "DMA_ERROR uncorrectable: NEURON_HW_ERR=DMA_ERROR"
+    assert chip.pool_generation == world.controller.generations["n1"]
+    assert "neurondevice5: DMA_ERROR" in reports.sent[1][0].reason
+    # Another write of the pool (new labels) reports nothing new.
+    world.nodes["n1"] = NodeInfo(name="n1", uid="uid", labels={"team": "ml"})
+    world.controller.node_changed("MODIFIED", {"metadata": {"name": "n1"}})
+    await world.settle()
+    assert len(reports.sent) == 2
+    world.controller.accept_health(health("neurondevice5", at=T0 + timedelta(seconds=1)))
+    await world.settle()
+    assert reports.summary()[2:] == [
+        ("neurondevice5", [], ["DMA_ERROR"]),
+        ("neuronnode", [], ["DMA_ERROR"]),
+    ]
+    assert reports.sent[2][0].reason == "healthy again"
+    assert len({msg_id for _, msg_id in reports.sent}) == 4
+
+
+async def test_a_lost_node_is_the_reason_and_a_failed_report_is_sent_again_once(
+    world: World,
+) -> None:
+    reports = Reports(failures=1)
+    world.controller.announcer = TaintAnnouncer(reports.publish)
+    world.add_node("n1")
+    world.controller.accept(inventory("n1"))
+    await world.settle()
+    lost = NodeLost(node="n1", detected_at=T0, reason="no heartbeat for 3.0 s")
+    world.controller.accept_health(lost)
+    for _ in range(300):
+        if len(reports.sent) == 17:
+            break
+        await asyncio.sleep(0.01)
+    await world.settle()
+    assert len(reports.sent) == 17  # 16 chips and the node device
+    assert {e.reason for e, _ in reports.sent} == {
+        "node declared lost by the failure detector: no heartbeat for 3.0 s"
+    }
+    # The failed publish was tried again under the same id (JetStream keeps one).
+    assert reports.tried[0] == reports.tried[1]
+    # A publisher started again with what was reported repeats nothing.
+    again = TaintAnnouncer(reports.publish)
+    for event, _ in reports.sent:
+        again.seed(event)
+    taints = dict(world.controller._taints(world.controller.inventories["n1"]))
+    assert again.changes("n1", taints, health=world.controller.health, generation=9) == []

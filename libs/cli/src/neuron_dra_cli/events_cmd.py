@@ -1,12 +1,13 @@
 """``neuron-dra events``: the audit stream, read as a person.
 
-Every decision of the product (inventories, health changes, lost nodes, allocations, claims
-prepared, workload states, alerts fired and resolved) is on ``NEURON_AUDIT``. This command
-reads it from a start time, optionally keeps following, and keeps what concerns one node,
-workload or claim::
+Every decision of the product (inventories, health changes, device taints set and cleared,
+lost nodes, allocations, claims prepared, workload states, alerts fired and resolved) is on
+``NEURON_AUDIT``. This command reads it from a start time, optionally keeps following, and
+keeps what concerns one node, workload or claim::
 
     $ neuron-dra events --node trn2-48xl-0 --since 1h
     2026-03-01T12:00:00.123Z  device.health  nodes/trn2-48xl-0/devices/neurondevice3  Unhealthy (was Healthy) SRAM_UNCORRECTABLE_ERROR uncorrectable
+    2026-03-01T12:00:00.301Z  device.taint   nodes/trn2-48xl-0/devices/neurondevice3  tainted neuron.aws.com/hardware-error=SRAM_UNCORRECTABLE_ERROR:NoExecute - ...
     2026-03-01T12:00:01.456Z  alert.state    alerts/NeuronDeviceUnhealthy/...          firing NeuronDeviceUnhealthy severity=critical
 
 ``-o json`` prints each event as a CloudEvents 1.0 JSON line (structured mode), the same
@@ -36,6 +37,7 @@ from neuron_dra_common.events import (
     ClaimPrepared,
     ClaimUnprepared,
     DeviceHealthChanged,
+    DeviceTaintChanged,
     NodeHeartbeat,
     NodeInventory,
     NodeLost,
@@ -95,7 +97,7 @@ class Filter:
 
 
 def _nodes(event: AnyEvent) -> set[str]:
-    if isinstance(event, NodeInventory | NodeHeartbeat | DeviceHealthChanged):
+    if isinstance(event, NodeInventory | NodeHeartbeat | DeviceHealthChanged | DeviceTaintChanged):
         return {event.node}
     if isinstance(event, NodeLost | NodeRecovered | ClaimPrepared | ClaimUnprepared):
         return {event.node}
@@ -140,6 +142,12 @@ def describe(event: AnyEvent) -> str:
             if event.reason:
                 parts.append(f"- {event.reason}")
             return " ".join(parts)
+        case DeviceTaintChanged():
+            shown = ", ".join(f"{t.key}={t.value}:{t.effect}" for t in event.taints)
+            text = f"tainted {shown}" if shown else "untainted"
+            if event.withheld:
+                text += " (left out of the pool: the cluster does not serve device taints)"
+            return f"{text} - {event.reason}" if event.reason else text
         case NodeLost():
             return f"lost: {event.reason}"
         case NodeRecovered():
@@ -175,7 +183,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "events",
         help="read the audit stream: every decision, from a start time, optionally following",
-        description="Read NEURON_AUDIT: inventories, health changes, lost nodes, allocations, "
+        description="Read NEURON_AUDIT: inventories, health changes, device taints, lost nodes, "
+        "allocations, "
         "claims, workload states and alerts, oldest first.",
     )
     p.add_argument("--follow", "-f", action="store_true", help="keep printing new events")

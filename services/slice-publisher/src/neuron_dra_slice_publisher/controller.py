@@ -33,6 +33,7 @@ from neuron_dra_common.ultraserver import NodeAllocationError, node_allocation
 from opentelemetry import trace
 from prometheus_client import Counter
 
+from neuron_dra_slice_publisher.announce import TaintAnnouncer
 from neuron_dra_slice_publisher.pool import (
     NODE_LABEL,
     NodeRef,
@@ -50,7 +51,7 @@ from neuron_dra_slice_publisher.slices import (
     content_hash,
 )
 from neuron_dra_slice_publisher.store import Conflict, SliceStore
-from neuron_dra_slice_publisher.taints import DeviceTaint, HealthTaints
+from neuron_dra_slice_publisher.taints import DeviceTaint, HealthTaints, taint_json
 
 __all__ = ["Controller", "NodeInfo"]
 
@@ -126,12 +127,15 @@ class Controller:
         dra_driver_version: str,
         tracer: trace.Tracer | None = None,
         taints_served: bool = True,
+        announcer: TaintAnnouncer | None = None,
     ) -> None:
         self.store = store
         self.health = HealthTaints()
         #: False where the cluster drops device taints (Kubernetes 1.34): tainted devices
         #: are then left out of the pool.
         self.taints_served = taints_served
+        #: Reports each change of a device's taints on the bus once the pool carries it.
+        self.announcer = announcer or TaintAnnouncer(withheld=not taints_served)
         self._tracer = tracer or _TRACER
         self.nodes = nodes
         self.mode = mode
@@ -162,7 +166,7 @@ class Controller:
             mode=self.mode,
             dra_driver_version=inventory.dra_driver_version or self.dra_driver_version,
             workload_id=workload_id,
-            taints={name: [t.as_json() for t in ts] for name, ts in taints},
+            taints={name: [taint_json(t) for t in ts] for name, ts in taints},
             hide_tainted=not self.taints_served,
         )
 
@@ -210,7 +214,8 @@ class Controller:
             # known here by their tags: a node lost taints all its devices NoExecute.
             node = str(getattr(event, "node", ""))
             lost = _NODE_VERDICTS[event.event_type()]
-            changed = bool(node) and self.health.set_lost(node, lost)
+            reason = str(getattr(event, "reason", ""))
+            changed = bool(node) and self.health.set_lost(node, lost, reason=reason)
         else:
             return False
         TAINTS_SET.labels("yes" if changed else "no").inc()
@@ -303,6 +308,7 @@ class Controller:
                 and pool_is_current(built[1], owner=owner, stored=stored)
             ):
                 POOL_WRITES.labels("unchanged").inc()
+                await self._announce(node, taints, _generation(stored))
                 return
             try:
                 content = self._content(inventory, info.labels, info.workload_id, taints)
@@ -316,6 +322,8 @@ class Controller:
         plan = plan_pool(content, owner=owner, stored=stored, digests=digests)
         if plan.unchanged:
             POOL_WRITES.labels("unchanged").inc()
+            if content is not None:
+                await self._announce(node, taints, _generation(stored))
             return
         if tagging and info is not None and info.traceparent:
             with self._tracer.start_as_current_span(
@@ -331,6 +339,12 @@ class Controller:
                 await self._write(node, plan)
         else:
             await self._write(node, plan)
+        if content is not None:
+            await self._announce(node, taints, plan.generation)
+
+    async def _announce(self, node: str, taints: _Taints, generation: int) -> None:
+        """Report the node's taint changes, now that its stored pool carries them."""
+        await self.announcer.announce(node, dict(taints), health=self.health, generation=generation)
 
     async def _write(self, node: str, plan: Plan) -> None:
         held = self.stored.setdefault(node, {})
@@ -360,6 +374,10 @@ class Controller:
         )
         if self.on_written is not None:
             self.on_written(node, plan.generation)
+
+
+def _generation(stored: list[StoredSlice]) -> int:
+    return max((s.generation for s in stored), default=0)
 
 
 def _without_statistics(inventory: NodeInventory) -> NodeInventory:

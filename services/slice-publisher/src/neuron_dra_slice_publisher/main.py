@@ -9,6 +9,7 @@ from collections.abc import Sequence
 
 from neuron_dra_common.bus import Bus, PermanentError, consumer, limits_of
 from neuron_dra_common.driver import package_version
+from neuron_dra_common.events import DeviceTaintChanged
 from neuron_dra_common.kube import (
     NODES,
     RESOURCE_SLICES,
@@ -19,6 +20,7 @@ from neuron_dra_common.kube import (
 )
 from neuron_dra_common.runtime import Service, serve
 
+from neuron_dra_slice_publisher.announce import TaintAnnouncer
 from neuron_dra_slice_publisher.controller import Controller, NodeInfo
 from neuron_dra_slice_publisher.pool import slice_summary
 from neuron_dra_slice_publisher.settings import SlicePublisherSettings
@@ -28,6 +30,7 @@ from neuron_dra_slice_publisher.wiring import (
     INVENTORY_DURABLE,
     detect_mode,
     detect_taints,
+    read_announced,
     read_health,
     read_inventories,
 )
@@ -55,12 +58,18 @@ async def build(settings: SlicePublisherSettings) -> Service:
         obj = nodes.cache.get(name)
         return NodeInfo.from_object(obj) if obj is not None else None
 
+    publisher = bus.publisher(source=f"/neuron-dra/{NAME}")
+
+    async def publish(event: DeviceTaintChanged, msg_id: str) -> None:
+        await publisher.publish(event, msg_id=msg_id)
+
     controller = Controller(
         store=KubeSliceStore(kube, encoding=settings.slice_encoding),
         nodes=lookup,
         mode=mode,
         dra_driver_version=package_version(),
         taints_served=taints_served,
+        announcer=TaintAnnouncer(publish, withheld=not taints_served),
     )
     elector = Elector(
         kube,
@@ -94,6 +103,8 @@ async def build(settings: SlicePublisherSettings) -> Service:
             for inventory in await read_inventories(bus):
                 with contextlib.suppress(PermanentError):
                     controller.accept(inventory)
+            for event in await read_announced(bus):
+                controller.announcer.seed(event)
             for event in await read_health(bus):
                 controller.accept_health(event)
             await asyncio.gather(

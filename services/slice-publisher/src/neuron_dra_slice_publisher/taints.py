@@ -21,15 +21,15 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Final, Literal
 
-import msgspec
 from neuron_dra_common.driver import NODE_DEVICE
-from neuron_dra_common.events import DeviceHealthChanged
+from neuron_dra_common.events import DeviceHealthChanged, DeviceTaint
 
 __all__ = [
     "HARDWARE_ERROR_KEY",
     "NODE_LOST_KEY",
     "DeviceTaint",
     "HealthTaints",
+    "taint_json",
     "taint_of",
     "worst",
 ]
@@ -41,14 +41,10 @@ _LABEL_VALUE: Final = re.compile(r"[^A-Za-z0-9_.-]")
 Effect = Literal["NoSchedule", "NoExecute"]
 
 
-class DeviceTaint(msgspec.Struct, frozen=True, kw_only=True, order=True):
-    key: str
-    value: str
-    effect: Effect
-
-    def as_json(self) -> dict[str, str]:
-        # timeAdded is left to the apiserver, which sets it when the taint is new.
-        return {"key": self.key, "value": self.value, "effect": self.effect}
+def taint_json(taint: DeviceTaint) -> dict[str, str]:
+    """``taint`` as a ResourceSlice device holds it."""
+    # timeAdded is left to the apiserver, which sets it when the taint is new.
+    return {"key": taint.key, "value": taint.value, "effect": taint.effect}
 
 
 def _label_value(text: str) -> str:
@@ -83,6 +79,9 @@ class HealthTaints:
         self._devices: dict[str, dict[str, tuple[DeviceTaint, datetime | None]]] = {}
         self._lost: set[str] = set()
         self._seen: dict[tuple[str, str], datetime] = {}
+        # Why each device and node is as it is, for the taint changes the publisher reports.
+        self._why: dict[tuple[str, str], str] = {}
+        self._why_node: dict[str, str] = {}
 
     def apply(self, event: DeviceHealthChanged) -> bool:
         """Take ``event`` into account; ``True`` when the node's taints changed.
@@ -98,6 +97,7 @@ class HealthTaints:
             return False
         if event.observed_at is not None:
             self._seen[(event.node, event.device)] = event.observed_at
+        self._why[(event.node, event.device)] = _health_reason(event)
         taint = taint_of(event)
         if taint is None:
             return held.pop(event.device, None) is not None
@@ -105,10 +105,15 @@ class HealthTaints:
         held[event.device] = (taint, event.observed_at)
         return before != taint
 
-    def set_lost(self, node: str, lost: bool) -> bool:
+    def set_lost(self, node: str, lost: bool, *, reason: str = "") -> bool:
         """Mark ``node`` lost (or found again); ``True`` when that changed anything."""
         if lost == (node in self._lost):
             return False
+        self._why_node[node] = (
+            f"node declared lost by the failure detector: {reason}".rstrip(": ")
+            if lost
+            else "node recovered: its heartbeats are steady again"
+        )
         if lost:
             self._lost.add(node)
         else:
@@ -136,3 +141,32 @@ class HealthTaints:
                 own.add(chips)
                 out[NODE_DEVICE] = tuple(sorted(own))
         return out
+
+    def reason(self, node: str, device: str, *, lost_changed: bool) -> str:
+        """Why ``device`` of ``node`` has the taints it has now (for the change report).
+
+        ``lost_changed``: the node's lost taint came or went, which is then the reason. The
+        whole-node device takes the reasons of its devices.
+        """
+        if lost_changed:
+            return self._why_node.get(node, "")
+        if device == NODE_DEVICE:
+            held = self._devices.get(node, {})
+            if not held:
+                return "no device of the node has an error"
+            return "; ".join(f"{d}: {self._why.get((node, d), '')}" for d in sorted(held))
+        return self._why.get((node, device), "")
+
+
+def _health_reason(event: DeviceHealthChanged) -> str:
+    if event.health == "Healthy":
+        return f"healthy again ({event.reason})" if event.reason else "healthy again"
+    what = " ".join(p for p in (event.error_type or event.error_code, event.severity) if p)
+    text = what or event.health.lower()
+    if event.action:
+        text += f", action {event.action}"
+    if event.evidence:
+        text += f": {event.evidence}"
+    elif event.reason:
+        text += f": {event.reason}"
+    return text

@@ -6,7 +6,7 @@ import logging
 from typing import Any, Final
 
 from neuron_dra_common.bus import Bus, replay
-from neuron_dra_common.bus.declarations import HEALTH, INVENTORY
+from neuron_dra_common.bus.declarations import HEALTH, INVENTORY, TAINTS
 from neuron_dra_common.driver import DRIVER_NAME as DRIVER
 from neuron_dra_common.events import AnyEvent, NodeInventory
 from neuron_dra_common.kube import RESOURCE_SLICES, ApiException, KubeClient
@@ -14,10 +14,12 @@ from neuron_dra_common.kube import RESOURCE_SLICES, ApiException, KubeClient
 from neuron_dra_slice_publisher.slices import NodeDeviceMode
 
 __all__ = [
+    "ANNOUNCED_READER",
     "HEALTH_DURABLE",
     "INVENTORY_DURABLE",
     "detect_mode",
     "detect_taints",
+    "read_announced",
     "read_health",
     "read_inventories",
 ]
@@ -26,6 +28,8 @@ log = logging.getLogger(__name__)
 
 INVENTORY_DURABLE: Final = "slice-publisher-inventory"
 HEALTH_DURABLE: Final = "slice-publisher-health"
+#: What this publisher reads back of its own taint reports (dead letters go under this name).
+ANNOUNCED_READER: Final = "slice-publisher-taints"
 
 _PROBE: dict[str, Any] = {
     "apiVersion": "resource.k8s.io/v1",
@@ -119,5 +123,16 @@ async def read_health(bus: Bus) -> list[AnyEvent]:
         name=HEALTH_DURABLE,
         stream=HEALTH.name,
         subject=HEALTH.subjects[0],
+        last_per_subject=True,
+    )
+
+
+async def read_announced(bus: Bus) -> list[AnyEvent]:
+    """The latest taint change reported for every device, so a restart repeats none."""
+    return await replay(
+        bus,
+        name=ANNOUNCED_READER,
+        stream=TAINTS.name,
+        subject=TAINTS.subjects[0],
         last_per_subject=True,
     )

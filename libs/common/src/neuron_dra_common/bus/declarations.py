@@ -25,6 +25,7 @@ __all__ = [
     "INVENTORY",
     "RPC_STREAM",
     "STREAMS",
+    "TAINTS",
     "WORKLOADS",
     "ConsumerSpec",
     "StreamSpec",
@@ -98,6 +99,12 @@ HEALTH: Final = StreamSpec(
     description="Device health changes",
     max_age_seconds=30 * _DAY,
 )
+TAINTS: Final = StreamSpec(
+    name="NEURON_TAINTS",
+    subjects=_subjects("taint"),
+    description="Device taints set and cleared by the slice publisher",
+    max_age_seconds=30 * _DAY,
+)
 ALLOCATION: Final = StreamSpec(
     name="NEURON_ALLOCATION",
     subjects=_subjects("allocation"),
@@ -130,6 +137,7 @@ AUDIT: Final = StreamSpec(
     sources=(
         INVENTORY.name,
         HEALTH.name,
+        TAINTS.name,
         ALLOCATION.name,
         CLAIMS.name,
         WORKLOADS.name,
@@ -151,6 +159,7 @@ STREAMS: Final[tuple[StreamSpec, ...]] = (
     INVENTORY,
     HEARTBEAT,
     HEALTH,
+    TAINTS,
     ALLOCATION,
     CLAIMS,
     WORKLOADS,

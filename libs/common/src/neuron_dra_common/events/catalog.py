@@ -26,6 +26,8 @@ __all__ = [
     "ClaimUnprepared",
     "DeviceHealth",
     "DeviceHealthChanged",
+    "DeviceTaint",
+    "DeviceTaintChanged",
     "HealthSeverity",
     "NodeHeartbeat",
     "NodeInventory",
@@ -121,6 +123,44 @@ class DeviceHealthChanged(Event, frozen=True, kw_only=True, tag="device.health.v
     @property
     def subject(self) -> str:
         return f"{SUBJECT_ROOT}.health.{subject_token(self.node)}.{subject_token(self.device)}"
+
+    @property
+    def ce_subject(self) -> str:
+        return f"nodes/{self.node}/devices/{self.device}"
+
+
+class DeviceTaint(msgspec.Struct, frozen=True, kw_only=True, order=True):
+    """One DRA device taint as the ResourceSlice holds it (``timeAdded`` is the server's)."""
+
+    key: str
+    value: str = ""
+    #: ``NoSchedule`` or ``NoExecute``.
+    effect: str
+
+
+class DeviceTaintChanged(Event, frozen=True, kw_only=True, tag="device.taint.v1"):
+    """The slice publisher changed a device's taints in its node's pool.
+
+    ``taints`` is the device's whole set now (empty: all cleared), ``previous`` the set it
+    replaced. Published once per change, not on every write of the pool.
+    """
+
+    node: str
+    device: str
+    taints: tuple[DeviceTaint, ...] = ()
+    previous: tuple[DeviceTaint, ...] = ()
+    #: Why: the health report or the failure detector's verdict behind the change.
+    reason: str = ""
+    #: True where the cluster does not serve device taints (Kubernetes 1.34): the device is
+    #: left out of the pool for as long as it has taints, instead of listed with them.
+    withheld: bool = False
+    #: The generation of the node's pool that first carries the change.
+    pool_generation: int = 0
+    changed_at: datetime | None = None
+
+    @property
+    def subject(self) -> str:
+        return f"{SUBJECT_ROOT}.taint.{subject_token(self.node)}.{subject_token(self.device)}"
 
     @property
     def ce_subject(self) -> str:

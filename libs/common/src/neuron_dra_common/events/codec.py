@@ -15,6 +15,7 @@ from neuron_dra_common.events.catalog import (
     ClaimPrepared,
     ClaimUnprepared,
     DeviceHealthChanged,
+    DeviceTaintChanged,
     NodeHeartbeat,
     NodeInventory,
     NodeLost,
@@ -28,6 +29,7 @@ AnyEvent = (
     NodeInventory
     | NodeHeartbeat
     | DeviceHealthChanged
+    | DeviceTaintChanged
     | AllocationRequested
     | AllocationDecided
     | AllocationReleased
@@ -48,6 +50,7 @@ EVENT_TYPES: Final[dict[str, type[Event]]] = {
         NodeRecovered,
         NodeHeartbeat,
         DeviceHealthChanged,
+        DeviceTaintChanged,
         AllocationRequested,
         AllocationDecided,
         AllocationReleased,
