@@ -62,7 +62,7 @@ async def verdicts(bus: Bus) -> list[tuple[str, str]]:
 
 
 async def alert_changes(bus: Bus, node: str) -> list[str]:
-    events = await replay(bus, stream=AUDIT.name, subject="neuron.alert.>")
+    events = await replay(bus, name="test-reader", stream=AUDIT.name, subject="neuron.alert.>")
     return [
         e.status for e in events if isinstance(e, AlertStateChanged) and e.key == f"{ALERT}/{node}"
     ]

@@ -117,7 +117,9 @@ async def wait_for(what: str, probe: Any, *, within: float = 60) -> Any:
 
 
 async def reports(bus: Bus, node: str) -> list[DeviceTaintChanged]:
-    events = await replay(bus, stream=TAINTS.name, subject=f"neuron.taint.{node}.>")
+    events = await replay(
+        bus, name="test-reader", stream=TAINTS.name, subject=f"neuron.taint.{node}.>"
+    )
     return [e for e in events if isinstance(e, DeviceTaintChanged)]
 
 
@@ -179,7 +181,9 @@ async def test_setting_and_clearing_a_taint_are_each_reported_once(
     assert by_device[DEVICE][1].reason == "healthy again"
 
     # The audit view holds them, and `neuron-dra events` shows them for the node.
-    audited = await replay(nats_bus, stream=AUDIT.name, subject=f"neuron.taint.{node}.>")
+    audited = await replay(
+        nats_bus, name="test-reader", stream=AUDIT.name, subject=f"neuron.taint.{node}.>"
+    )
     assert len(audited) == 4
     done = await asyncio.to_thread(
         subprocess.run,
