@@ -1,0 +1,257 @@
+"""The extender's decisions: can a node serve a request, how well, and with which devices.
+
+Pure functions over a :class:`~neuron_dra_scheduler_extender.inputs.NodeShape`, an
+:class:`~neuron_dra_scheduler_extender.inputs.Ask` and the node's used NeuronCores (host-global
+logical core ids). Connected sets and valid counts come from the topology engine
+(``neuron_dra_common.topology``); nothing here re-states them.
+
+* **Devices** (``aws.amazon.com/neuron``): one of the instance's connected sets of that size
+  (ring windows on inf1/inf2, rows and pairs of rows on trn1/trn2), made of devices none of
+  whose cores is used. Among the free sets the one that leaves the most connected sets free
+  is taken (best fit: a 4-device request takes a row next to a used one rather than split the
+  other half of the torus); ties go to the lowest ids.
+* **NeuronCores** (``aws.amazon.com/neuroncore``): packed on as few devices as possible.
+  ``k`` cores that fit on one device go to the device with the fewest free cores that still
+  holds them; more take ``ceil(k / cores per device)`` devices forming a connected set, all
+  whole but one that holds the rest (9 cores on 4-core devices: ``0-7`` and ``8``). That
+  device count must be one the instance accepts: on a torus, 9 cores of 2-core devices
+  would span 5 devices that are not connected, and are refused.
+* **Refusals**: a device count the instance cannot serve is refused with AWS's scheduler
+  extension text, verbatim (``Instance type trn1.32xlarge does not support requests for
+  device: 7. Please request a different number of devices.``); a core count in the same words
+  for cores. A refusal is final for the node (no preemption can help).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from functools import lru_cache
+
+import msgspec
+from neuron_dra_common.topology import (
+    InstanceSpec,
+    InvalidDeviceCount,
+    LinkTopology,
+    check_request,
+    connected_sets,
+    valid_counts,
+)
+
+from neuron_dra_scheduler_extender.api import MAX_PRIORITY
+from neuron_dra_scheduler_extender.inputs import Ask, NodeShape
+
+__all__ = ["Placement", "Unfit", "judge", "place", "refusal", "score"]
+
+
+class Placement(msgspec.Struct, frozen=True, kw_only=True):
+    """The devices a pod gets and the NeuronCores it may use on them (host-global ids)."""
+
+    devices: tuple[int, ...]
+    cores: tuple[int, ...]
+
+
+class Unfit(msgspec.Struct, frozen=True, kw_only=True):
+    """Why a node cannot serve a pod; ``final`` when it never will (an invalid count)."""
+
+    message: str
+    final: bool
+
+
+@lru_cache(maxsize=256)
+def _sets(spec: InstanceSpec, count: int) -> tuple[tuple[tuple[int, ...], int], ...]:
+    """Connected sets of ``count`` devices with their bitmasks, in the engine's order."""
+    return tuple((s, _mask(s)) for s in connected_sets(spec, count))
+
+
+@lru_cache(maxsize=64)
+def _options(spec: InstanceSpec) -> tuple[int, ...]:
+    """Every connected set of every valid count, as bitmasks: what a node can still offer."""
+    return tuple(mask for n in valid_counts(spec) for _, mask in _sets(spec, n))
+
+
+def _mask(devices: Iterable[int]) -> int:
+    out = 0
+    for d in devices:
+        out |= 1 << d
+    return out
+
+
+def _remaining(spec: InstanceSpec, busy: int) -> int:
+    """How many connected sets stay wholly free when the devices of ``busy`` are taken."""
+    if spec.topology is LinkTopology.ALL_TO_ALL:
+        # Every subset is connected: what is left is simply how many devices are free.
+        return spec.devices - busy.bit_count()
+    return sum(1 for option in _options(spec) if option & busy == 0)
+
+
+class _Usage:
+    """A node's used cores seen per device."""
+
+    def __init__(self, shape: NodeShape, used: Iterable[int]) -> None:
+        self.shape = shape
+        self.used = frozenset(used)
+        self.free_cores = [
+            sum(1 for c in shape.device_cores(d) if c not in self.used)
+            for d in range(shape.devices)
+        ]
+        self.busy = _mask(
+            d for d in range(shape.devices) if self.free_cores[d] < shape.cores_per_device
+        )
+
+    def whole(self, device: int) -> bool:
+        return not self.busy >> device & 1
+
+    def lowest_free_cores(self, device: int, count: int) -> list[int]:
+        return [c for c in self.shape.device_cores(device) if c not in self.used][:count]
+
+
+def refusal(shape: NodeShape, ask: Ask) -> str | None:
+    """AWS's refusal text when ``shape`` can never serve ``ask``, else None."""
+    if not ask.cores:
+        try:
+            check_request(shape.instance_type, ask.count)
+        except InvalidDeviceCount as exc:
+            return str(exc)
+        return None
+    k = ask.count
+    if k > shape.total_cores or (
+        k > shape.cores_per_device and shape.devices_needed(k) not in valid_counts(shape.spec)
+    ):
+        return (
+            f"Instance type {shape.instance_type} does not support requests for neuroncore: "
+            f"{k}. Please request a different number of cores."
+        )
+    return None
+
+
+def place(shape: NodeShape, ask: Ask, used: Iterable[int]) -> Placement | None:
+    """The best placement of ``ask`` on ``shape`` given the ``used`` cores, or None when the
+    node cannot serve it now (or ever: see :func:`refusal`).
+
+    >>> from neuron_dra_common.topology import instance_spec
+    >>> from neuron_dra_scheduler_extender.inputs import CORE_RESOURCE
+    >>> inf1 = NodeShape(name="n", instance_type="inf1.6xlarge",
+    ...                  spec=instance_spec("inf1.6xlarge"), cores_per_device=4)
+    >>> place(inf1, Ask(resource=CORE_RESOURCE, count=9), ()).cores
+    (0, 1, 2, 3, 4, 5, 6, 7, 8)
+    """
+    if refusal(shape, ask) is not None:
+        return None
+    usage = _Usage(shape, used)
+    if ask.cores:
+        return _place_cores(usage, ask.count)
+    devices = _place_devices(usage, ask.count)
+    if devices is None:
+        return None
+    cores = tuple(c for d in devices for c in shape.device_cores(d))
+    return Placement(devices=devices, cores=cores)
+
+
+def _place_devices(usage: _Usage, count: int) -> tuple[int, ...] | None:
+    spec = usage.shape.spec
+    if spec.topology is LinkTopology.ALL_TO_ALL:
+        whole = [d for d in range(spec.devices) if usage.whole(d)]
+        return tuple(whole[:count]) if len(whole) >= count else None
+    best: tuple[int, int] | None = None
+    chosen: tuple[int, ...] | None = None
+    for index, (devices, mask) in enumerate(_sets(spec, count)):
+        if mask & usage.busy:
+            continue
+        key = (_remaining(spec, usage.busy | mask), -index)
+        if best is None or key > best:
+            best, chosen = key, devices
+    return chosen
+
+
+def _place_cores(usage: _Usage, k: int) -> Placement | None:
+    shape = usage.shape
+    per = shape.cores_per_device
+    if k <= per:
+        best: tuple[int, int, int] | None = None
+        for d in range(shape.devices):
+            if usage.free_cores[d] < k:
+                continue
+            key = (usage.free_cores[d], -_remaining(shape.spec, usage.busy | 1 << d), d)
+            if best is None or key < best:
+                best = key
+        if best is None:
+            return None
+        device = best[2]
+        return Placement(devices=(device,), cores=tuple(usage.lowest_free_cores(device, k)))
+    m = shape.devices_needed(k)
+    rest = k - (m - 1) * per
+    if shape.spec.topology is LinkTopology.ALL_TO_ALL:
+        candidates: Iterable[tuple[tuple[int, ...], int]] = _all_to_all_sets(usage, m, rest)
+    else:
+        candidates = _sets(shape.spec, m)
+    best_key: tuple[int, int, int] | None = None
+    chosen: tuple[tuple[int, ...], int] | None = None
+    for index, (devices, mask) in enumerate(candidates):
+        partial = _partial_device(usage, devices, rest)
+        if partial is None:
+            continue
+        key = (usage.free_cores[partial], -_remaining(shape.spec, usage.busy | mask), index)
+        if best_key is None or key < best_key:
+            best_key, chosen = key, (devices, partial)
+    if chosen is None:
+        return None
+    devices, partial = chosen
+    cores = [c for d in devices if d != partial for c in shape.device_cores(d)]
+    cores += usage.lowest_free_cores(partial, rest)
+    return Placement(devices=devices, cores=tuple(sorted(cores)))
+
+
+def _partial_device(usage: _Usage, devices: tuple[int, ...], rest: int) -> int | None:
+    """The device of ``devices`` that takes the ``rest`` cores, the others being whole and
+    free; the one with the fewest free cores, the highest id on a tie (so that a set of free
+    devices gives contiguous core ids, as AWS's ``0-8``)."""
+    taken = [d for d in devices if not usage.whole(d)]
+    if len(taken) > 1:
+        return None
+    if taken:
+        return taken[0] if usage.free_cores[taken[0]] >= rest else None
+    return max(devices)
+
+
+def _all_to_all_sets(usage: _Usage, m: int, rest: int) -> list[tuple[tuple[int, ...], int]]:
+    # Every subset is connected: the m - 1 lowest whole devices, with either the fullest
+    # partly used device that holds the rest or one more whole device.
+    shape = usage.shape
+    whole = [d for d in range(shape.devices) if usage.whole(d)]
+    out: list[tuple[tuple[int, ...], int]] = []
+    partly = [d for d in range(shape.devices) if not usage.whole(d) and usage.free_cores[d] >= rest]
+    if partly and len(whole) >= m - 1:
+        d = min(partly, key=lambda x: usage.free_cores[x])
+        devices = tuple(sorted([*whole[: m - 1], d]))
+        out.append((devices, _mask(devices)))
+    if len(whole) >= m:
+        out.append((tuple(whole[:m]), _mask(whole[:m])))
+    return out
+
+
+def judge(shape: NodeShape, ask: Ask, used: Iterable[int]) -> Placement | Unfit:
+    """:func:`place`, or why not, in words for the pod's scheduling condition."""
+    refused = refusal(shape, ask)
+    if refused is not None:
+        return Unfit(message=refused, final=True)
+    used = frozenset(used)
+    placement = place(shape, ask, used)
+    if placement is not None:
+        return placement
+    free = shape.total_cores - len(used)
+    if ask.cores:
+        what = f"{ask.count} NeuronCores on connected devices"
+        have = f"{free} of {shape.total_cores} cores free"
+    else:
+        usage = _Usage(shape, used)
+        whole = shape.devices - usage.busy.bit_count()
+        what = f"{ask.count} connected Neuron devices"
+        have = f"{whole} of {shape.devices} devices free"
+    return Unfit(message=f"Node {shape.name} has no {what} free ({have})", final=False)
+
+
+def score(shape: NodeShape, placement: Placement, used: Iterable[int]) -> int:
+    """0..10: how full the node would be with the placement (best fit packs nodes, leaving
+    whole nodes free for large requests)."""
+    after = len(frozenset(used) | frozenset(placement.cores))
+    return round(MAX_PRIORITY * after / shape.total_cores)
