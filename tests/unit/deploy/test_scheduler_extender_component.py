@@ -32,6 +32,7 @@ def config_map(docs: Docs, prefix: str, key: str) -> dict[str, Any]:
 
 
 def extender_of(config: dict[str, Any]) -> dict[str, Any]:
+    ext: dict[str, Any]
     [ext] = config["extenders"]
     assert {k: ext.get(k) for k in VERBS} == VERBS
     assert {r["name"] for r in ext["managedResources"]} == MANAGED
