@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from neuron_dra_common.topology import is_connected_set, valid_counts
-from neuron_dra_scheduler_extender.decide import judge, place
+from neuron_dra_scheduler_extender.decide import fits, judge, place
 from neuron_dra_scheduler_extender.inputs import CORE_RESOURCE, DEVICE_RESOURCE, Ask
 from neuron_dra_scheduler_extender.ledger import Allocation, Ledger
 
@@ -37,6 +37,8 @@ def test_no_core_twice_no_shared_device_and_connected_sets(
             continue
         ask = Ask(resource=kind, count=count)
         placement = place(s, ask, ledger.used(s))
+        # The filter's quick answer agrees with the bind's search.
+        assert fits(s, ask, ledger.used(s)) == (placement is not None)
         if placement is None:
             continue
         ids = placement.cores if ask.cores else placement.devices

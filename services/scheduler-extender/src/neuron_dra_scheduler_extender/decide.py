@@ -40,7 +40,7 @@ from neuron_dra_common.topology import (
 from neuron_dra_scheduler_extender.api import MAX_PRIORITY
 from neuron_dra_scheduler_extender.inputs import Ask, NodeShape
 
-__all__ = ["Placement", "Unfit", "judge", "place", "refusal", "score"]
+__all__ = ["Placement", "Unfit", "Usage", "fits", "judge", "place", "refusal", "score", "unfit"]
 
 
 class Placement(msgspec.Struct, frozen=True, kw_only=True):
@@ -84,8 +84,9 @@ def _remaining(spec: InstanceSpec, busy: int) -> int:
     return sum(1 for option in _options(spec) if option & busy == 0)
 
 
-class _Usage:
-    """A node's used cores seen per device."""
+class Usage:
+    """A node's used cores seen per device (build it once per node state and reuse it: the
+    extender keeps one per node until the node's allocations change)."""
 
     def __init__(self, shape: NodeShape, used: Iterable[int]) -> None:
         self.shape = shape
@@ -124,7 +125,11 @@ def refusal(shape: NodeShape, ask: Ask) -> str | None:
     return None
 
 
-def place(shape: NodeShape, ask: Ask, used: Iterable[int]) -> Placement | None:
+def _usage(shape: NodeShape, used: Usage | Iterable[int]) -> Usage:
+    return used if isinstance(used, Usage) else Usage(shape, used)
+
+
+def place(shape: NodeShape, ask: Ask, used: Usage | Iterable[int]) -> Placement | None:
     """The best placement of ``ask`` on ``shape`` given the ``used`` cores, or None when the
     node cannot serve it now (or ever: see :func:`refusal`).
 
@@ -137,7 +142,7 @@ def place(shape: NodeShape, ask: Ask, used: Iterable[int]) -> Placement | None:
     """
     if refusal(shape, ask) is not None:
         return None
-    usage = _Usage(shape, used)
+    usage = _usage(shape, used)
     if ask.cores:
         return _place_cores(usage, ask.count)
     devices = _place_devices(usage, ask.count)
@@ -147,7 +152,7 @@ def place(shape: NodeShape, ask: Ask, used: Iterable[int]) -> Placement | None:
     return Placement(devices=devices, cores=cores)
 
 
-def _place_devices(usage: _Usage, count: int) -> tuple[int, ...] | None:
+def _place_devices(usage: Usage, count: int) -> tuple[int, ...] | None:
     spec = usage.shape.spec
     if spec.topology is LinkTopology.ALL_TO_ALL:
         whole = [d for d in range(spec.devices) if usage.whole(d)]
@@ -163,7 +168,7 @@ def _place_devices(usage: _Usage, count: int) -> tuple[int, ...] | None:
     return chosen
 
 
-def _place_cores(usage: _Usage, k: int) -> Placement | None:
+def _place_cores(usage: Usage, k: int) -> Placement | None:
     shape = usage.shape
     per = shape.cores_per_device
     if k <= per:
@@ -201,7 +206,7 @@ def _place_cores(usage: _Usage, k: int) -> Placement | None:
     return Placement(devices=devices, cores=tuple(sorted(cores)))
 
 
-def _partial_device(usage: _Usage, devices: tuple[int, ...], rest: int) -> int | None:
+def _partial_device(usage: Usage, devices: tuple[int, ...], rest: int) -> int | None:
     """The device of ``devices`` that takes the ``rest`` cores, the others being whole and
     free; the one with the fewest free cores, the highest id on a tie (so that a set of free
     devices gives contiguous core ids, as AWS's ``0-8``)."""
@@ -213,7 +218,7 @@ def _partial_device(usage: _Usage, devices: tuple[int, ...], rest: int) -> int |
     return max(devices)
 
 
-def _all_to_all_sets(usage: _Usage, m: int, rest: int) -> list[tuple[tuple[int, ...], int]]:
+def _all_to_all_sets(usage: Usage, m: int, rest: int) -> list[tuple[tuple[int, ...], int]]:
     # Every subset is connected: the m - 1 lowest whole devices, with either the fullest
     # partly used device that holds the rest or one more whole device.
     shape = usage.shape
@@ -229,29 +234,63 @@ def _all_to_all_sets(usage: _Usage, m: int, rest: int) -> list[tuple[tuple[int, 
     return out
 
 
-def judge(shape: NodeShape, ask: Ask, used: Iterable[int]) -> Placement | Unfit:
-    """:func:`place`, or why not, in words for the pod's scheduling condition."""
+def fits(shape: NodeShape, ask: Ask, used: Usage | Iterable[int]) -> bool:
+    """Whether :func:`place` would find a placement, without ranking the candidates: the
+    filter's question, asked of every candidate node, so it is kept to a few mask tests."""
+    if refusal(shape, ask) is not None:
+        return False
+    usage = _usage(shape, used)
+    spec, per = shape.spec, shape.cores_per_device
+    if not ask.cores:
+        if spec.topology is LinkTopology.ALL_TO_ALL:
+            return shape.devices - usage.busy.bit_count() >= ask.count
+        return any(not mask & usage.busy for _, mask in _sets(spec, ask.count))
+    k = ask.count
+    if k <= per:
+        return max(usage.free_cores, default=0) >= k
+    if spec.topology is LinkTopology.ALL_TO_ALL:
+        return bool(
+            _all_to_all_sets(
+                usage, shape.devices_needed(k), k - (shape.devices_needed(k) - 1) * per
+            )
+        )
+    rest = k - (shape.devices_needed(k) - 1) * per
+    return any(
+        _partial_device(usage, devices, rest) is not None
+        for devices, _ in _sets(spec, shape.devices_needed(k))
+    )
+
+
+def unfit(shape: NodeShape, ask: Ask, used: Usage | Iterable[int]) -> Unfit | None:
+    """Why ``shape`` cannot serve ``ask`` now (or ever), or None when it can."""
     refused = refusal(shape, ask)
     if refused is not None:
         return Unfit(message=refused, final=True)
-    used = frozenset(used)
-    placement = place(shape, ask, used)
-    if placement is not None:
-        return placement
-    free = shape.total_cores - len(used)
+    usage = _usage(shape, used)
+    if fits(shape, ask, usage):
+        return None
     if ask.cores:
         what = f"{ask.count} NeuronCores on connected devices"
-        have = f"{free} of {shape.total_cores} cores free"
+        have = f"{shape.total_cores - len(usage.used)} of {shape.total_cores} cores free"
     else:
-        usage = _Usage(shape, used)
-        whole = shape.devices - usage.busy.bit_count()
         what = f"{ask.count} connected Neuron devices"
-        have = f"{whole} of {shape.devices} devices free"
+        have = f"{shape.devices - usage.busy.bit_count()} of {shape.devices} devices free"
     return Unfit(message=f"Node {shape.name} has no {what} free ({have})", final=False)
 
 
-def score(shape: NodeShape, placement: Placement, used: Iterable[int]) -> int:
+def judge(shape: NodeShape, ask: Ask, used: Usage | Iterable[int]) -> Placement | Unfit:
+    """:func:`place`, or why not, in words for the pod's scheduling condition."""
+    usage = _usage(shape, used)
+    placement = place(shape, ask, usage)
+    if placement is not None:
+        return placement
+    why = unfit(shape, ask, usage)
+    assert why is not None, "place and fits disagree"
+    return why
+
+
+def score(shape: NodeShape, placement: Placement, used: Usage | Iterable[int]) -> int:
     """0..10: how full the node would be with the placement (best fit packs nodes, leaving
     whole nodes free for large requests)."""
-    after = len(frozenset(used) | frozenset(placement.cores))
+    after = len(_usage(shape, used).used | frozenset(placement.cores))
     return round(MAX_PRIORITY * after / shape.total_cores)

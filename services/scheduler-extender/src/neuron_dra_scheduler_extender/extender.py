@@ -31,7 +31,7 @@ from neuron_dra_scheduler_extender.api import (
     PodView,
     decode_node,
 )
-from neuron_dra_scheduler_extender.decide import Placement, Unfit, judge, score
+from neuron_dra_scheduler_extender.decide import Placement, Unfit, Usage, judge, score, unfit
 from neuron_dra_scheduler_extender.inputs import Ask, AskError, NodeShape, ask_of, shape_of
 from neuron_dra_scheduler_extender.ledger import (
     ANNOTATION_IDS,
@@ -87,6 +87,29 @@ class Extender:
         # Reservations made by bind that the pod watch has not shown annotated yet: an older
         # view of the pod (without the annotation) must not free them.
         self._pending: set[str] = set()
+        # Per node, what the filter reads on every call: the node's shape (until the Node
+        # changes) and its usage (until its allocations change).
+        self._shapes: dict[str, tuple[NodeView, NodeShape]] = {}
+        self._usages: dict[str, tuple[int, NodeShape, Usage]] = {}
+
+    def _shape(self, view: NodeView) -> NodeShape:
+        name = view.metadata.name
+        cached = self._shapes.get(name)
+        if cached is not None and (cached[0] is view or cached[0] == view):
+            return cached[1]
+        shape = shape_of(view)
+        self._shapes[name] = (view, shape)
+        return shape
+
+    def usage(self, shape: NodeShape) -> Usage:
+        """``shape``'s node as the ledger has it now."""
+        stamp = self.ledger.stamp(shape.name)
+        cached = self._usages.get(shape.name)
+        if cached is not None and cached[0] == stamp and cached[1] is shape:
+            return cached[2]
+        usage = Usage(shape, self.ledger.used(shape))
+        self._usages[shape.name] = (stamp, shape, usage)
+        return usage
 
     # -- what the pod watch tells ------------------------------------------------------------
 
@@ -119,6 +142,17 @@ class Extender:
             return [(v.metadata.name, v) for v in views]
         return [(name, self.cluster.node(name)) for name in args.node_names or ()]
 
+    def _unfit(self, ask: Ask, name: str, view: NodeView | None) -> Unfit | None:
+        if view is None:
+            return Unfit(
+                message=f"Node {name} is not known to the Neuron extender yet", final=False
+            )
+        try:
+            shape = self._shape(view)
+        except UnknownInstanceType as exc:
+            return Unfit(message=f"Node {name}: {exc}", final=True)
+        return unfit(shape, ask, self.usage(shape))
+
     def _judge(
         self, ask: Ask, name: str, view: NodeView | None
     ) -> tuple[NodeShape, Placement] | Unfit:
@@ -127,10 +161,10 @@ class Extender:
                 message=f"Node {name} is not known to the Neuron extender yet", final=False
             )
         try:
-            shape = shape_of(view)
+            shape = self._shape(view)
         except UnknownInstanceType as exc:
             return Unfit(message=f"Node {name}: {exc}", final=True)
-        verdict = judge(shape, ask, self.ledger.used(shape))
+        verdict = judge(shape, ask, self.usage(shape))
         return verdict if isinstance(verdict, Unfit) else (shape, verdict)
 
     def filter(self, args: ExtenderArgs) -> ExtenderFilterResult:
@@ -149,8 +183,8 @@ class Extender:
             if ask is None:
                 kept.append(index)
                 continue
-            verdict = self._judge(ask, name, view)
-            if isinstance(verdict, Unfit):
+            verdict = self._unfit(ask, name, view)
+            if verdict is not None:
                 target = (
                     result.failed_and_unresolvable_nodes if verdict.final else result.failed_nodes
                 )
@@ -167,7 +201,12 @@ class Extender:
                 "pod": args.pod.key,
                 "ask": None if ask is None else f"{ask.count} {ask.resource}",
                 "fit": len(kept),
-                "failed": {**result.failed_nodes, **result.failed_and_unresolvable_nodes},
+                "failed": len(result.failed_nodes) + len(result.failed_and_unresolvable_nodes),
+                # One reason is enough to read: on a large cluster the rest repeat it.
+                "reason": next(
+                    iter({**result.failed_and_unresolvable_nodes, **result.failed_nodes}.values()),
+                    "",
+                ),
             },
         )
         DECISIONS.labels("filter", "fit" if kept else "none").inc()
@@ -188,7 +227,7 @@ class Extender:
                 verdict = self._judge(ask, name, view)
                 if not isinstance(verdict, Unfit):
                     shape, placement = verdict
-                    value = score(shape, placement, self.ledger.used(shape))
+                    value = score(shape, placement, self.usage(shape))
             out.append(HostPriority(host=name, score=value))
         DECISIONS.labels("prioritize", "ok").inc()
         LATENCY.labels("prioritize").observe(time.perf_counter() - t0)

@@ -117,9 +117,21 @@ class Ledger:
     def __init__(self) -> None:
         self._by_node: dict[str, dict[str, Allocation]] = {}
         self._by_uid: dict[str, Allocation] = {}
+        # A stamp per node, new on every change there: what was computed from a node's
+        # allocations stays valid while its stamp is the same.
+        self._stamps: dict[str, int] = {}
+        self._clock = 0
 
     def __len__(self) -> int:
         return len(self._by_uid)
+
+    def stamp(self, node: str) -> int:
+        """Changes whenever an allocation on ``node`` is recorded or released."""
+        return self._stamps.get(node, 0)
+
+    def _touch(self, node: str) -> None:
+        self._clock += 1
+        self._stamps[node] = self._clock
 
     def get(self, uid: str) -> Allocation | None:
         return self._by_uid.get(uid)
@@ -137,9 +149,12 @@ class Ledger:
 
     def record(self, alloc: Allocation) -> None:
         """Take ``alloc`` as the truth for its pod (replacing what the pod held)."""
+        if self._by_uid.get(alloc.uid) == alloc:
+            return  # the watch showing again what is known: nothing changed
         self.release(alloc.uid)
         self._by_node.setdefault(alloc.node, {})[alloc.uid] = alloc
         self._by_uid[alloc.uid] = alloc
+        self._touch(alloc.node)
 
     def reserve(self, alloc: Allocation, shape: NodeShape) -> None:
         """Record ``alloc`` if none of its cores is held by another pod; else raise
@@ -154,6 +169,7 @@ class Ledger:
     def release(self, uid: str) -> Allocation | None:
         alloc = self._by_uid.pop(uid, None)
         if alloc is not None:
+            self._touch(alloc.node)
             node = self._by_node.get(alloc.node, {})
             node.pop(uid, None)
             if not node:
