@@ -34,6 +34,7 @@ from neuron_dra_common.topology import (
     LinkTopology,
     check_request,
     connected_sets,
+    instance_spec,
     valid_counts,
 )
 
@@ -108,18 +109,25 @@ class Usage:
 
 def refusal(shape: NodeShape, ask: Ask) -> str | None:
     """AWS's refusal text when ``shape`` can never serve ``ask``, else None."""
-    if not ask.cores:
+    return _refusal(
+        shape.instance_type, shape.spec.name, shape.cores_per_device, ask.cores, ask.count
+    )
+
+
+@lru_cache(maxsize=4096)
+def _refusal(instance_type: str, name: str, per: int, cores: bool, k: int) -> str | None:
+    # Asked for every candidate node of every call: cached per kind of node and request.
+    spec = instance_spec(name)
+    if not cores:
         try:
-            check_request(shape.instance_type, ask.count)
+            check_request(instance_type, k)
         except InvalidDeviceCount as exc:
             return str(exc)
         return None
-    k = ask.count
-    if k > shape.total_cores or (
-        k > shape.cores_per_device and shape.devices_needed(k) not in valid_counts(shape.spec)
-    ):
+    devices_needed = -(-k // per)
+    if k > spec.devices * per or (k > per and devices_needed not in valid_counts(spec)):
         return (
-            f"Instance type {shape.instance_type} does not support requests for neuroncore: "
+            f"Instance type {instance_type} does not support requests for neuroncore: "
             f"{k}. Please request a different number of cores."
         )
     return None
@@ -133,7 +141,6 @@ def place(shape: NodeShape, ask: Ask, used: Usage | Iterable[int]) -> Placement 
     """The best placement of ``ask`` on ``shape`` given the ``used`` cores, or None when the
     node cannot serve it now (or ever: see :func:`refusal`).
 
-    >>> from neuron_dra_common.topology import instance_spec
     >>> from neuron_dra_scheduler_extender.inputs import CORE_RESOURCE
     >>> inf1 = NodeShape(name="n", instance_type="inf1.6xlarge",
     ...                  spec=instance_spec("inf1.6xlarge"), cores_per_device=4)
@@ -239,7 +246,10 @@ def fits(shape: NodeShape, ask: Ask, used: Usage | Iterable[int]) -> bool:
     filter's question, asked of every candidate node, so it is kept to a few mask tests."""
     if refusal(shape, ask) is not None:
         return False
-    usage = _usage(shape, used)
+    return _fits(shape, ask, _usage(shape, used))
+
+
+def _fits(shape: NodeShape, ask: Ask, usage: Usage) -> bool:
     spec, per = shape.spec, shape.cores_per_device
     if not ask.cores:
         if spec.topology is LinkTopology.ALL_TO_ALL:
@@ -267,7 +277,7 @@ def unfit(shape: NodeShape, ask: Ask, used: Usage | Iterable[int]) -> Unfit | No
     if refused is not None:
         return Unfit(message=refused, final=True)
     usage = _usage(shape, used)
-    if fits(shape, ask, usage):
+    if _fits(shape, ask, usage):
         return None
     if ask.cores:
         what = f"{ask.count} NeuronCores on connected devices"
@@ -289,8 +299,12 @@ def judge(shape: NodeShape, ask: Ask, used: Usage | Iterable[int]) -> Placement 
     return why
 
 
-def score(shape: NodeShape, placement: Placement, used: Usage | Iterable[int]) -> int:
-    """0..10: how full the node would be with the placement (best fit packs nodes, leaving
-    whole nodes free for large requests)."""
-    after = len(_usage(shape, used).used | frozenset(placement.cores))
-    return round(MAX_PRIORITY * after / shape.total_cores)
+def score(shape: NodeShape, ask: Ask, used: Usage | Iterable[int]) -> int:
+    """0..10: how full the node would be once ``ask`` is placed on it (best fit packs nodes,
+    leaving whole nodes free for large requests). Every placement of an ask takes as many
+    cores, so the score needs none of them; 0 when the ask does not fit."""
+    usage = _usage(shape, used)
+    if not fits(shape, ask, usage):
+        return 0
+    taken = ask.count if ask.cores else ask.count * shape.cores_per_device
+    return round(MAX_PRIORITY * (len(usage.used) + taken) / shape.total_cores)

@@ -60,6 +60,10 @@ LATENCY = Histogram(
 )
 
 
+#: Verdicts kept at most (then forgotten at once): nodes x kinds of request seen.
+_MAX_VERDICTS = 200_000
+
+
 class Cluster(Protocol):
     """What the extender needs of Kubernetes."""
 
@@ -91,6 +95,9 @@ class Extender:
         # changes) and its usage (until its allocations change).
         self._shapes: dict[str, tuple[NodeView, NodeShape]] = {}
         self._usages: dict[str, tuple[int, NodeShape, Usage]] = {}
+        # (node, resource, count) -> the node's stamp and shape, and the verdict then: most
+        # nodes do not change between two calls, so most verdicts are looked up, not made.
+        self._verdicts: dict[tuple[str, str, int], tuple[int, NodeShape, Unfit | None, int]] = {}
 
     def _shape(self, view: NodeView) -> NodeShape:
         name = view.metadata.name
@@ -151,7 +158,22 @@ class Extender:
             shape = self._shape(view)
         except UnknownInstanceType as exc:
             return Unfit(message=f"Node {name}: {exc}", final=True)
-        return unfit(shape, ask, self.usage(shape))
+        return self._verdict(shape, ask)[0]
+
+    def _verdict(self, shape: NodeShape, ask: Ask) -> tuple[Unfit | None, int]:
+        """Why ``ask`` does not fit ``shape``'s node now (None: it fits), and its score."""
+        key = (shape.name, ask.resource, ask.count)
+        stamp = self.ledger.stamp(shape.name)
+        hit = self._verdicts.get(key)
+        if hit is not None and hit[0] == stamp and hit[1] is shape:
+            return hit[2], hit[3]
+        if len(self._verdicts) > _MAX_VERDICTS:
+            self._verdicts.clear()
+        usage = self.usage(shape)
+        why = unfit(shape, ask, usage)
+        value = 0 if why is not None else score(shape, ask, usage)
+        self._verdicts[key] = (stamp, shape, why, value)
+        return why, value
 
     def _judge(
         self, ask: Ask, name: str, view: NodeView | None
@@ -223,11 +245,13 @@ class Extender:
         out: list[HostPriority] = []
         for name, view in self._candidates(args):
             value = 0
-            if ask is not None:
-                verdict = self._judge(ask, name, view)
-                if not isinstance(verdict, Unfit):
-                    shape, placement = verdict
-                    value = score(shape, placement, self.usage(shape))
+            if ask is not None and view is not None:
+                try:
+                    shape = self._shape(view)
+                except UnknownInstanceType:
+                    shape = None
+                if shape is not None:
+                    value = self._verdict(shape, ask)[1]
             out.append(HostPriority(host=name, score=value))
         DECISIONS.labels("prioritize", "ok").inc()
         LATENCY.labels("prioritize").observe(time.perf_counter() - t0)
