@@ -133,6 +133,10 @@ def test_a_restarted_extender_keeps_what_bound_pods_hold(
     extender_cluster.apply(neuron_pod("before", node="inf2-restart", count=3))
     assert ids(bound(extender_cluster, "before")) == "0,1,2"
     extender_cluster.restart_extender()
+    # SIGTERM ended the first process in order.
+    log = (extender_cluster.root / "scheduler-extender.log").read_text()
+    stopped = [json.loads(line) for line in log.splitlines() if '"service stopped"' in line]
+    assert [s["exit_code"] for s in stopped] == [0]
     extender_cluster.apply(neuron_pod("after", node="inf2-restart", count=3))
     # Read back from the first pod's annotation: the next window, not 0-2 again.
     assert ids(bound(extender_cluster, "after")) == "3,4,5"
