@@ -10,6 +10,8 @@ is all the scheduler reads; binding is what these tests look at.
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -44,13 +46,42 @@ CORES_PER_DEVICE = {"inf2.48xlarge": 2, "trn1.32xlarge": 2, "inf1.6xlarge": 4, "
 DEVICES = {"inf2.48xlarge": 12, "trn1.32xlarge": 16, "inf1.6xlarge": 4, "trn2.48xlarge": 16}
 
 
+class Proc:
+    """A component in its own session, logging to ``log``; the Popen is kept so that it is
+    waited for."""
+
+    def __init__(self, argv: list[str], *, log: Path, env: dict[str, str]) -> None:
+        self.log = log
+        with open(log, "ab") as out:
+            self.popen = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, **env},
+                start_new_session=True,
+            )
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def stop(self) -> int:
+        if self.alive():
+            os.killpg(self.popen.pid, signal.SIGTERM)
+            try:
+                return self.popen.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.popen.pid, signal.SIGKILL)
+        return self.popen.wait(timeout=20)
+
+
 @dataclass
 class ExtenderCluster:
     root: Path
     kubeconfig: Path
     extender_port: int
-    start_extender: Callable[[], process.Running]
-    extender: process.Running
+    start_extender: Callable[[], Proc] | None = None
+    extender: Proc | None = None
 
     def kubectl(self, *args: str, input: str | None = None) -> str:
         kubectl = Path(sys.executable).parent / "kubectl"
@@ -74,7 +105,7 @@ class ExtenderCluster:
         )
         return found
 
-    def wait_for(self, what: str, check: Callable[[], Any], *, timeout: float = 60) -> Any:
+    def wait_for(self, what: str, check: Callable[[], Any], *, timeout: float = 180) -> Any:
         deadline = time.monotonic() + timeout
         last: Any = None
         while time.monotonic() < deadline:
@@ -84,9 +115,13 @@ class ExtenderCluster:
             time.sleep(0.3)
         raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what} (last: {last!r})")
 
-    def restart_extender(self) -> None:
-        process.stop([self.extender], timeout=15)
+    def restart_extender(self) -> int:
+        """Stop the extender with SIGTERM, start a new one; the old one's exit code."""
+        assert self.extender is not None
+        assert self.start_extender is not None
+        code = self.extender.stop()
         self.extender = self.start_extender()
+        return code
 
 
 def node(name: str, instance_type: str) -> dict[str, Any]:
@@ -112,13 +147,14 @@ def node(name: str, instance_type: str) -> dict[str, Any]:
     }
 
 
-def _wait(what: str, ready: Callable[[], bool], running: process.Running, log: Path) -> None:
-    deadline = time.monotonic() + 120
+def _wait(what: str, ready: Callable[[], bool], proc: Proc) -> None:
+    # Generous: on a busy machine the apiserver takes minutes to be ready.
+    deadline = time.monotonic() + 300
     while not ready():
-        if not process.alive(running):
-            raise AssertionError(f"{what} exited; its log:\n{process.tail(log, lines=30)}")
+        if not proc.alive():
+            raise AssertionError(f"{what} exited; its log:\n{process.tail(proc.log, lines=30)}")
         if time.monotonic() > deadline:
-            raise AssertionError(f"{what} not ready in 120 s; its log:\n{process.tail(log)}")
+            raise AssertionError(f"{what} not ready in 300 s; its log:\n{process.tail(proc.log)}")
         time.sleep(0.2)
 
 
@@ -140,14 +176,13 @@ def extender_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Exten
     admin = pki.client("admin", user="kubernetes-admin", groups=("system:masters",))
     ports = {n: process.free_port() for n in ("etcd", "peer", "api", "ext", "s1", "s2")}
     server = f"https://127.0.0.1:{ports['api']}"
-    started: list[process.Running] = []
+    started: list[Proc] = []
 
-    def launch(c: comp.Component, *, ready: Callable[[], bool] | None = None) -> process.Running:
-        log = root / f"{c.name}.log"
-        running = process.start(c.argv, log_path=log, env=c.env)
-        started.append(running)
-        _wait(c.name, ready or c.ready, running, log)
-        return running
+    def launch(c: comp.Component) -> Proc:
+        proc = Proc(c.argv, log=root / f"{c.name}.log", env=c.env)
+        started.append(proc)
+        _wait(c.name, c.ready, proc)
+        return proc
 
     def kubeconfig(stem: str, user: str, groups: tuple[str, ...] = ()) -> Path:
         return write_kubeconfig(
@@ -182,8 +217,6 @@ def extender_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Exten
             root=root,
             kubeconfig=admin_cfg,
             extender_port=ports["ext"],
-            start_extender=lambda: process.Running(pid=0, start_ticks=0),
-            extender=process.Running(pid=0, start_ticks=0),
         )
         # The extender as its own user, holding exactly the component's ClusterRole.
         [role] = [
@@ -227,12 +260,11 @@ def extender_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Exten
         ext.env["NEURON_DRA_HTTP_PORT"] = str(ports["ext"])
         ext_ready = lambda: probes.http_ok(f"http://127.0.0.1:{ports['ext']}/readyz")  # noqa: E731
 
-        def start_extender() -> process.Running:
-            log = root / "scheduler-extender.log"
-            running = process.start(ext.argv, log_path=log, env=ext.env)
-            started.append(running)
-            _wait("scheduler-extender", ext_ready, running, log)
-            return running
+        def start_extender() -> Proc:
+            proc = Proc(ext.argv, log=root / "scheduler-extender.log", env=ext.env)
+            started.append(proc)
+            _wait("scheduler-extender", ext_ready, proc)
+            return proc
 
         cluster.start_extender = start_extender
         cluster.extender = start_extender()
@@ -250,7 +282,11 @@ def extender_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Exten
                 source, url=url, kubeconfig=sched_cfg, out=root / f"{name}.yaml"
             )
             base = comp.scheduler(binary=bins.kube_scheduler, kubeconfig=sched_cfg, port=port)
-            argv = [a for a in base.argv if not a.startswith(("--kubeconfig", "--leader-elect"))]
+            argv = [
+                a for a in base.argv if not a.startswith(("--kubeconfig", "--leader-elect", "--v="))
+            ]
+            # Each scheduling attempt in the log, to read when a test fails.
+            argv.append("--v=3")
             launch(
                 comp.Component(
                     name=name,
@@ -262,4 +298,5 @@ def extender_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Exten
             )
         yield cluster
     finally:
-        process.stop(list(reversed(started)), timeout=15)
+        for proc in reversed(started):
+            proc.stop()

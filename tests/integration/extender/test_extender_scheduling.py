@@ -33,6 +33,8 @@ def neuron_pod(
             "schedulerName": scheduler,
             "restartPolicy": "Never",
             "nodeSelector": {"kubernetes.io/hostname": node},
+            # Nodes without a kubelet keep the taints a node has until its kubelet reports.
+            "tolerations": [{"operator": "Exists"}],
             "containers": [
                 {
                     "name": "main",
@@ -48,11 +50,17 @@ def neuron_pod(
 
 
 def bound(cluster: ExtenderCluster, name: str) -> dict[str, Any]:
+    seen: dict[str, Any] = {}
+
     def check() -> dict[str, Any] | None:
         pod = cluster.pod(name)
+        seen["status"] = pod.get("status")
         return pod if pod["spec"].get("nodeName") else None
 
-    found: dict[str, Any] = cluster.wait_for(f"pod {name} bound", check)
+    try:
+        found: dict[str, Any] = cluster.wait_for(f"pod {name} bound", check)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; the pod's status: {seen.get('status')}") from None
     return found
 
 
@@ -132,8 +140,8 @@ def test_a_restarted_extender_keeps_what_bound_pods_hold(
 ) -> None:
     extender_cluster.apply(neuron_pod("before", node="inf2-restart", count=3))
     assert ids(bound(extender_cluster, "before")) == "0,1,2"
-    extender_cluster.restart_extender()
-    # SIGTERM ended the first process in order.
+    # SIGTERM ends the first process in order.
+    assert extender_cluster.restart_extender() == 0
     log = (extender_cluster.root / "scheduler-extender.log").read_text()
     stopped = [json.loads(line) for line in log.splitlines() if '"service stopped"' in line]
     assert [s["exit_code"] for s in stopped] == [0]
