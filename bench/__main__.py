@@ -9,6 +9,7 @@ import sys
 SCENARIOS = {
     "allocator": "bench.scenarios.allocator",
     "bus": "bench.scenarios.bus",
+    "extender": "bench.scenarios.extender",
     "prepare": "bench.scenarios.prepare",
     "slices": "bench.scenarios.slices",
     "ultraserver": "bench.scenarios.ultraserver",

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import io
+
 import aiohttp
+import pytest
 from neuron_dra_common.runtime import HealthServer
 
 
@@ -28,3 +31,26 @@ async def test_probes_follow_their_checks() -> None:
                 assert "python_info" in await resp.text()
     finally:
         await server.stop()
+
+
+async def test_a_service_adds_its_own_json_endpoints_beside_the_probes() -> None:
+    server = HealthServer(host="127.0.0.1", port=0)
+
+    async def echo(body: bytes) -> tuple[int, bytes]:
+        return 200, b'{"got": %d}' % len(body)
+
+    server.add_json_post("/filter", echo)
+    await server.start()
+    try:
+        async with aiohttp.ClientSession() as http:
+            # A scheduler without a node cache sends every candidate Node: megabytes.
+            big = b"x" * (8 * 2**20)
+            url = f"http://127.0.0.1:{server.port}/filter"
+            async with http.post(url, data=io.BytesIO(big)) as resp:
+                assert resp.status == 200
+                assert resp.content_type == "application/json"
+                assert await resp.json() == {"got": len(big)}
+    finally:
+        await server.stop()
+    with pytest.raises(ValueError, match="/healthz is served twice"):
+        server.add_json_post("/healthz", echo)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest
@@ -10,6 +10,10 @@ from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, 
 __all__ = ["HealthServer"]
 
 Check = Callable[[], bool]
+#: A JSON endpoint: the request body in, the status and the JSON body out.
+JsonHandler = Callable[[bytes], Awaitable[tuple[int, bytes]]]
+
+_MAX_BODY = 128 * 2**20
 
 
 class HealthServer:
@@ -32,6 +36,7 @@ class HealthServer:
         self._live: dict[str, Check] = {}
         self._ready: dict[str, Check] = {}
         self._runner: web.AppRunner | None = None
+        self._posts: dict[str, JsonHandler] = {}
         self.port = port
 
     def add_liveness(self, name: str, check: Check) -> None:
@@ -39,6 +44,21 @@ class HealthServer:
 
     def add_readiness(self, name: str, check: Check) -> None:
         self._ready[name] = check
+
+    def add_json_post(self, path: str, handler: JsonHandler) -> None:
+        """Serve ``POST path`` with ``handler`` (a service's own API beside the probes, such
+        as the scheduler extender's verbs); add before :meth:`start`."""
+        if path in self._posts or path in ("/metrics", "/healthz", "/readyz"):
+            raise ValueError(f"HTTP server: {path} is served twice")
+        self._posts[path] = handler
+
+    @staticmethod
+    def _json_endpoint(handler: JsonHandler) -> Callable[[web.Request], Awaitable[web.Response]]:
+        async def endpoint(request: web.Request) -> web.Response:
+            status, body = await handler(await request.read())
+            return web.Response(status=status, body=body, content_type="application/json")
+
+        return endpoint
 
     @staticmethod
     def _verdict(checks: dict[str, Check]) -> web.Response:
@@ -58,10 +78,14 @@ class HealthServer:
         return self._verdict(self._ready)
 
     async def start(self) -> None:
-        app = web.Application()
+        # A scheduler extender without a node cache is sent every candidate Node in full:
+        # megabytes on a large cluster, past aiohttp's 1 MiB default.
+        app = web.Application(client_max_size=_MAX_BODY)
         app.router.add_get("/metrics", self._metrics)
         app.router.add_get("/healthz", self._healthz)
         app.router.add_get("/readyz", self._readyz)
+        for path, handler in self._posts.items():
+            app.router.add_post(path, self._json_endpoint(handler))
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self._host, self._port)

@@ -1,0 +1,1 @@
+"""The Neuron scheduler extender: filter, prioritize and bind over kube-scheduler's extender API."""

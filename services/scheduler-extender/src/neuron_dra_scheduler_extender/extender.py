@@ -1,0 +1,346 @@
+"""The three extender verbs over the ledger: filter and prioritize decide from what is known;
+bind chooses the set, reserves it, annotates the pod and binds it.
+
+Binds on one node are serialised (one lock per node) and the reservation is a check-and-set
+in the ledger, done before the first await: two binds racing for the last free set cannot
+both get it, the second one is answered with an error and kube-scheduler tries the pod again.
+Kubernetes is reached through :class:`Cluster` (see ``cluster.py``), so this module is tested
+with a fake one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from typing import Protocol
+
+import msgspec
+from neuron_dra_common.topology import UnknownInstanceType
+from prometheus_client import Counter, Histogram
+
+from neuron_dra_scheduler_extender.api import (
+    ExtenderArgs,
+    ExtenderBindingArgs,
+    ExtenderBindingResult,
+    ExtenderFilterResult,
+    HostPriority,
+    NodeList,
+    NodeView,
+    PodView,
+    decode_node,
+)
+from neuron_dra_scheduler_extender.decide import Placement, Unfit, Usage, judge, score, unfit
+from neuron_dra_scheduler_extender.inputs import Ask, AskError, NodeShape, ask_of, shape_of
+from neuron_dra_scheduler_extender.ledger import (
+    ANNOTATION_IDS,
+    Allocation,
+    Conflict,
+    Ledger,
+    allocation_of,
+    annotations_for,
+    format_ids,
+)
+
+__all__ = ["Cluster", "Extender"]
+
+log = logging.getLogger(__name__)
+
+DECISIONS = Counter(
+    "neuron_dra_extender_decisions_total",
+    "Extender answers by verb and outcome",
+    ["verb", "outcome"],
+)
+LATENCY = Histogram(
+    "neuron_dra_extender_decision_seconds",
+    "Time to answer one extender call (bind: including the API calls)",
+    ["verb"],
+    buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5),
+)
+
+
+#: Verdicts kept at most (then forgotten at once): nodes x kinds of request seen.
+_MAX_VERDICTS = 200_000
+
+
+class Cluster(Protocol):
+    """What the extender needs of Kubernetes."""
+
+    def node(self, name: str) -> NodeView | None:
+        """The node as last seen, or None."""
+
+    async def get_pod(self, namespace: str, name: str) -> PodView: ...
+
+    async def annotate(
+        self, namespace: str, name: str, *, uid: str, annotations: dict[str, str | None]
+    ) -> None:
+        """Merge ``annotations`` into the pod's (None removes one), only if its uid is ``uid``."""
+
+    async def bind(self, namespace: str, name: str, *, uid: str, node: str) -> None: ...
+
+
+class Extender:
+    """Answers kube-scheduler's ``filter``, ``prioritize`` and ``bind`` calls."""
+
+    def __init__(self, cluster: Cluster, *, clock_ns: Callable[[], int] = time.time_ns) -> None:
+        self.cluster = cluster
+        self.ledger = Ledger()
+        self._clock_ns = clock_ns
+        self._locks: dict[str, asyncio.Lock] = {}
+        # Reservations made by bind that the pod watch has not shown annotated yet: an older
+        # view of the pod (without the annotation) must not free them.
+        self._pending: set[str] = set()
+        # Per node, what the filter reads on every call: the node's shape (until the Node
+        # changes) and its usage (until its allocations change).
+        self._shapes: dict[str, tuple[NodeView, NodeShape]] = {}
+        self._usages: dict[str, tuple[int, NodeShape, Usage]] = {}
+        # (node, resource, count) -> the node's stamp and shape, and the verdict then: most
+        # nodes do not change between two calls, so most verdicts are looked up, not made.
+        self._verdicts: dict[tuple[str, str, int], tuple[int, NodeShape, Unfit | None, int]] = {}
+
+    def _shape(self, view: NodeView) -> NodeShape:
+        name = view.metadata.name
+        cached = self._shapes.get(name)
+        if cached is not None and (cached[0] is view or cached[0] == view):
+            return cached[1]
+        shape = shape_of(view)
+        self._shapes[name] = (view, shape)
+        return shape
+
+    def usage(self, shape: NodeShape) -> Usage:
+        """``shape``'s node as the ledger has it now."""
+        stamp = self.ledger.stamp(shape.name)
+        cached = self._usages.get(shape.name)
+        if cached is not None and cached[0] == stamp and cached[1] is shape:
+            return cached[2]
+        usage = Usage(shape, self.ledger.used(shape))
+        self._usages[shape.name] = (stamp, shape, usage)
+        return usage
+
+    # -- what the pod watch tells ------------------------------------------------------------
+
+    def observe(self, pod: PodView, *, deleted: bool = False) -> None:
+        """Bring the ledger in line with ``pod`` as the API shows it."""
+        uid = pod.metadata.uid
+        if deleted:
+            self._pending.discard(uid)
+            self.ledger.release(uid)
+            return
+        try:
+            ask = ask_of(pod)
+        except AskError:
+            ask = None
+        alloc = allocation_of(pod, ask=ask)
+        if alloc is not None:
+            self._pending.discard(uid)
+            self.ledger.record(alloc)
+        elif pod.status.phase in ("Succeeded", "Failed"):
+            self._pending.discard(uid)
+            self.ledger.release(uid)
+        elif uid not in self._pending:
+            self.ledger.release(uid)
+
+    # -- filter and prioritize -----------------------------------------------------------------
+
+    def _candidates(self, args: ExtenderArgs) -> list[tuple[str, NodeView | None]]:
+        if args.nodes is not None:
+            views = [decode_node(raw) for raw in args.nodes.items]
+            return [(v.metadata.name, v) for v in views]
+        return [(name, self.cluster.node(name)) for name in args.node_names or ()]
+
+    def _unfit(self, ask: Ask, name: str, view: NodeView | None) -> Unfit | None:
+        if view is None:
+            return Unfit(
+                message=f"Node {name} is not known to the Neuron extender yet", final=False
+            )
+        try:
+            shape = self._shape(view)
+        except UnknownInstanceType as exc:
+            return Unfit(message=f"Node {name}: {exc}", final=True)
+        return self._verdict(shape, ask)[0]
+
+    def _verdict(self, shape: NodeShape, ask: Ask) -> tuple[Unfit | None, int]:
+        """Why ``ask`` does not fit ``shape``'s node now (None: it fits), and its score."""
+        key = (shape.name, ask.resource, ask.count)
+        stamp = self.ledger.stamp(shape.name)
+        hit = self._verdicts.get(key)
+        if hit is not None and hit[0] == stamp and hit[1] is shape:
+            return hit[2], hit[3]
+        if len(self._verdicts) > _MAX_VERDICTS:
+            self._verdicts.clear()
+        usage = self.usage(shape)
+        why = unfit(shape, ask, usage)
+        value = 0 if why is not None else score(shape, ask, usage)
+        self._verdicts[key] = (stamp, shape, why, value)
+        return why, value
+
+    def _judge(
+        self, ask: Ask, name: str, view: NodeView | None
+    ) -> tuple[NodeShape, Placement] | Unfit:
+        if view is None:
+            return Unfit(
+                message=f"Node {name} is not known to the Neuron extender yet", final=False
+            )
+        try:
+            shape = self._shape(view)
+        except UnknownInstanceType as exc:
+            return Unfit(message=f"Node {name}: {exc}", final=True)
+        verdict = judge(shape, ask, self.usage(shape))
+        return verdict if isinstance(verdict, Unfit) else (shape, verdict)
+
+    def filter(self, args: ExtenderArgs) -> ExtenderFilterResult:
+        """The nodes that can give the pod a valid connected set now; the others with why."""
+        t0 = time.perf_counter()
+        candidates = self._candidates(args)
+        result = ExtenderFilterResult()
+        kept: list[int] = []
+        try:
+            ask = ask_of(args.pod)
+        except AskError as exc:
+            result.failed_and_unresolvable_nodes = {name: str(exc) for name, _ in candidates}
+            ask = None
+            candidates = []
+        for index, (name, view) in enumerate(candidates):
+            if ask is None:
+                kept.append(index)
+                continue
+            verdict = self._unfit(ask, name, view)
+            if verdict is not None:
+                target = (
+                    result.failed_and_unresolvable_nodes if verdict.final else result.failed_nodes
+                )
+                target[name] = verdict.message
+            else:
+                kept.append(index)
+        if args.nodes is not None:
+            result.nodes = NodeList(items=[args.nodes.items[i] for i in kept])
+        else:
+            result.node_names = [candidates[i][0] for i in kept]
+        log.info(
+            "filtered nodes",
+            extra={
+                "pod": args.pod.key,
+                "ask": None if ask is None else f"{ask.count} {ask.resource}",
+                "fit": len(kept),
+                "failed": len(result.failed_nodes) + len(result.failed_and_unresolvable_nodes),
+                # One reason is enough to read: on a large cluster the rest repeat it.
+                "reason": next(
+                    iter({**result.failed_and_unresolvable_nodes, **result.failed_nodes}.values()),
+                    "",
+                ),
+            },
+        )
+        DECISIONS.labels("filter", "fit" if kept else "none").inc()
+        LATENCY.labels("filter").observe(time.perf_counter() - t0)
+        return result
+
+    def prioritize(self, args: ExtenderArgs) -> list[HostPriority]:
+        """0..10 per node: fuller after placing scores higher (best fit)."""
+        t0 = time.perf_counter()
+        try:
+            ask = ask_of(args.pod)
+        except AskError:
+            ask = None
+        out: list[HostPriority] = []
+        for name, view in self._candidates(args):
+            value = 0
+            if ask is not None and view is not None:
+                try:
+                    shape = self._shape(view)
+                except UnknownInstanceType:
+                    shape = None
+                if shape is not None:
+                    value = self._verdict(shape, ask)[1]
+            out.append(HostPriority(host=name, score=value))
+        DECISIONS.labels("prioritize", "ok").inc()
+        LATENCY.labels("prioritize").observe(time.perf_counter() - t0)
+        return out
+
+    # -- bind --------------------------------------------------------------------------------
+
+    async def bind(self, args: ExtenderBindingArgs) -> ExtenderBindingResult:
+        """Choose the set on ``args.node``, annotate the pod with it, bind the pod."""
+        t0 = time.perf_counter()
+        try:
+            result = await self._bind(args)
+        except Exception as exc:  # every failure is the scheduler's to retry, with the reason
+            log.warning(
+                "bind failed",
+                extra={
+                    "pod": f"{args.pod_namespace}/{args.pod_name}",
+                    "node": args.node,
+                    "error": str(exc),
+                },
+            )
+            result = ExtenderBindingResult(
+                error=f"Pod {args.pod_namespace}/{args.pod_name} on node {args.node}: {exc}"
+            )
+        DECISIONS.labels("bind", "error" if result.error else "bound").inc()
+        LATENCY.labels("bind").observe(time.perf_counter() - t0)
+        return result
+
+    async def _bind(self, args: ExtenderBindingArgs) -> ExtenderBindingResult:
+        ns, name, node = args.pod_namespace, args.pod_name, args.node
+        pod = await self.cluster.get_pod(ns, name)
+        uid = pod.metadata.uid
+        if args.pod_uid and uid != args.pod_uid:
+            raise LookupError(f"the pod's uid is {uid}, not {args.pod_uid} (it was replaced)")
+        ask = ask_of(pod)
+        if ask is None:
+            await self.cluster.bind(ns, name, uid=uid, node=node)
+            return ExtenderBindingResult()
+        view = self.cluster.node(node)
+        if view is None:
+            raise LookupError("the node is not known to the Neuron extender yet")
+        shape = shape_of(view)
+        lock = self._locks.setdefault(node, asyncio.Lock())
+        async with lock:
+            alloc = self._reserve(pod, ask, shape)
+            try:
+                annotations = annotations_for(
+                    ask=ask, ids=alloc.ids, node=node, now_ns=self._clock_ns()
+                )
+                await self.cluster.annotate(ns, name, uid=uid, annotations=dict(annotations))
+                await self.cluster.bind(ns, name, uid=uid, node=node)
+            except BaseException:
+                self._pending.discard(uid)
+                self.ledger.release(uid)
+                raise
+        log.info(
+            "bound pod",
+            extra={
+                "pod": pod.key,
+                "node": node,
+                "resource": ask.resource,
+                "ids": format_ids(alloc.ids),
+            },
+        )
+        return ExtenderBindingResult()
+
+    def _reserve(self, pod: PodView, ask: Ask, shape: NodeShape) -> Allocation:
+        """Check and set, with no await in between: the ledger's view cannot change here."""
+        uid = pod.metadata.uid
+        held = self.ledger.get(uid)
+        if (
+            held is not None
+            and held.node == shape.name
+            and pod.metadata.annotations.get(ANNOTATION_IDS) == format_ids(held.ids)
+        ):
+            # A bind tried again after a lost answer: the pod keeps what it was given.
+            self._pending.add(uid)
+            return held
+        used = self.ledger.used(shape, excluding=uid)
+        verdict = judge(shape, ask, used)
+        if isinstance(verdict, Unfit):
+            raise Conflict(verdict.message)
+        ids = verdict.cores if ask.cores else verdict.devices
+        alloc = Allocation(uid=uid, pod=pod.key, node=shape.name, cores=ask.cores, ids=ids)
+        self.ledger.reserve(alloc, shape)
+        self._pending.add(uid)
+        return alloc
+
+
+def decode_pod(obj: object) -> PodView:
+    """A Pod from the API (a decoded JSON object) as the extender reads it."""
+    return msgspec.convert(obj, PodView)

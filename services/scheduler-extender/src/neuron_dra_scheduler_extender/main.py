@@ -1,0 +1,53 @@
+"""``neuron-dra-scheduler-extender``: settings, wiring, run.
+
+The settings are read before anything else is imported: ``--help`` and a bad setting answer
+at once, without loading the Kubernetes client.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from neuron_dra_common.runtime import Service
+
+    from neuron_dra_scheduler_extender.settings import ExtenderSettings
+
+__all__ = ["build", "main"]
+
+NAME = "scheduler-extender"
+PROG = "neuron-dra-scheduler-extender"
+
+
+async def build(settings: ExtenderSettings) -> Service:
+    """Watch Nodes and Pods (the pods' annotations rebuild who holds what), serve the verbs;
+    ready once both watches have listed."""
+    from neuron_dra_common.kube import connect
+    from neuron_dra_common.runtime import Service
+
+    from neuron_dra_scheduler_extender.cluster import KubeCluster
+    from neuron_dra_scheduler_extender.extender import Extender
+    from neuron_dra_scheduler_extender.verbs import routes
+
+    client = await connect(kubeconfig=settings.kubeconfig or None)
+    cluster = KubeCluster(client)
+    extender = Extender(cluster)
+    cluster.follow(extender)
+
+    service = Service(name=NAME, settings=settings)
+    service.add_task("nodes", cluster.nodes.run, stop=cluster.nodes.stop)
+    service.add_task("pods", cluster.pods.run, stop=cluster.pods.stop)
+    service.add_readiness("synced", lambda: cluster.synced)
+    for path, handler in routes(extender, ready=lambda: cluster.synced).items():
+        service.http.add_json_post(path, handler)
+    service.on_shutdown(client.close)
+    return service
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from neuron_dra_common.runtime.process import serve
+
+    from neuron_dra_scheduler_extender.settings import ExtenderSettings
+
+    return serve(ExtenderSettings, build, name=NAME, prog=PROG, argv=argv)

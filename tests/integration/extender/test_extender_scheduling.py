@@ -1,0 +1,194 @@
+"""Seed 003's examples through the real kube-scheduler and the extender: connected devices in
+the annotation AWS's device plugin reads, the refusal in the pod's condition, a restart that
+forgets nothing, and two binds for the last set of which one wins."""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from tests.integration.extender.conftest import NAMESPACE, ExtenderCluster
+
+SEED_REFUSAL = (
+    "Instance type trn1.32xlarge does not support requests for device: 7. "
+    "Please request a different number of devices."
+)
+
+
+def neuron_pod(
+    name: str,
+    *,
+    node: str,
+    count: int,
+    resource: str = "aws.amazon.com/neuron",
+    scheduler: str = "default-scheduler",
+) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": NAMESPACE},
+        "spec": {
+            "schedulerName": scheduler,
+            "restartPolicy": "Never",
+            "nodeSelector": {"kubernetes.io/hostname": node},
+            # Nodes without a kubelet keep the taints a node has until its kubelet reports.
+            "tolerations": [{"operator": "Exists"}],
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "public.ecr.aws/neuron/pytorch-inference-neuronx",
+                    "resources": {
+                        "limits": {"cpu": "4", "memory": "4Gi", resource: count},
+                        "requests": {"cpu": "1", "memory": "1Gi"},
+                    },
+                }
+            ],
+        },
+    }
+
+
+def bound(cluster: ExtenderCluster, name: str) -> dict[str, Any]:
+    seen: dict[str, Any] = {}
+
+    def check() -> dict[str, Any] | None:
+        pod = cluster.pod(name)
+        seen["status"] = pod.get("status")
+        return pod if pod["spec"].get("nodeName") else None
+
+    try:
+        found: dict[str, Any] = cluster.wait_for(f"pod {name} bound", check)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; the pod's status: {seen.get('status')}") from None
+    return found
+
+
+def ids(pod: dict[str, Any]) -> str:
+    value: str = pod["metadata"]["annotations"]["AWS_NEURON_IDS"]
+    return value
+
+
+def test_three_devices_on_inf2_are_a_ring_window_through_my_scheduler(
+    extender_cluster: ExtenderCluster,
+) -> None:
+    extender_cluster.apply(neuron_pod("ring", node="inf2-ring", count=3, scheduler="my-scheduler"))
+    pod = bound(extender_cluster, "ring")
+    assert pod["spec"]["nodeName"] == "inf2-ring"
+    annotations = pod["metadata"]["annotations"]
+    assert annotations["AWS_NEURON_IDS"] == "0,1,2"
+    assert annotations["NEURON_RESOURCE_TYPE"] == "aws.amazon.com/neuron"
+    assert annotations["aws.amazon.com/predicate-node"] == "inf2-ring"
+    assert annotations["NEURON_ALLOCATED"] == "false"
+
+
+def test_seven_devices_on_trn1_stay_pending_with_the_seeds_text(
+    extender_cluster: ExtenderCluster,
+) -> None:
+    extender_cluster.apply(neuron_pod("seven", node="trn1-rows", count=7))
+
+    def refused() -> str:
+        conditions = extender_cluster.pod("seven")["status"].get("conditions") or []
+        for c in conditions:
+            if c["type"] == "PodScheduled" and c["status"] == "False":
+                return str(c.get("message", ""))
+        return ""
+
+    message = extender_cluster.wait_for("the pod's scheduling condition", refused)
+    assert SEED_REFUSAL in message
+    events = json.loads(
+        extender_cluster.kubectl(
+            "get",
+            "events",
+            "-n",
+            NAMESPACE,
+            "--field-selector",
+            "involvedObject.name=seven,reason=FailedScheduling",
+            "-o",
+            "json",
+        )
+    )["items"]
+    assert any(SEED_REFUSAL in e["message"] for e in events)
+    assert not extender_cluster.pod("seven")["spec"].get("nodeName")
+
+
+def test_nine_neuroncores_are_cores_0_to_8(extender_cluster: ExtenderCluster) -> None:
+    # The seed's log: 9 neuroncores on a 4-core-per-device node -> "0,1,2,3,4,5,6,7,8".
+    extender_cluster.apply(
+        neuron_pod(
+            "cores",
+            node="inf1-cores",
+            count=9,
+            resource="aws.amazon.com/neuroncore",
+            scheduler="my-scheduler",
+        )
+    )
+    pod = bound(extender_cluster, "cores")
+    assert ids(pod) == "0,1,2,3,4,5,6,7,8"
+    assert pod["metadata"]["annotations"]["NEURON_RESOURCE_TYPE"] == "aws.amazon.com/neuroncore"
+
+
+def test_four_devices_on_trn2_are_one_row_through_the_default_scheduler(
+    extender_cluster: ExtenderCluster,
+) -> None:
+    extender_cluster.apply(neuron_pod("row", node="trn2-row", count=4))
+    assert ids(bound(extender_cluster, "row")) == "0,1,2,3"
+
+
+def test_a_restarted_extender_keeps_what_bound_pods_hold(
+    extender_cluster: ExtenderCluster,
+) -> None:
+    extender_cluster.apply(neuron_pod("before", node="inf2-restart", count=3))
+    assert ids(bound(extender_cluster, "before")) == "0,1,2"
+    # SIGTERM ends the first process in order.
+    assert extender_cluster.restart_extender() == 0
+    log = (extender_cluster.root / "scheduler-extender.log").read_text()
+    stopped = [json.loads(line) for line in log.splitlines() if '"service stopped"' in line]
+    assert [s["exit_code"] for s in stopped] == [0]
+    extender_cluster.apply(neuron_pod("after", node="inf2-restart", count=3))
+    # Read back from the first pod's annotation: the next window, not 0-2 again.
+    assert ids(bound(extender_cluster, "after")) == "3,4,5"
+
+
+def _bind(port: int, name: str, uid: str, node: str) -> dict[str, Any]:
+    body = json.dumps(
+        {"PodName": name, "PodNamespace": NAMESPACE, "PodUID": uid, "Node": node}
+    ).encode()
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}/bind", data=body, headers={"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(request, timeout=30) as resp:
+        answer: dict[str, Any] = json.loads(resp.read())
+        return answer
+
+
+def test_two_binds_racing_for_the_last_set_never_both_win(
+    extender_cluster: ExtenderCluster,
+) -> None:
+    # No scheduler takes these pods: the binds below are the scheduler's calls, at once.
+    names = ("holder", "racer-a", "racer-b")
+    extender_cluster.apply(
+        *(neuron_pod(n, node="trn2-race", count=8, scheduler="nobody") for n in names)
+    )
+    uids = {n: extender_cluster.pod(n)["metadata"]["uid"] for n in names}
+    port = extender_cluster.extender_port
+    assert _bind(port, "holder", uids["holder"], "trn2-race") == {"Error": ""}
+    assert ids(bound(extender_cluster, "holder")) == "0,1,2,3,4,5,6,7"
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        answers = dict(
+            zip(
+                ("racer-a", "racer-b"),
+                pool.map(lambda n: _bind(port, n, uids[n], "trn2-race"), ("racer-a", "racer-b")),
+                strict=True,
+            )
+        )
+    winners = [n for n, a in answers.items() if not a["Error"]]
+    assert len(winners) == 1, answers
+    [loser] = [n for n in answers if n not in winners]
+    assert (
+        "has no 8 connected Neuron devices free (0 of 16 devices free)" in answers[loser]["Error"]
+    )
+    assert ids(bound(extender_cluster, winners[0])) == "8,9,10,11,12,13,14,15"
+    lost = extender_cluster.pod(loser)
+    assert not lost["spec"].get("nodeName")
+    assert "AWS_NEURON_IDS" not in (lost["metadata"].get("annotations") or {})

@@ -1,0 +1,189 @@
+"""The extender's verbs over a fake cluster: filter, prioritize, bind, races and restarts."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import msgspec
+from neuron_dra_scheduler_extender.api import (
+    ExtenderBindingArgs,
+    NodeView,
+    PodView,
+    decode_args,
+    encode,
+)
+from neuron_dra_scheduler_extender.extender import Extender, decode_pod
+from neuron_dra_scheduler_extender.verbs import routes
+
+from .helpers import node_obj, pod_obj
+
+
+class FakeCluster:
+    """Pods and nodes in memory; ``bind`` waits for ``gate`` so that binds can overlap."""
+
+    def __init__(self, nodes: list[dict[str, Any]]) -> None:
+        self.nodes = {n["metadata"]["name"]: msgspec.convert(n, NodeView) for n in nodes}
+        self.pods: dict[str, dict[str, Any]] = {}
+        self.bound: dict[str, str] = {}
+        self.gate = asyncio.Event()
+        self.gate.set()
+        self.fail_bind = False
+
+    def add(self, obj: dict[str, Any]) -> PodView:
+        self.pods[f"{obj['metadata']['namespace']}/{obj['metadata']['name']}"] = obj
+        return decode_pod(obj)
+
+    def node(self, name: str) -> NodeView | None:
+        return self.nodes.get(name)
+
+    async def get_pod(self, namespace: str, name: str) -> PodView:
+        return decode_pod(self.pods[f"{namespace}/{name}"])
+
+    async def annotate(
+        self, namespace: str, name: str, *, uid: str, annotations: dict[str, str | None]
+    ) -> None:
+        obj = self.pods[f"{namespace}/{name}"]
+        assert obj["metadata"]["uid"] == uid
+        obj["metadata"]["annotations"].update(annotations)
+
+    async def bind(self, namespace: str, name: str, *, uid: str, node: str) -> None:
+        await self.gate.wait()
+        if self.fail_bind:
+            raise RuntimeError("the apiserver refused the binding")
+        self.pods[f"{namespace}/{name}"]["spec"]["nodeName"] = node
+        self.bound[f"{namespace}/{name}"] = node
+
+
+def args(pod: dict[str, Any], nodes: list[dict[str, Any]], *, names: bool) -> bytes:
+    if names:
+        return encode({"Pod": pod, "NodeNames": [n["metadata"]["name"] for n in nodes]})
+    return encode({"Pod": pod, "Nodes": {"items": nodes}})
+
+
+def binding(pod: dict[str, Any], node: str) -> ExtenderBindingArgs:
+    meta = pod["metadata"]
+    return ExtenderBindingArgs(
+        pod_name=meta["name"], pod_namespace=meta["namespace"], pod_uid=meta["uid"], node=node
+    )
+
+
+NODES = [node_obj("inf2-0", "inf2.48xlarge"), node_obj("trn1-0", "trn1.32xlarge")]
+
+
+async def test_filter_answers_in_the_form_it_was_asked() -> None:
+    ext = Extender(FakeCluster(NODES))
+    p = pod_obj("seven", count=7)
+    handlers = routes(ext, ready=lambda: True)
+    for names in (True, False):
+        status, body = await handlers["/filter"](args(p, NODES, names=names))
+        assert status == 200
+        got = msgspec.json.decode(body)
+        message = (
+            "Instance type trn1.32xlarge does not support requests for device: 7. "
+            "Please request a different number of devices."
+        )
+        assert got["FailedAndUnresolvableNodes"] == {"trn1-0": message}
+        if names:
+            assert got["NodeNames"] == ["inf2-0"]
+        else:
+            # The scheduler takes back the Node objects it sent, unchanged.
+            assert got["Nodes"]["items"] == [NODES[0]]
+
+
+async def test_prioritize_scores_the_fuller_node_higher() -> None:
+    nodes = [node_obj("a", "trn2.48xlarge"), node_obj("b", "trn2.48xlarge")]
+    cluster = FakeCluster(nodes)
+    ext = Extender(cluster)
+    first = cluster.add(pod_obj("first", count=8))
+    assert not (await ext.bind(binding(cluster.pods["default/first"], "a"))).error
+    ext.observe(decode_pod(cluster.pods["default/first"]))
+    assert first.metadata.uid in {a.uid for a in ext.ledger.on_node("a")}
+    scores = ext.prioritize(decode_args(args(pod_obj("next", count=4), nodes, names=True)))
+    by_host = {h.host: h.score for h in scores}
+    assert by_host["a"] > by_host["b"]
+
+
+async def test_two_binds_racing_for_the_last_set_never_both_win() -> None:
+    cluster = FakeCluster([node_obj("trn2-0", "trn2.48xlarge")])
+    ext = Extender(cluster)
+    holder = cluster.add(
+        pod_obj(
+            "holder",
+            count=8,
+            annotations={
+                "AWS_NEURON_IDS": "0,1,2,3,4,5,6,7",
+                "NEURON_RESOURCE_TYPE": "aws.amazon.com/neuron",
+            },
+            node_name="trn2-0",
+            phase="Running",
+        )
+    )
+    ext.observe(holder)
+    a, b = pod_obj("a", count=8), pod_obj("b", count=8)
+    cluster.add(a)
+    cluster.add(b)
+    cluster.gate.clear()
+    racing = [asyncio.create_task(ext.bind(binding(p, "trn2-0"))) for p in (a, b)]
+    await asyncio.sleep(0.01)
+    cluster.gate.set()
+    results = await asyncio.gather(*racing)
+    errors = [r.error for r in results if r.error]
+    assert len(errors) == 1, results
+    assert "has no 8 connected Neuron devices free (0 of 16 devices free)" in errors[0]
+    assert list(cluster.bound.values()) == ["trn2-0"]
+    winner = next(k for k in cluster.bound)
+    assert cluster.pods[winner]["metadata"]["annotations"]["AWS_NEURON_IDS"] == (
+        "8,9,10,11,12,13,14,15"
+    )
+
+
+async def test_a_restarted_extender_rebuilds_from_annotations() -> None:
+    cluster = FakeCluster([node_obj("inf2-0", "inf2.48xlarge")])
+    first = Extender(cluster)
+    p = pod_obj("three", count=3)
+    cluster.add(p)
+    assert not (await first.bind(binding(p, "inf2-0"))).error
+    assert cluster.pods["default/three"]["metadata"]["annotations"]["AWS_NEURON_IDS"] == "0,1,2"
+    # A new process: it knows only what the pods say.
+    second = Extender(cluster)
+    for obj in cluster.pods.values():
+        second.observe(decode_pod(obj))
+    q = pod_obj("next", count=3)
+    cluster.add(q)
+    assert not (await second.bind(binding(q, "inf2-0"))).error
+    assert cluster.pods["default/next"]["metadata"]["annotations"]["AWS_NEURON_IDS"] == "3,4,5"
+
+
+async def test_a_failed_binding_frees_the_reservation() -> None:
+    cluster = FakeCluster([node_obj("trn2-0", "trn2.48xlarge")])
+    ext = Extender(cluster)
+    p = pod_obj("whole", count=16)
+    cluster.add(p)
+    cluster.fail_bind = True
+    result = await ext.bind(binding(p, "trn2-0"))
+    assert result.error == ("Pod default/whole on node trn2-0: the apiserver refused the binding")
+    assert len(ext.ledger) == 0
+    cluster.fail_bind = False
+    assert not (await ext.bind(binding(p, "trn2-0"))).error
+
+
+async def test_an_older_view_of_a_pod_does_not_free_its_fresh_reservation() -> None:
+    cluster = FakeCluster([node_obj("trn2-0", "trn2.48xlarge")])
+    ext = Extender(cluster)
+    p = pod_obj("row", count=4)
+    stale = cluster.add(p)
+    assert not (await ext.bind(binding(p, "trn2-0"))).error
+    ext.observe(stale)  # the watch still shows the pod before its annotation
+    assert len(ext.ledger) == 1
+    ext.observe(decode_pod(cluster.pods["default/row"]), deleted=True)
+    assert len(ext.ledger) == 0
+
+
+async def test_verbs_refuse_to_decide_before_the_pods_are_read() -> None:
+    handlers = routes(Extender(FakeCluster(NODES)), ready=lambda: False)
+    status, body = await handlers["/filter"](args(pod_obj("p"), NODES, names=True))
+    assert status == 200
+    assert "has not read the cluster's pods yet" in msgspec.json.decode(body)["Error"]
+    status, body = await handlers["/bind"](b"{not json")
+    assert status == 200  # still starting: nothing is decoded yet
