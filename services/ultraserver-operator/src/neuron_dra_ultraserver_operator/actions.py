@@ -22,6 +22,7 @@ __all__ = [
     "ForgetEvents",
     "ListClaims",
     "NodeWrite",
+    "Recheck",
     "Release",
     "RequestAllocation",
     "Requeue",
@@ -127,6 +128,13 @@ class Requeue(_Action, frozen=True, kw_only=True):
     after: float
 
 
+class Recheck(_Action, frozen=True, kw_only=True):
+    """Reconcile other workloads now (by ``namespace/name``): the owners of nodes the
+    allocator handed out again, so that their confirmation teaches it who holds them."""
+
+    keys: tuple[str, ...]
+
+
 class WakeWaiting(_Action, frozen=True, kw_only=True):
     """Capacity came back: every waiting workload gets another look."""
 
@@ -149,6 +157,7 @@ Action = (
     | ForgetEvents
     | Requeue
     | WakeWaiting
+    | Recheck
     | TouchUltraServers
 )
 

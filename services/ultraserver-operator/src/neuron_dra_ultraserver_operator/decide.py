@@ -37,6 +37,7 @@ from neuron_dra_ultraserver_operator.actions import (
     ForgetEvents,
     ListClaims,
     NodeWrite,
+    Recheck,
     Release,
     RequestAllocation,
     Requeue,
@@ -45,15 +46,19 @@ from neuron_dra_ultraserver_operator.actions import (
     WakeWaiting,
     WriteNodeRecords,
 )
-from neuron_dra_ultraserver_operator.inputs import Facts, FleetView, Held
+from neuron_dra_ultraserver_operator.inputs import Facts, FleetView, Held, Owner, Refusal
 from neuron_dra_ultraserver_operator.manifests import claim_template
 from neuron_dra_ultraserver_operator.model import FINALIZER, AllocationRecord, Workload
+from neuron_dra_ultraserver_operator.ownership import describe, taken
 from neuron_dra_ultraserver_operator.records import node_allocations, records_from_grants
 from neuron_dra_ultraserver_operator.statuses import age_seconds, status_write
 
-__all__ = ["BOUND", "PENDING_RETRY_SECONDS", "REPLACING", "decide"]
+__all__ = ["BOUND", "CONFLICT_RETRY_SECONDS", "PENDING_RETRY_SECONDS", "REPLACING", "decide"]
 
 PENDING_RETRY_SECONDS = 10.0
+#: How soon a workload that gave back nodes another one holds asks again (the owner's
+#: confirmation, asked for at once, teaches the allocator first).
+CONFLICT_RETRY_SECONDS = 2.0
 #: States in which the workload's nodes are recorded Bound.
 BOUND = ("Allocated", "PartiallyAllocated")
 REPLACING = ("ReplaceAffected", "MigrateAffected")
@@ -68,6 +73,8 @@ def decide(
     """
     if workload.metadata.deletion_timestamp:
         return tuple(_deleting(workload, records, facts))
+    if facts.refused is not None:
+        return tuple(_refused(workload, records, facts, facts.refused))
     if facts.answer is None:
         return tuple(_ask(workload, fleet, records, facts))
     if not workload.status.allocations:
@@ -85,6 +92,10 @@ def _ask(
     if FINALIZER not in workload.metadata.finalizers:
         out.append(SetFinalizer(present=True))
     held = workload.status.allocations
+    lost = taken(workload, workload.nodes, facts.owners)
+    if held and lost:
+        # Never confirmed: the allocator would take the nodes from their owner for this one.
+        return out + _conflict(workload, records, facts, lost, granted=False)
     if held and not _same_shape(workload, held):
         out.append(Emit(reason="Reallocating", message="spec changed: releasing and placing again"))
         out += _unbind(workload, records)
@@ -123,6 +134,9 @@ def _placed(
             Emit(reason="AllocationPending", message=message, warning=True),
             Requeue(after=PENDING_RETRY_SECONDS),
         ]
+    conflicts = taken(workload, answer.nodes, facts.owners)
+    if conflicts:
+        return _conflict(workload, records, facts, conflicts, granted=True)
     new = records_from_grants(answer.grants, names=fleet.names)
     # Recorded before any node is touched: a crash after this resumes from the status.
     out = status_write(
@@ -145,6 +159,15 @@ def _confirmed(
     answer: AllocationDecided,
 ) -> list[Action]:
     held = workload.status.allocations
+    if not answer.granted and _owns_all(workload, facts.owners):
+        # Kubernetes records these nodes as this workload's: the allocator lost track (a
+        # restart without its history, a grant to another it has not given back yet). The
+        # workload keeps them, says so, and confirms again.
+        message = f"the allocator did not confirm the nodes this workload holds: {answer.reason}"
+        return [
+            Emit(reason="AllocatorDisagrees", message=message, warning=True),
+            Requeue(after=PENDING_RETRY_SECONDS),
+        ]
     if not answer.granted:
         return [
             *status_write(
@@ -412,6 +435,71 @@ def _deleting(workload: Workload, records: Mapping[str, Held], facts: Facts) -> 
         TouchUltraServers(names=tuple(dict.fromkeys(r.ultra_server for r in held))),
     ]
     return out
+
+
+def _conflict(
+    workload: Workload,
+    records: Mapping[str, Held],
+    facts: Facts,
+    conflicts: Mapping[str, Owner],
+    *,
+    granted: bool,
+) -> list[Action]:
+    """Give back every node: some are another workload's (``granted``: the allocator just
+    offered them; else this workload's status records them). Its owners confirm what they
+    hold at once, then this workload asks again."""
+    who = describe(conflicts)
+    if granted:
+        message = f"the allocator offered nodes another workload holds: {who}; asking again"
+    else:
+        message = f"nodes recorded for this workload are held by another: {who}; placing again"
+    owners = tuple(sorted({o.key for o in conflicts.values()}))
+    return [
+        Emit(reason="AllocationConflict", message=message, warning=True),
+        *_unbind(workload, records),
+        Recheck(keys=owners),
+        *status_write(
+            workload, now=facts.now, state="Pending", reason="AllocationConflict", message=message
+        ),
+        Requeue(after=CONFLICT_RETRY_SECONDS),
+    ]
+
+
+def _refused(
+    workload: Workload, records: Mapping[str, Held], facts: Facts, refusal: Refusal
+) -> list[Action]:
+    """The executor found an object it was to write held by someone else: a node (taken
+    between reading the cache and writing) or a ResourceClaimTemplate this workload does not
+    own. Nothing of another's is ever overwritten."""
+    if refusal.kind == "Node":
+        conflicts = {refusal.name: Owner(uid="", key=refusal.holder)}
+        return _conflict(workload, records, facts, conflicts, granted=False)
+    message = (
+        f"{refusal.kind} {workload.metadata.namespace}/{refusal.name} exists and is not this "
+        f"workload's ({refusal.holder}): left alone; name another in "
+        "spec.resourceClaimTemplate.name, or delete it"
+    )
+    return [
+        Emit(reason="TemplateConflict", message=message, warning=True),
+        *status_write(
+            workload,
+            now=facts.now,
+            state="Allocating",
+            reason="TemplateConflict",
+            message=message,
+            records=workload.status.allocations,
+            allocation_time=workload.status.allocation_time,
+        ),
+        Requeue(after=PENDING_RETRY_SECONDS),
+    ]
+
+
+def _owns_all(workload: Workload, owners: Mapping[str, Owner]) -> bool:
+    """Whether Kubernetes records every node of the workload as its own."""
+    uid = workload.metadata.uid
+    return bool(workload.nodes) and all(
+        (o := owners.get(n)) is not None and o.uid == uid for n in workload.nodes
+    )
 
 
 # --- pieces --------------------------------------------------------------------------------
