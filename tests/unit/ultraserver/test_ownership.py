@@ -87,6 +87,32 @@ def hold_us0(world: World) -> None:
         )
 
 
+def test_a_replacement_is_never_taken_from_another_workloads_nodes() -> None:
+    world = World(2, size=4, count=1, strategy="ReplaceAffected")
+    world.reconcile()
+    assert world.nodes() == US0
+    # ml/other holds us1 in Kubernetes; the allocator does not know (history lost).
+    us1 = [f"us1-n{i}" for i in range(4)]
+    other = other_workload(nodes=us1)
+    other["status"]["allocations"][0]["ultraServer"] = "us-us1"
+    world.api.workloads["ml/other"] = other
+    for i, node in enumerate(us1):
+        world.api.nodes[node]["metadata"]["annotations"][NODE_ALLOCATION] = encode_node_allocation(
+            record(i)
+        )
+    world.api.not_ready("us0-n1")
+    world.reconcile()
+    status = world.status
+    assert status["reason"] == "NoReplacement", status
+    assert world.nodes() == US0
+    assert "another workload holds: us1-n0, us1-n1, us1-n2, us1-n3" in status["message"]
+    assert all(
+        node_allocation(n, world.api.nodes[n]["metadata"]["annotations"]) == record(i)
+        for i, n in enumerate(us1)
+    )
+    assert "ml/other" in world.requeued
+
+
 def test_owners_come_from_node_records_then_the_oldest_status() -> None:
     mine = workload_from_api(
         {

@@ -257,22 +257,32 @@ def _failed(
         if facts.replacement is None:
             return [failed, *_ask_replacement(workload, fleet, nodes)]
         refused = facts.replacement.reason or "the allocator refused"
+        recheck: list[Action] = []
         if facts.replacement.granted:
-            taken = _unusable(
+            bad = _unusable(
                 facts.replacement,
                 fleet,
                 kept=set(_kept(workload, nodes)),
                 avoid=_avoided(workload, fleet, nodes),
             )
-            if not taken:
+            elsewhere = taken(workload, facts.replacement.nodes, facts.owners)
+            if not bad and not elsewhere:
                 return _replaced(
                     workload, fleet, records, facts, answer=facts.replacement, affected=nodes
                 )
-            refused = f"the allocator offered failed or unhealthy nodes again: {', '.join(taken)}"
+            if bad:
+                refused = f"the allocator offered failed or unhealthy nodes again: {', '.join(bad)}"
+            else:
+                refused = (
+                    f"the allocator offered nodes another workload holds: {describe(elsewhere)}"
+                )
+                # Their owners confirm what they hold, so the allocator learns it.
+                recheck.append(Recheck(keys=tuple(sorted({o.key for o in elsewhere.values()}))))
         # Reported with the question. Asking to replace every unit gave the nodes back first:
         # the workload takes them again, so that they stay its own while it reports them.
         everything = not _kept(workload, nodes)
         out = [RequestAllocation(purpose="hold", nodes=workload.nodes)] if everything else []
+        out += recheck
         out.append(Emit(reason="NoReplacement", message=refused, warning=True))
         # Waits for capacity: looks again a while later, and whenever a node comes back.
         out.append(Requeue(after=PENDING_RETRY_SECONDS))
