@@ -3,7 +3,7 @@ error: a publisher that starts while the apiserver fails waits for it, or refuse
 
 The apiserver is the stack's real one, reached through a small HTTP front that answers 503
 (as an apiserver does while its storage is away) for as long as a test says, then passes
-requests through.
+requests through; a front that never stops failing needs no apiserver behind it.
 """
 
 from __future__ import annotations
@@ -23,10 +23,8 @@ from neuron_dra_common.kube import ApiException, KubeClient, connect
 from neuron_dra_slice_publisher.slices import NodeDeviceMode, build_pool
 from neuron_dra_slice_publisher.wiring import FeatureUnknown, detect_mode, detect_taints
 
-from tests.fixtures.nats import free_port
+from tests.fixtures.nats import NatsServer, free_port
 from tests.fixtures.stack import KubeStack
-
-pytestmark = pytest.mark.stack
 
 _UNAVAILABLE = {
     "kind": "Status",
@@ -43,7 +41,7 @@ class FlakyApiserver:
     """Answers 503 to the first ``failures`` requests (all of them when negative), then
     forwards to the real apiserver; records what it was asked."""
 
-    upstream: KubeClient
+    upstream: KubeClient | None = None
     failures: int = 0
     seen: list[tuple[str, str]] = field(default_factory=list)
     url: str = ""
@@ -53,6 +51,7 @@ class FlakyApiserver:
         if self.failures < 0 or len(self.seen) <= self.failures:
             return web.json_response(_UNAVAILABLE, status=503)
         body = await request.read()
+        assert self.upstream is not None, "no apiserver behind this front"
         try:
             answer = await self.upstream.request(
                 request.method,
@@ -87,8 +86,8 @@ async def kube(kube_stack: KubeStack) -> AsyncIterator[KubeClient]:
 
 
 @pytest.fixture
-async def flaky(kube: KubeClient, tmp_path: Path) -> AsyncIterator[tuple[FlakyApiserver, Path]]:
-    front = FlakyApiserver(upstream=kube)
+async def flaky(tmp_path: Path) -> AsyncIterator[tuple[FlakyApiserver, Path]]:
+    front = FlakyApiserver()
     app = web.Application()
     app.router.add_route("*", "/{tail:.*}", front.handle)
     runner = web.AppRunner(app)
@@ -114,10 +113,12 @@ def ultraserver_node() -> NodeHardware:
     )
 
 
+@pytest.mark.stack
 async def test_a_publisher_starting_during_apiserver_errors_waits_and_keeps_the_chips(
     kube: KubeClient, flaky: tuple[FlakyApiserver, Path]
 ) -> None:
     front, kubeconfig = flaky
+    front.upstream = kube
     front.failures = 3
     cluster = await detect_mode(kube, "auto")
     client = await connect(kubeconfig=kubeconfig)
@@ -164,14 +165,14 @@ async def test_a_publisher_never_answered_refuses_to_guess(
 
 
 def test_the_publisher_process_exits_naming_the_problem_and_writes_no_slice(
-    kube_stack: KubeStack, flaky: tuple[FlakyApiserver, Path], tmp_path: Path
+    flaky: tuple[FlakyApiserver, Path], nats_server: NatsServer
 ) -> None:
     front, kubeconfig = flaky
     front.failures = -1
     env = {
         **os.environ,
         "NEURON_DRA_KUBECONFIG": str(kubeconfig),
-        "NEURON_DRA_NATS_SERVERS": kube_stack.nats_url,
+        "NEURON_DRA_NATS_SERVERS": nats_server.url,
         "NEURON_DRA_HTTP_HOST": "127.0.0.1",
         "NEURON_DRA_HTTP_PORT": str(free_port()),
         "NEURON_DRA_LEASE_NAME": "feature-probe-test",
