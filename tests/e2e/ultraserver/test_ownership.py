@@ -12,6 +12,7 @@ import asyncio
 import json
 import os
 import signal
+import textwrap
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,7 +33,7 @@ from tests.e2e.ultraserver.converged import (
     workload,
 )
 from tests.fixtures.processes import start_recorded, wait_gone
-from tests.fixtures.stack import KubeStack
+from tests.fixtures.stack import REPO, KubeStack
 
 pytestmark = pytest.mark.stack
 
@@ -140,3 +141,80 @@ def test_an_allocator_restarted_without_history_never_gives_a_held_ultraserver_a
     assert taker["state"] == "Pending", taker
     assert not taker.get("allocations"), taker
     assert "AllocationConflict" in seen or "InsufficientCapacity" in seen, seen
+
+
+TEAM_TEMPLATE = REPO / "examples" / "aws-dra-guide" / "v1" / "us-4-node-config.yaml"
+TEAM_POD = textwrap.dedent(
+    """\
+    apiVersion: v1
+    kind: Pod
+    metadata:
+      name: team-pod
+      namespace: default
+    spec:
+      containers:
+      - name: ctr0
+        image: public.ecr.aws/ubuntu/ubuntu:22.04
+        command: ["sleep", "infinity"]
+        resources:
+          claims:
+          - name: node
+      resourceClaims:
+      - name: node
+        resourceClaimTemplateName: us-4-node-config
+    """
+)
+
+
+@pytest.fixture
+def team(us_stack: KubeStack) -> Iterator[KubeStack]:
+    """A user's own template (AWS's guide's) and a pod running with a claim made from it."""
+    stack = us_stack
+    wait_no_workloads(stack)
+    stack.kubectl("apply", "-f", str(TEAM_TEMPLATE))
+    stack.kubectl("apply", "-f", "-", input=TEAM_POD)
+    try:
+        stack.wait_for(
+            "team-pod Running",
+            lambda: stack.get_json("pod", "team-pod")["status"].get("phase") == "Running",
+            timeout=120,
+        )
+        yield stack
+    finally:
+        stack.kubectl("delete", "nusw", "intruder", "--ignore-not-found", "--timeout=120s")
+        stack.kubectl("delete", "pod", "team-pod", "--ignore-not-found", "--timeout=60s")
+        stack.kubectl("delete", "-f", str(TEAM_TEMPLATE), "--ignore-not-found")
+
+
+def test_a_workload_naming_anothers_template_leaves_it_and_its_pods_alone(
+    team: KubeStack,
+) -> None:
+    stack = team
+    before = stack.get_json("resourceclaimtemplates", "us-4-node-config")
+    intruder = workload("intruder", size=4) + textwrap.indent(
+        "resourceClaimTemplate:\n  name: us-4-node-config\n", "  "
+    )
+    stack.kubectl("apply", "-f", "-", input=intruder)
+    status = stack.wait_for(
+        "intruder reports the template conflict",
+        lambda: (s := status_of(stack, "intruder")).get("reason") == "TemplateConflict" and s,
+        timeout=90,
+    )
+    assert "ResourceClaimTemplate default/us-4-node-config" in status["message"]
+    events = stack.get_json(
+        "events", "--field-selector", "involvedObject.name=intruder,reason=TemplateConflict"
+    )["items"]
+    assert events, "a TemplateConflict Event on the workload"
+    after = stack.get_json("resourceclaimtemplates", "us-4-node-config")
+    assert after["metadata"]["uid"] == before["metadata"]["uid"]
+    assert after["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
+    assert not after["metadata"].get("ownerReferences")
+
+    stack.kubectl("delete", "nusw", "intruder", "--timeout=120s", timeout=150)
+    pod = stack.get_json("pod", "team-pod")
+    assert not pod["metadata"].get("deletionTimestamp"), "the team's pod is left running"
+    assert pod["status"].get("phase") == "Running"
+    assert (
+        stack.get_json("resourceclaimtemplates", "us-4-node-config")["metadata"]["uid"]
+        == (before["metadata"]["uid"])
+    )
