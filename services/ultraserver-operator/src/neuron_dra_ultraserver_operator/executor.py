@@ -80,6 +80,9 @@ __all__ = ["Allocate", "Executor", "owned"]
 log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
+#: Reads and compare-and-set writes of one node record before the pass gives up (a Node's
+#: status changes under the write now and then; each try reads it again).
+_NODE_ATTEMPTS = 5
 
 
 class _Refused(Exception):
@@ -288,11 +291,22 @@ class Executor:
 
         Compare-and-set: the node is read, a record of another workload is never
         overwritten (refused) nor removed (left), and the patch carries the resourceVersion
-        read, so a record another writer made in between fails it (409) instead of being
-        overwritten. A merge patch, not an apply: an apply to a Node that is gone would create
-        an empty Node object, while a patch answers 404, and a node that is gone holds
-        nothing.
+        read, so a node changed in between (another writer, or just its status) fails it
+        (409) and is read again, instead of being overwritten. A merge patch, not an apply:
+        an apply to a Node that is gone would create an empty Node object, while a patch
+        answers 404, and a node that is gone holds nothing.
         """
+        for attempt in range(_NODE_ATTEMPTS):
+            try:
+                await self._node_once(wl, write)
+                break
+            except ApiException as exc:
+                if exc.status != 409 or attempt == _NODE_ATTEMPTS - 1:
+                    raise
+        if step:
+            self._crash(step)
+
+    async def _node_once(self, wl: Workload, write: NodeWrite) -> None:
         try:
             node = await self.client.get(NODES, write.node)
         except ApiException as exc:
@@ -330,8 +344,6 @@ class Executor:
         except ApiException as exc:
             if exc.status != 404:
                 raise
-        if step:
-            self._crash(step)
 
     async def _apply_template(self, wl: Workload, template: Obj) -> None:
         """Create the workload's template, or apply it over the one the workload owns (its
