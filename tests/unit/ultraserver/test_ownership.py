@@ -113,6 +113,21 @@ def test_a_replacement_is_never_taken_from_another_workloads_nodes() -> None:
     assert "ml/other" in world.requeued
 
 
+def test_records_left_by_a_workload_that_is_gone_are_written_over() -> None:
+    world = World(1, size=4, count=1, strategy="NoOp")
+    for i, node in enumerate(US0):
+        left = record(i, uid="uid-gone", workload="ml/gone")
+        world.api.nodes[node]["metadata"]["annotations"][NODE_ALLOCATION] = encode_node_allocation(
+            left
+        )
+    world.reconcile()
+    assert world.status["state"] == "Allocated"
+    for node in US0:
+        held = node_allocation(node, world.api.nodes[node]["metadata"]["annotations"])
+        assert held is not None
+        assert held.workload == KEY
+
+
 def test_owners_come_from_node_records_then_the_oldest_status() -> None:
     mine = workload_from_api(
         {

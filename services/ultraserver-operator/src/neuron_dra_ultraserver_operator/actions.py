@@ -78,6 +78,9 @@ class NodeWrite(msgspec.Struct, frozen=True, kw_only=True):
     record: NodeAllocation | None
     #: the trace context to write beside the record; empty: leave it as it is
     traceparent: str = ""
+    #: the UID of a workload that no longer exists whose record this write may replace (any
+    #: other workload's record is never written over)
+    over: str = ""
 
 
 class WriteNodeRecords(_Action, frozen=True, kw_only=True):

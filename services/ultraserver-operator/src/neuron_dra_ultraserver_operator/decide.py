@@ -199,8 +199,8 @@ def _bind(
     bound = workload.status.state in BOUND
     out: list[Action] = []
     if not bound:
-        out += _node_writes(workload, records, phase="Pending", trace=trace)
-    out += _node_writes(workload, records, phase="Bound", trace=trace)
+        out += _node_writes(workload, records, facts, phase="Pending", trace=trace)
+    out += _node_writes(workload, records, facts, phase="Bound", trace=trace)
     template = claim_template(workload, held, fleet.members, traceparent=trace)
     out.append(ApplyTemplate(template=template, step="" if bound else "allocate:template"))
     message = (
@@ -518,6 +518,7 @@ def _owns_all(workload: Workload, owners: Mapping[str, Owner]) -> bool:
 def _node_writes(
     workload: Workload,
     records: Mapping[str, Held],
+    facts: Facts,
     *,
     phase: Literal["Pending", "Bound"],
     trace: str,
@@ -526,12 +527,19 @@ def _node_writes(
     wanted = node_allocations(workload, workload.status.allocations, phase=phase)
     for node, record in wanted.items():
         held = records.get(node)
+        over = ""
         if held is not None:
             if phase == "Pending" and held.record == msgspec.structs.replace(record, phase="Bound"):
                 continue  # bound before a restart: never step back to Pending
             if held.record == record and (not trace or held.traceparent == trace):
                 continue
-        writes.append(NodeWrite(node=node, record=record, traceparent=trace))
+            uid = held.record.workload_uid
+            owner = facts.owners.get(node)
+            if uid != workload.metadata.uid and (owner is None or owner.uid != uid):
+                # Left by a workload that no longer exists: the only other record a write
+                # may replace (the executor checks it is still that one).
+                over = uid
+        writes.append(NodeWrite(node=node, record=record, traceparent=trace, over=over))
     # The nodes of one phase are independent: written together. The phases stay in order
     # (every node Pending before any is Bound).
     step = f"allocate:node-{phase.lower()}"

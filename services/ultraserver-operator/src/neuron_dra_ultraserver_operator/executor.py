@@ -318,10 +318,12 @@ class Executor:
             current = node_allocation(write.node, meta.get("annotations") or {})
         except NodeAllocationError:
             current = None  # unreadable: holds nothing, and is written over
-        if current is not None and current.workload_uid != wl.metadata.uid:
+        mine = current is None or current.workload_uid == wl.metadata.uid
+        if current is not None and not mine:
             if write.record is None:
                 return  # another workload's record: not this one's to remove
-            raise _Refused(Refusal(kind="Node", name=write.node, holder=current.workload))
+            if not write.over or current.workload_uid != write.over:
+                raise _Refused(Refusal(kind="Node", name=write.node, holder=current.workload))
         annotations: dict[str, str | None] = {}
         if write.record is None:
             if current is None:
