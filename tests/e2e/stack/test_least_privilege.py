@@ -48,6 +48,7 @@ MATRIX = [
     (PUBLISHER, "update", "leases.coordination.k8s.io", "default", False),
     (PUBLISHER, "create", "pods", "default", False),
     (PUBLISHER, "get", "secrets", NS, False),
+    (OPERATOR, "get", "nodes", "", True),
     (OPERATOR, "patch", "nodes", "", True),
     (OPERATOR, "update", "nodes", "", False),
     (OPERATOR, "create", "resourceslices.resource.k8s.io", "", False),

@@ -160,13 +160,14 @@ def test_allocator_has_no_api_access(base: list[dict[str, Any]]) -> None:
 
 def test_operator_rules_are_what_it_calls(base: list[dict[str, Any]]) -> None:
     # Each grant below is a call in services/ultraserver-operator: informers list and watch,
-    # server-side apply is a patch (and a create where the object may not exist yet).
+    # server-side apply is a patch (and a create where the object may not exist yet); a
+    # Node is read before its record is compare-and-set.
     name = "neuron-dra-ultraserver-operator"
     cluster = by_kind(base, "ClusterRole")[name]["rules"]
     assert _granted(cluster) == {
         ("neuron.aws.com", "neuronultraserverworkloads", ()): {"list", "watch", "patch"},
         ("neuron.aws.com", "neuronultraserverworkloads/status", ()): {"patch"},
-        ("", "nodes", ()): {"list", "watch", "patch"},
+        ("", "nodes", ()): {"get", "list", "watch", "patch"},
         ("resource.k8s.io", "resourceslices", ()): {"list", "watch"},
         ("resource.k8s.io", "resourceclaimtemplates", ()): {"get", "create", "patch", "delete"},
         ("resource.k8s.io", "resourceclaims", ()): {"list"},

@@ -48,21 +48,35 @@ class Api:
         #: pod name -> pod; deleted ones are moved to ``deleted`` with their grace period
         self.pods: dict[str, Obj] = {}
         self.deleted: dict[str, int | None] = {}
+        #: claim name -> claim (made from a template: its labels are the template's)
+        self.claims: dict[str, Obj] = {}
 
     def run_pods(self, template: str, nodes: list[str]) -> None:
-        """One pod using ``template`` on each of ``nodes`` (what a Deployment would run)."""
+        """One pod using ``template`` on each of ``nodes`` (what a Deployment would run),
+        with the claim made from the template."""
+        labels = ((self.templates.get(template) or {}).get("metadata") or {}).get("labels") or {}
         for node in nodes:
+            claim = f"pod-{node}-n"
+            self.claims[claim] = {"metadata": {"name": claim, "labels": dict(labels)}}
             self.pods[f"pod-{node}"] = {
                 "metadata": {"name": f"pod-{node}", "namespace": "ml"},
                 "spec": {
                     "nodeName": node,
                     "resourceClaims": [{"name": "n", "resourceClaimTemplateName": template}],
                 },
+                "status": {"resourceClaimStatuses": [{"name": "n", "resourceClaimName": claim}]},
             }
 
-    async def list(self, resource: Any, *, namespace: str = "", **kw: Any) -> tuple[list[Obj], str]:
+    async def list(
+        self, resource: Any, *, namespace: str = "", label_selector: str = "", **kw: Any
+    ) -> tuple[list[Obj], str]:
         if resource.plural == "pods":
             return list(self.pods.values()), "1"
+        if resource.plural == "resourceclaims":
+            key, _, value = label_selector.partition("=")
+            return [
+                c for c in self.claims.values() if c["metadata"]["labels"].get(key) == value
+            ], "1"
         return [], "1"
 
     async def get(self, resource: Any, name: str, *, namespace: str = "") -> Obj:
@@ -85,6 +99,13 @@ class Api:
             return self.templates[parts[-1]]
         elif method == "POST" and parts[-1] == "events":
             self.events.append(body)
+        elif method == "POST" and parts[-1] == "resourceclaimtemplates":
+            name = body["metadata"]["name"]
+            if name in self.templates:
+                raise ApiException(409, "already exists")
+            self.templates[name] = body
+        elif method == "GET" and "nodes" in parts:
+            return self.nodes[parts[-1]]
         elif "nodes" in parts:
             # A merge patch of the annotations: null removes one.
             notes = self.nodes[parts[-1]]["metadata"]["annotations"]
@@ -96,7 +117,8 @@ class Api:
         elif "resourceclaimtemplates" in parts:
             self.templates[parts[-1]] = body
         elif "neuronultraserverworkloads" in parts:
-            wl = self.workloads[KEY]
+            at = parts.index("neuronultraserverworkloads")
+            wl = self.workloads[f"{parts[at - 1]}/{parts[at + 1]}"]
             if parts[-1] == "status":
                 wl["status"] = body["status"]
             else:
@@ -180,6 +202,8 @@ class World:
             on_allocate(event)
             return await self.allocator.handle(event)  # type: ignore[arg-type,return-value]
 
+        #: Workloads the operator asked to reconcile again (by key), in order.
+        self.requeued: list[str] = []
         #: Events the operator published (workload state changes), with their msg ids.
         self.published: list[tuple[Event, str]] = []
 
@@ -193,7 +217,7 @@ class World:
             fleet=FleetIndex(lambda: _views, self.api.nodes, self.health),
             allocate=allocate,
             changed=lambda names: None,
-            requeue=lambda key, after: None,
+            requeue=lambda key, after: self.requeued.append(key),
             released=lambda: None,
             tracer=tracer,
             publish=publish,

@@ -48,8 +48,12 @@ async def build(settings: SlicePublisherSettings) -> Service:
     await bus.reconcile(
         consumers=[consumer(DURABLE), consumer(HEALTH_DURABLE)], replicas=settings.stream_replicas
     )
-    mode = await detect_mode(kube, settings.node_device)
-    taints_served = await detect_taints(kube, settings.device_taints)
+    # Decided once per process, from the apiserver's answer only (never from an error):
+    # every replica and every restart of one cluster agrees.
+    mode = await detect_mode(kube, settings.node_device, patience=settings.probe_timeout)
+    taints_served = await detect_taints(
+        kube, settings.device_taints, patience=settings.probe_timeout
+    )
     # A Node's labels, UID and the operator's record are all metadata: its status (images,
     # conditions, heartbeats) is never sent to the publisher.
     nodes = Informer(kube, NODES, metadata_only=True)

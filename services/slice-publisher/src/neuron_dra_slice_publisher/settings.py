@@ -38,4 +38,13 @@ class SlicePublisherSettings(LeaderElectedSettings, frozen=True, kw_only=True):
             "them"
         ),
     ] = "auto"
+    probe_timeout: Annotated[
+        float,
+        msgspec.Meta(
+            gt=0,
+            description="Seconds to keep asking the apiserver which features it keeps (shared "
+            "counters, device taints) before refusing to start; an error is never taken for "
+            "an answer",
+        ),
+    ] = 120.0
     workers: Annotated[int, msgspec.Meta(ge=1, le=256, description="Concurrent pool writes")] = 16

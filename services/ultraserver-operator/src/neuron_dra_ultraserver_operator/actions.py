@@ -22,6 +22,7 @@ __all__ = [
     "ForgetEvents",
     "ListClaims",
     "NodeWrite",
+    "Recheck",
     "Release",
     "RequestAllocation",
     "Requeue",
@@ -77,6 +78,9 @@ class NodeWrite(msgspec.Struct, frozen=True, kw_only=True):
     record: NodeAllocation | None
     #: the trace context to write beside the record; empty: leave it as it is
     traceparent: str = ""
+    #: the UID of a workload that no longer exists whose record this write may replace (any
+    #: other workload's record is never written over)
+    over: str = ""
 
 
 class WriteNodeRecords(_Action, frozen=True, kw_only=True):
@@ -127,6 +131,13 @@ class Requeue(_Action, frozen=True, kw_only=True):
     after: float
 
 
+class Recheck(_Action, frozen=True, kw_only=True):
+    """Reconcile other workloads now (by ``namespace/name``): the owners of nodes the
+    allocator handed out again, so that their confirmation teaches it who holds them."""
+
+    keys: tuple[str, ...]
+
+
 class WakeWaiting(_Action, frozen=True, kw_only=True):
     """Capacity came back: every waiting workload gets another look."""
 
@@ -149,6 +160,7 @@ Action = (
     | ForgetEvents
     | Requeue
     | WakeWaiting
+    | Recheck
     | TouchUltraServers
 )
 

@@ -37,6 +37,7 @@ from neuron_dra_ultraserver_operator.actions import (
     ForgetEvents,
     ListClaims,
     NodeWrite,
+    Recheck,
     Release,
     RequestAllocation,
     Requeue,
@@ -45,15 +46,19 @@ from neuron_dra_ultraserver_operator.actions import (
     WakeWaiting,
     WriteNodeRecords,
 )
-from neuron_dra_ultraserver_operator.inputs import Facts, FleetView, Held
+from neuron_dra_ultraserver_operator.inputs import Facts, FleetView, Held, Owner, Refusal
 from neuron_dra_ultraserver_operator.manifests import claim_template
 from neuron_dra_ultraserver_operator.model import FINALIZER, AllocationRecord, Workload
+from neuron_dra_ultraserver_operator.ownership import describe, taken
 from neuron_dra_ultraserver_operator.records import node_allocations, records_from_grants
 from neuron_dra_ultraserver_operator.statuses import age_seconds, status_write
 
-__all__ = ["BOUND", "PENDING_RETRY_SECONDS", "REPLACING", "decide"]
+__all__ = ["BOUND", "CONFLICT_RETRY_SECONDS", "PENDING_RETRY_SECONDS", "REPLACING", "decide"]
 
 PENDING_RETRY_SECONDS = 10.0
+#: How soon a workload that gave back nodes another one holds asks again (the owner's
+#: confirmation, asked for at once, teaches the allocator first).
+CONFLICT_RETRY_SECONDS = 2.0
 #: States in which the workload's nodes are recorded Bound.
 BOUND = ("Allocated", "PartiallyAllocated")
 REPLACING = ("ReplaceAffected", "MigrateAffected")
@@ -68,6 +73,8 @@ def decide(
     """
     if workload.metadata.deletion_timestamp:
         return tuple(_deleting(workload, records, facts))
+    if facts.refused is not None:
+        return tuple(_refused(workload, records, facts, facts.refused))
     if facts.answer is None:
         return tuple(_ask(workload, fleet, records, facts))
     if not workload.status.allocations:
@@ -85,6 +92,10 @@ def _ask(
     if FINALIZER not in workload.metadata.finalizers:
         out.append(SetFinalizer(present=True))
     held = workload.status.allocations
+    lost = taken(workload, workload.nodes, facts.owners)
+    if held and lost:
+        # Never confirmed: the allocator would take the nodes from their owner for this one.
+        return out + _conflict(workload, records, facts, lost, granted=False)
     if held and not _same_shape(workload, held):
         out.append(Emit(reason="Reallocating", message="spec changed: releasing and placing again"))
         out += _unbind(workload, records)
@@ -123,6 +134,9 @@ def _placed(
             Emit(reason="AllocationPending", message=message, warning=True),
             Requeue(after=PENDING_RETRY_SECONDS),
         ]
+    conflicts = taken(workload, answer.nodes, facts.owners)
+    if conflicts:
+        return _conflict(workload, records, facts, conflicts, granted=True)
     new = records_from_grants(answer.grants, names=fleet.names)
     # Recorded before any node is touched: a crash after this resumes from the status.
     out = status_write(
@@ -145,6 +159,15 @@ def _confirmed(
     answer: AllocationDecided,
 ) -> list[Action]:
     held = workload.status.allocations
+    if not answer.granted and _owns_all(workload, facts.owners):
+        # Kubernetes records these nodes as this workload's: the allocator lost track (a
+        # restart without its history, a grant to another it has not given back yet). The
+        # workload keeps them, says so, and confirms again.
+        message = f"the allocator did not confirm the nodes this workload holds: {answer.reason}"
+        return [
+            Emit(reason="AllocatorDisagrees", message=message, warning=True),
+            Requeue(after=PENDING_RETRY_SECONDS),
+        ]
     if not answer.granted:
         return [
             *status_write(
@@ -176,8 +199,8 @@ def _bind(
     bound = workload.status.state in BOUND
     out: list[Action] = []
     if not bound:
-        out += _node_writes(workload, records, phase="Pending", trace=trace)
-    out += _node_writes(workload, records, phase="Bound", trace=trace)
+        out += _node_writes(workload, records, facts, phase="Pending", trace=trace)
+    out += _node_writes(workload, records, facts, phase="Bound", trace=trace)
     template = claim_template(workload, held, fleet.members, traceparent=trace)
     out.append(ApplyTemplate(template=template, step="" if bound else "allocate:template"))
     message = (
@@ -234,22 +257,32 @@ def _failed(
         if facts.replacement is None:
             return [failed, *_ask_replacement(workload, fleet, nodes)]
         refused = facts.replacement.reason or "the allocator refused"
+        recheck: list[Action] = []
         if facts.replacement.granted:
-            taken = _unusable(
+            bad = _unusable(
                 facts.replacement,
                 fleet,
                 kept=set(_kept(workload, nodes)),
                 avoid=_avoided(workload, fleet, nodes),
             )
-            if not taken:
+            elsewhere = taken(workload, facts.replacement.nodes, facts.owners)
+            if not bad and not elsewhere:
                 return _replaced(
                     workload, fleet, records, facts, answer=facts.replacement, affected=nodes
                 )
-            refused = f"the allocator offered failed or unhealthy nodes again: {', '.join(taken)}"
+            if bad:
+                refused = f"the allocator offered failed or unhealthy nodes again: {', '.join(bad)}"
+            else:
+                refused = (
+                    f"the allocator offered nodes another workload holds: {describe(elsewhere)}"
+                )
+                # Their owners confirm what they hold, so the allocator learns it.
+                recheck.append(Recheck(keys=tuple(sorted({o.key for o in elsewhere.values()}))))
         # Reported with the question. Asking to replace every unit gave the nodes back first:
         # the workload takes them again, so that they stay its own while it reports them.
         everything = not _kept(workload, nodes)
         out = [RequestAllocation(purpose="hold", nodes=workload.nodes)] if everything else []
+        out += recheck
         out.append(Emit(reason="NoReplacement", message=refused, warning=True))
         # Waits for capacity: looks again a while later, and whenever a node comes back.
         out.append(Requeue(after=PENDING_RETRY_SECONDS))
@@ -414,12 +447,78 @@ def _deleting(workload: Workload, records: Mapping[str, Held], facts: Facts) -> 
     return out
 
 
+def _conflict(
+    workload: Workload,
+    records: Mapping[str, Held],
+    facts: Facts,
+    conflicts: Mapping[str, Owner],
+    *,
+    granted: bool,
+) -> list[Action]:
+    """Give back every node: some are another workload's (``granted``: the allocator just
+    offered them; else this workload's status records them). Its owners confirm what they
+    hold at once, then this workload asks again."""
+    who = describe(conflicts)
+    if granted:
+        message = f"the allocator offered nodes another workload holds: {who}; asking again"
+    else:
+        message = f"nodes recorded for this workload are held by another: {who}; placing again"
+    owners = tuple(sorted({o.key for o in conflicts.values()}))
+    return [
+        Emit(reason="AllocationConflict", message=message, warning=True),
+        *_unbind(workload, records),
+        Recheck(keys=owners),
+        *status_write(
+            workload, now=facts.now, state="Pending", reason="AllocationConflict", message=message
+        ),
+        Requeue(after=CONFLICT_RETRY_SECONDS),
+    ]
+
+
+def _refused(
+    workload: Workload, records: Mapping[str, Held], facts: Facts, refusal: Refusal
+) -> list[Action]:
+    """The executor found an object it was to write held by someone else: a node (taken
+    between reading the cache and writing) or a ResourceClaimTemplate this workload does not
+    own. Nothing of another's is ever overwritten."""
+    if refusal.kind == "Node":
+        conflicts = {refusal.name: Owner(uid="", key=refusal.holder)}
+        return _conflict(workload, records, facts, conflicts, granted=False)
+    message = (
+        f"{refusal.kind} {workload.metadata.namespace}/{refusal.name} exists and is not this "
+        f"workload's ({refusal.holder}): left alone; name another in "
+        "spec.resourceClaimTemplate.name, or delete it"
+    )
+    return [
+        Emit(reason="TemplateConflict", message=message, warning=True),
+        *status_write(
+            workload,
+            now=facts.now,
+            state="Allocating",
+            reason="TemplateConflict",
+            message=message,
+            records=workload.status.allocations,
+            allocation_time=workload.status.allocation_time,
+        ),
+        Requeue(after=PENDING_RETRY_SECONDS),
+    ]
+
+
+def _owns_all(workload: Workload, owners: Mapping[str, Owner]) -> bool:
+    """Whether Kubernetes records every node of the workload as its own."""
+    uid = workload.metadata.uid
+    return bool(workload.nodes) and all(
+        (o := owners.get(n)) is not None and o.uid == uid for n in workload.nodes
+    )
+
+
 # --- pieces --------------------------------------------------------------------------------
 
 
 def _node_writes(
     workload: Workload,
     records: Mapping[str, Held],
+    facts: Facts,
     *,
     phase: Literal["Pending", "Bound"],
     trace: str,
@@ -428,12 +527,19 @@ def _node_writes(
     wanted = node_allocations(workload, workload.status.allocations, phase=phase)
     for node, record in wanted.items():
         held = records.get(node)
+        over = ""
         if held is not None:
             if phase == "Pending" and held.record == msgspec.structs.replace(record, phase="Bound"):
                 continue  # bound before a restart: never step back to Pending
             if held.record == record and (not trace or held.traceparent == trace):
                 continue
-        writes.append(NodeWrite(node=node, record=record, traceparent=trace))
+            uid = held.record.workload_uid
+            owner = facts.owners.get(node)
+            if uid != workload.metadata.uid and (owner is None or owner.uid != uid):
+                # Left by a workload that no longer exists: the only other record a write
+                # may replace (the executor checks it is still that one).
+                over = uid
+        writes.append(NodeWrite(node=node, record=record, traceparent=trace, over=over))
     # The nodes of one phase are independent: written together. The phases stay in order
     # (every node Pending before any is Bound).
     step = f"allocate:node-{phase.lower()}"

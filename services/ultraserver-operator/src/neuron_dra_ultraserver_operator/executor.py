@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
 import msgspec
@@ -34,7 +34,9 @@ from neuron_dra_common.kube import (
 from neuron_dra_common.ultraserver import (
     NODE_ALLOCATION,
     WORKLOAD_UID_LABEL,
+    NodeAllocationError,
     encode_node_allocation,
+    node_allocation,
 )
 
 from neuron_dra_ultraserver_operator import metrics
@@ -47,6 +49,7 @@ from neuron_dra_ultraserver_operator.actions import (
     ForgetEvents,
     ListClaims,
     NodeWrite,
+    Recheck,
     Release,
     RequestAllocation,
     Requeue,
@@ -57,7 +60,7 @@ from neuron_dra_ultraserver_operator.actions import (
     WriteStatus,
 )
 from neuron_dra_ultraserver_operator.faults import CrashPoint, no_crash
-from neuron_dra_ultraserver_operator.inputs import Facts
+from neuron_dra_ultraserver_operator.inputs import Facts, Refusal
 from neuron_dra_ultraserver_operator.model import (
     FIELD_MANAGER,
     FINALIZER,
@@ -72,11 +75,22 @@ from neuron_dra_ultraserver_operator.resources import (
 )
 from neuron_dra_ultraserver_operator.statuses import age_seconds, stamp
 
-__all__ = ["Allocate", "Executor"]
+__all__ = ["Allocate", "Executor", "owned"]
 
 log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
+#: Reads and compare-and-set writes of one node record before the pass gives up (a Node's
+#: status changes under the write now and then; each try reads it again).
+_NODE_ATTEMPTS = 5
+
+
+class _Refused(Exception):
+    """An object to write belongs to someone else: the write is not made."""
+
+    def __init__(self, refusal: Refusal) -> None:
+        super().__init__(refusal)
+        self.refusal = refusal
 
 
 class Allocate(Protocol):
@@ -114,11 +128,28 @@ class Executor:
         self._last_event: dict[str, tuple[str, str]] = {}
 
     async def perform(self, workload: Workload, actions: Sequence[Action], facts: Facts) -> Facts:
-        """Perform ``actions`` for ``workload``; ``facts`` with what the queries learned."""
+        """Perform ``actions`` for ``workload``; ``facts`` with what the queries learned.
+
+        A write that would change another's object (a Node another workload holds, a
+        template this workload does not own) is not made: the actions stop there and
+        ``facts.refused`` says why, for the decider.
+        """
         # The state as the API showed it, then as this call wrote it (several writes a call).
         self._states[workload.metadata.uid] = str(workload.reported.get("state") or "")
         for action in actions:
-            facts = await self._perform(workload, action, facts)
+            try:
+                facts = await self._perform(workload, action, facts)
+            except _Refused as exc:
+                log.warning(
+                    "write refused",
+                    extra={
+                        "workload": workload.key,
+                        "kind": exc.refusal.kind,
+                        "object": exc.refusal.name,
+                        "holder": exc.refusal.holder,
+                    },
+                )
+                return msgspec.structs.replace(facts, refused=exc.refusal)
         return facts
 
     async def _perform(self, wl: Workload, action: Action, facts: Facts) -> Facts:
@@ -140,10 +171,16 @@ class Executor:
                 self._touch(action.touch)
                 _observe_allocation(wl, action.status, now=facts.now)
             case WriteNodeRecords():
-                await asyncio.gather(*(self._node(w, step=action.step) for w in action.writes))
+                done = await asyncio.gather(
+                    *(self._node(wl, w, step=action.step) for w in action.writes),
+                    return_exceptions=True,
+                )
+                for outcome in done:
+                    if isinstance(outcome, BaseException):
+                        raise outcome
                 return facts
             case ApplyTemplate():
-                await self._apply_template(action.template)
+                await self._apply_template(wl, action.template)
             case DeleteTemplate():
                 if not await self._delete_template(wl, action.name, force=action.force):
                     return facts
@@ -166,6 +203,9 @@ class Executor:
                 self._requeue(wl.key, action.after)
             case WakeWaiting():
                 self._wake()
+            case Recheck():
+                for key in action.keys:
+                    self._requeue(key, 0.0)
             case TouchUltraServers():
                 self._touch(action.names)
         if action.step:
@@ -246,49 +286,130 @@ class Executor:
                 "workload state not published", extra={"workload": wl.key, "error": repr(exc)}
             )
 
-    async def _node(self, write: NodeWrite, *, step: str) -> None:
+    async def _node(self, wl: Workload, write: NodeWrite, *, step: str) -> None:
         """Write (or remove) the allocation record on a node, with its trace context.
 
-        A merge patch, not an apply: an apply to a Node that is gone would create an empty
-        Node object, while a patch answers 404, and a node that is gone holds nothing.
+        Compare-and-set: the node is read, a record of another workload is never
+        overwritten (refused) nor removed (left), and the patch carries the resourceVersion
+        read, so a node changed in between (another writer, or just its status) fails it
+        (409) and is read again, instead of being overwritten. A merge patch, not an apply:
+        an apply to a Node that is gone would create an empty Node object, while a patch
+        answers 404, and a node that is gone holds nothing.
         """
+        for attempt in range(_NODE_ATTEMPTS):
+            try:
+                await self._node_once(wl, write)
+                break
+            except ApiException as exc:
+                if exc.status != 409 or attempt == _NODE_ATTEMPTS - 1:
+                    raise
+        if step:
+            self._crash(step)
+
+    async def _node_once(self, wl: Workload, write: NodeWrite) -> None:
+        try:
+            node = await self.client.get(NODES, write.node)
+        except ApiException as exc:
+            if exc.status == 404:
+                return
+            raise
+        meta = node.get("metadata") or {}
+        try:
+            current = node_allocation(write.node, meta.get("annotations") or {})
+        except NodeAllocationError:
+            current = None  # unreadable: holds nothing, and is written over
+        mine = current is None or current.workload_uid == wl.metadata.uid
+        if current is not None and not mine:
+            if write.record is None:
+                return  # another workload's record: not this one's to remove
+            if not write.over or current.workload_uid != write.over:
+                raise _Refused(Refusal(kind="Node", name=write.node, holder=current.workload))
         annotations: dict[str, str | None] = {}
         if write.record is None:
+            if current is None:
+                return
             annotations = {NODE_ALLOCATION: None, TRACEPARENT: None}
         else:
             annotations[NODE_ALLOCATION] = encode_node_allocation(write.record)
             if write.traceparent:
                 annotations[TRACEPARENT] = write.traceparent
+        body: Obj = {"metadata": {"annotations": annotations}}
+        if meta.get("resourceVersion"):
+            body["metadata"]["resourceVersion"] = meta["resourceVersion"]
         try:
             await self.client.request(
                 "PATCH",
                 NODES.path(name=write.node),
-                body={"metadata": {"annotations": annotations}},
+                body=body,
                 content_type="application/merge-patch+json",
             )
         except ApiException as exc:
             if exc.status != 404:
                 raise
-        if step:
-            self._crash(step)
 
-    async def _apply_template(self, template: Obj) -> None:
-        """Apply the template; its spec is immutable, so one whose nodes changed (a
-        replacement) is deleted and created again. Pods created in between wait for it."""
+    async def _apply_template(self, wl: Workload, template: Obj) -> None:
+        """Create the workload's template, or apply it over the one the workload owns (its
+        ownerReference names the workload's UID); one that exists and is not the workload's
+        is never written (refused). Its spec is immutable, so one whose nodes changed (a
+        replacement) is deleted (only that very object: a UID precondition) and created
+        again. Pods created in between wait for it."""
+        meta = template["metadata"]
+        name, ns = meta["name"], meta["namespace"]
+        try:
+            existing = await self.client.get(RESOURCE_CLAIM_TEMPLATES, name, namespace=ns)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+            await self._create_template(wl, template)
+            return
+        if not owned(existing, wl):
+            raise _Refused(
+                Refusal(kind="ResourceClaimTemplate", name=name, holder=_owner_of(existing))
+            )
+        # The version read: one replaced in between (by anyone) fails the apply (409).
+        versioned = {**template, "metadata": {**meta, "resourceVersion": _version(existing)}}
         try:
             await apply(
-                self.client, RESOURCE_CLAIM_TEMPLATES, template, field_manager=FIELD_MANAGER
+                self.client, RESOURCE_CLAIM_TEMPLATES, versioned, field_manager=FIELD_MANAGER
             )
         except ApiException as exc:
             said = exc.reason + exc.body.decode(errors="replace")
             if exc.status != 422 or "immutable" not in said:
                 raise
-            meta = template["metadata"]
-            log.info("template replaced", extra={"template": meta["name"]})
-            await self._delete(RESOURCE_CLAIM_TEMPLATES, meta["name"], meta["namespace"])
-            await apply(
-                self.client, RESOURCE_CLAIM_TEMPLATES, template, field_manager=FIELD_MANAGER
+            log.info("template replaced", extra={"template": name})
+            uid = str((existing.get("metadata") or {}).get("uid") or "")
+            await self._delete(RESOURCE_CLAIM_TEMPLATES, name, ns, uid=uid)
+            await self._create_template(wl, template)
+
+    async def _create_template(self, wl: Workload, template: Obj) -> None:
+        """Create (never apply: an apply would merge into a template someone else created
+        in between); one that appeared meanwhile is checked like any other."""
+        meta = template["metadata"]
+        try:
+            await self.client.request(
+                "POST",
+                RESOURCE_CLAIM_TEMPLATES.path(namespace=meta["namespace"]),
+                body={
+                    "apiVersion": RESOURCE_CLAIM_TEMPLATES.api_version,
+                    "kind": RESOURCE_CLAIM_TEMPLATES.kind,
+                    **template,
+                },
+                query=[("fieldManager", FIELD_MANAGER)],
             )
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+            existing = await self.client.get(
+                RESOURCE_CLAIM_TEMPLATES, meta["name"], namespace=meta["namespace"]
+            )
+            if not owned(existing, wl):
+                raise _Refused(
+                    Refusal(
+                        kind="ResourceClaimTemplate",
+                        name=meta["name"],
+                        holder=_owner_of(existing),
+                    )
+                ) from exc
 
     async def _delete_template(self, wl: Workload, name: str, *, force: Sequence[str] = ()) -> bool:
         """Delete the workload's template and the pods using it; True if it deleted the
@@ -301,9 +422,9 @@ class Executor:
             if exc.status != 404:
                 raise
         else:
-            labels = (rct.get("metadata") or {}).get("labels") or {}
-            if labels.get(WORKLOAD_UID_LABEL) == wl.metadata.uid:
-                await self._delete(RESOURCE_CLAIM_TEMPLATES, name, ns)
+            if owned(rct, wl):
+                uid = str((rct.get("metadata") or {}).get("uid") or "")
+                await self._delete(RESOURCE_CLAIM_TEMPLATES, name, ns, uid=uid)
                 deleted = True
         await self._delete_pods(wl, name, keep=set(), force=set(force))
         return deleted
@@ -311,23 +432,20 @@ class Executor:
     async def _delete_pods(
         self, wl: Workload, template: str, *, keep: set[str], force: set[str]
     ) -> None:
-        """Delete the pods using ``template`` that run on a node outside ``keep``. Pods not
-        scheduled yet stay, unless their claims were made from an earlier version of the
-        template (a pod created while a replacement was under way, e.g. after Kubernetes
-        evicted one from a lost node's tainted devices): those would wait for the old nodes
-        for ever. A pod on a ``force`` node goes at once: its kubelet is gone and would never
-        confirm, so a graceful delete would leave it Terminating and its controller waiting."""
+        """Delete the workload's pods that run on a node outside ``keep``. A pod is the
+        workload's when one of its claims carries the workload's UID label (claims copy it
+        from the template): a pod of another workload that uses a template of the same
+        name is never touched. Pods not scheduled yet stay, unless their claims were made
+        from an earlier version of the template (a pod created while a replacement was
+        under way, e.g. after Kubernetes evicted one from a lost node's tainted devices):
+        those would wait for the old nodes for ever. A pod on a ``force`` node goes at once:
+        its kubelet is gone and would never confirm, so a graceful delete would leave it
+        Terminating and its controller waiting."""
         ns = wl.metadata.namespace
         pods, _ = await self.client.list(PODS, namespace=ns)
-        using = [
-            pod
-            for pod in pods
-            if any(
-                c.get("resourceClaimTemplateName") == template
-                for c in (pod.get("spec") or {}).get("resourceClaims") or ()
-            )
-        ]
-        stale = await self._stale_pending(wl, template, using) if keep else set()
+        claims = await self._workload_claims(wl)
+        using = [pod for pod in pods if _claims_of(pod) & claims.keys()]
+        stale = await self._stale_pending(wl, template, using, claims) if keep else set()
         for pod in using:
             spec = pod.get("spec") or {}
             node = str(spec.get("nodeName") or "")
@@ -340,7 +458,18 @@ class Executor:
                 continue
             await self._delete(PODS, meta.get("name", ""), ns, grace=0 if now else None)
 
-    async def _stale_pending(self, wl: Workload, template: str, pods: list[Obj]) -> set[str]:
+    async def _workload_claims(self, wl: Workload) -> dict[str, Obj]:
+        """The workload's claims (those carrying its UID label), by name."""
+        claims, _ = await self.client.list(
+            RESOURCE_CLAIMS,
+            namespace=wl.metadata.namespace,
+            label_selector=f"{WORKLOAD_UID_LABEL}={wl.metadata.uid}",
+        )
+        return {str((c.get("metadata") or {}).get("name", "")): c for c in claims}
+
+    async def _stale_pending(
+        self, wl: Workload, template: str, pods: list[Obj], made: Mapping[str, Obj]
+    ) -> set[str]:
         """Names of the pods not scheduled yet whose claims' device requests are not the
         current ``template``'s (claims copy their template's spec when they are made)."""
         pending = [p for p in pods if not (p.get("spec") or {}).get("nodeName")]
@@ -353,48 +482,46 @@ class Executor:
             if exc.status != 404:
                 raise
             return set()
+        if not owned(rct, wl):
+            return set()
         wanted = ((rct.get("spec") or {}).get("spec") or {}).get("devices")
-        claims, _ = await self.client.list(
-            RESOURCE_CLAIMS,
-            namespace=ns,
-            label_selector=f"{WORKLOAD_UID_LABEL}={wl.metadata.uid}",
-        )
-        made = {str((c.get("metadata") or {}).get("name", "")): c for c in claims}
         stale: set[str] = set()
         for pod in pending:
-            for status in (pod.get("status") or {}).get("resourceClaimStatuses") or ():
-                claim = made.get(str(status.get("resourceClaimName") or ""))
+            for name in _claims_of(pod):
+                claim = made.get(name)
                 if claim is not None and (claim.get("spec") or {}).get("devices") != wanted:
                     stale.add(str((pod.get("metadata") or {}).get("name", "")))
         return stale
 
     async def _delete(
-        self, resource: Resource, name: str, namespace: str, *, grace: int | None = None
+        self,
+        resource: Resource,
+        name: str,
+        namespace: str,
+        *,
+        grace: int | None = None,
+        uid: str = "",
     ) -> None:
+        """Delete ``name``; with ``uid``, only that very object (a precondition: one made
+        again under the same name in between stays)."""
         try:
-            if grace is None:
+            if grace is None and not uid:
                 await self.client.delete(resource, name, namespace=namespace)
             else:
+                options: Obj = {"apiVersion": "v1", "kind": "DeleteOptions"}
+                if grace is not None:
+                    options["gracePeriodSeconds"] = grace
+                if uid:
+                    options["preconditions"] = {"uid": uid}
                 await self.client.request(
-                    "DELETE",
-                    resource.path(namespace=namespace, name=name),
-                    body={
-                        "apiVersion": "v1",
-                        "kind": "DeleteOptions",
-                        "gracePeriodSeconds": grace,
-                    },
+                    "DELETE", resource.path(namespace=namespace, name=name), body=options
                 )
         except ApiException as exc:
             if exc.status != 404:
                 raise
 
     async def _claims(self, wl: Workload) -> tuple[str, ...]:
-        claims, _ = await self.client.list(
-            RESOURCE_CLAIMS,
-            namespace=wl.metadata.namespace,
-            label_selector=f"{WORKLOAD_UID_LABEL}={wl.metadata.uid}",
-        )
-        return tuple(sorted(str((c.get("metadata") or {}).get("name", "")) for c in claims))
+        return tuple(sorted(await self._workload_claims(wl)))
 
     async def _event(self, wl: Workload, *, reason: str, message: str, warn: bool) -> None:
         """Record an Event on the workload (once per distinct reason and message in a row)."""
@@ -431,6 +558,37 @@ class Executor:
         except ApiException as exc:
             # An Event is for people; losing one must not stall the reconcile.
             log.warning("event not recorded", extra={"workload": wl.key, "error": str(exc)})
+
+
+def owned(obj: Obj, wl: Workload) -> bool:
+    """Whether ``obj`` names ``wl`` (by UID) as its owner."""
+    refs = (obj.get("metadata") or {}).get("ownerReferences") or ()
+    return any(r.get("uid") == wl.metadata.uid for r in refs)
+
+
+def _owner_of(obj: Obj) -> str:
+    refs = (obj.get("metadata") or {}).get("ownerReferences") or ()
+    named = [f"{r.get('kind', '?')} {r.get('name', '?')}" for r in refs if r.get("controller")]
+    return "owned by " + ", ".join(named) if named else "made by someone else"
+
+
+def _version(obj: Obj) -> str:
+    return str((obj.get("metadata") or {}).get("resourceVersion") or "")
+
+
+def _claims_of(pod: Obj) -> set[str]:
+    """The names of the claims the pod uses (made from its templates, or named)."""
+    out = {
+        str(s.get("resourceClaimName"))
+        for s in (pod.get("status") or {}).get("resourceClaimStatuses") or ()
+        if s.get("resourceClaimName")
+    }
+    out |= {
+        str(c.get("resourceClaimName"))
+        for c in (pod.get("spec") or {}).get("resourceClaims") or ()
+        if c.get("resourceClaimName")
+    }
+    return out
 
 
 def _ref(wl: Workload) -> ObjectRef:

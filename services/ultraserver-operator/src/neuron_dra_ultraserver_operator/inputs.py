@@ -12,7 +12,7 @@ from neuron_dra_common.ultraserver import NodeAllocation
 
 from neuron_dra_ultraserver_operator.discovery import Member
 
-__all__ = ["Facts", "FleetView", "Held"]
+__all__ = ["Facts", "FleetView", "Held", "Owner", "Refusal"]
 
 
 @dataclass(frozen=True)
@@ -41,6 +41,31 @@ class Held(msgspec.Struct, frozen=True, kw_only=True):
     traceparent: str = ""
 
 
+class Owner(msgspec.Struct, frozen=True, kw_only=True):
+    """The workload that holds a node."""
+
+    uid: str
+    #: ``namespace/name``
+    key: str
+    #: where the ownership is recorded: ``node`` (the Node's record) or ``status``
+    by: str = "node"
+
+    def __str__(self) -> str:
+        return f"NeuronUltraServerWorkload {self.key}"
+
+
+class Refusal(msgspec.Struct, frozen=True, kw_only=True):
+    """A write the executor did not make: the object it would have changed belongs to
+    another workload (or to no workload: a template someone else made)."""
+
+    #: ``ResourceClaimTemplate`` or ``Node``
+    kind: str
+    name: str
+    #: who holds it: a Node's workload (``namespace/name``); a template's owner, as a person
+    #: would name it
+    holder: str
+
+
 class Facts(msgspec.Struct, frozen=True, kw_only=True):
     """What the pass knows besides the objects: the time, settings, answers to its queries."""
 
@@ -54,3 +79,7 @@ class Facts(msgspec.Struct, frozen=True, kw_only=True):
     replacement: AllocationDecided | None = None
     #: the workload's claims that still exist (deleting); ``None`` until listed
     claims: tuple[str, ...] | None = None
+    #: node -> the workload that holds it, as Kubernetes records it (see ``ownership``)
+    owners: dict[str, Owner] = msgspec.field(default_factory=dict)
+    #: a write the executor refused to make in this pass, and why
+    refused: Refusal | None = None

@@ -8,6 +8,7 @@ renew the Lease in time: the process exits and comes back as a candidate.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 from collections.abc import Callable, Sequence
 from typing import Final
@@ -115,15 +116,29 @@ async def build(settings: OperatorSettings) -> Service:
     # which nodes are lost); replayed, so a restart knows them again.
     health_follower = health_reader(bus, health)
 
+    async def resync() -> None:
+        """Every workload again each ``resync_seconds``: an event can be missed, and the
+        allocator can restart without its history; neither may go unnoticed for long."""
+        while True:
+            await asyncio.sleep(settings.resync_seconds)
+            for key in list(workloads_inf.cache):
+                wq.add(key)
+
     async def lead() -> None:
         # Every key the informers reported while this replica waited is queued already.
         await ensure_namespace(client)
         await asyncio.gather(*(i.wait_synced() for i in informers.values()))
         await health_follower.wait_caught_up()
-        await asyncio.gather(
-            run_workers(wq, workloads.reconcile, workers=WORKLOAD_WORKERS),
-            run_workers(uq, ultraservers.reconcile, workers=2),
-        )
+        resyncing = asyncio.create_task(resync(), name="workloads-resync")
+        try:
+            await asyncio.gather(
+                run_workers(wq, workloads.reconcile, workers=WORKLOAD_WORKERS),
+                run_workers(uq, ultraservers.reconcile, workers=2),
+            )
+        finally:
+            resyncing.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await resyncing
 
     def drain() -> None:
         wq.shutdown()

@@ -28,6 +28,7 @@ from neuron_dra_ultraserver_operator.faults import CrashPoint, no_crash
 from neuron_dra_ultraserver_operator.fleet import FleetIndex, NodeRecords
 from neuron_dra_ultraserver_operator.inputs import Facts
 from neuron_dra_ultraserver_operator.model import Workload, workload_from_api
+from neuron_dra_ultraserver_operator.ownership import owners
 from neuron_dra_ultraserver_operator.statuses import stamp
 
 __all__ = ["SPAN_NAME", "WorkloadReconciler"]
@@ -65,6 +66,8 @@ class WorkloadReconciler:
         self._fleet = fleet
         self._records = NodeRecords(nodes)
         self._claim_wait = claim_wait_seconds
+        #: key -> (resourceVersion, decoded): each version of a workload decoded once
+        self._decoded: dict[str, tuple[str, Workload | None]] = {}
         self._executor = Executor(
             client=client,
             allocate=allocate,
@@ -98,13 +101,43 @@ class WorkloadReconciler:
                 metrics.RECONCILE_ERRORS.inc()
                 raise
 
+    def _all_workloads(self) -> list[Workload]:
+        out = []
+        seen: dict[str, tuple[str, Workload | None]] = {}
+        for key, obj in list(self._workloads.items()):
+            version = str((obj.get("metadata") or {}).get("resourceVersion") or "")
+            cached = self._decoded.get(key)
+            if cached is None or cached[0] != version or not version:
+                try:
+                    cached = (version, workload_from_api(obj))
+                except msgspec.ValidationError:
+                    cached = (version, None)
+            seen[key] = cached
+            if cached[1] is not None:
+                out.append(cached[1])
+        self._decoded = seen
+        return out
+
     async def _pass(self, workload: Workload, *, traceparent: str) -> None:
-        facts = Facts(now=stamp(), traceparent=traceparent, claim_wait_seconds=self._claim_wait)
+        facts = Facts(
+            now=stamp(),
+            traceparent=traceparent,
+            claim_wait_seconds=self._claim_wait,
+            owners=owners(self._all_workloads(), self._records),
+        )
         for _ in range(_MOST_DECISIONS):
             actions = decide(workload, self._fleet.view(), self._records, facts)
             if not actions:
                 return
             facts = await self._executor.perform(workload, actions, facts)
+            if facts.refused is not None:
+                # Decided once more with the refusal, and the pass ends: what it writes
+                # (an Event, the status, a release) refuses nothing.
+                actions = decide(workload, self._fleet.view(), self._records, facts)
+                await self._executor.perform(
+                    workload, actions, msgspec.structs.replace(facts, refused=None)
+                )
+                return
             if not asks(actions):
                 return
         log.warning("pass ended undecided", extra={"workload": workload.key})

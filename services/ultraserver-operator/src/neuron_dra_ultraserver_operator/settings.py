@@ -27,3 +27,12 @@ class OperatorSettings(LeaderElectedSettings, frozen=True, kw_only=True):
     claim_wait_seconds: Annotated[
         float, msgspec.Meta(gt=0, description="Longest wait for claims to go on delete")
     ] = 300.0
+    resync_seconds: Annotated[
+        float,
+        msgspec.Meta(
+            gt=0,
+            description="Every workload is reconciled again this often, events or not: its "
+            "ownership is checked against what Kubernetes records and confirmed with the "
+            "allocator (which may have restarted without its history)",
+        ),
+    ] = 60.0

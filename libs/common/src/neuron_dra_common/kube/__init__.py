@@ -10,12 +10,14 @@ from neuron_dra_common.kube.client import (
     PROTOBUF,
     RESOURCE_CLAIMS,
     RESOURCE_SLICES,
+    UNANSWERED,
     ApiException,
     KubeClient,
     KubeConfig,
     Resource,
     connect,
     object_key,
+    retriable,
 )
 from neuron_dra_common.kube.config import ConfigError, load_in_cluster, load_kubeconfig
 from neuron_dra_common.kube.informer import EventType, Informer, Transform
@@ -31,6 +33,7 @@ __all__ = [
     "PROTOBUF",
     "RESOURCE_CLAIMS",
     "RESOURCE_SLICES",
+    "UNANSWERED",
     "ApiException",
     "ConfigError",
     "Elector",
@@ -48,5 +51,6 @@ __all__ = [
     "load_in_cluster",
     "load_kubeconfig",
     "object_key",
+    "retriable",
     "run_workers",
 ]

@@ -28,12 +28,14 @@ __all__ = [
     "PROTOBUF",
     "RESOURCE_CLAIMS",
     "RESOURCE_SLICES",
+    "UNANSWERED",
     "ApiException",
     "KubeClient",
     "KubeConfig",
     "Resource",
     "connect",
     "object_key",
+    "retriable",
 ]
 
 Obj = dict[str, Any]
@@ -51,6 +53,17 @@ class ApiException(Exception):
 
     def __str__(self) -> str:
         return f"({self.status}) {self.reason}"
+
+
+#: What a call fails with when no answer came back (the apiserver down, restarting, or too
+#: slow): worth trying again, unlike most answers an :class:`ApiException` carries.
+UNANSWERED: Final = (OSError, TimeoutError, aiohttp.ClientError)
+
+
+def retriable(exc: ApiException) -> bool:
+    """Whether an error answer says "later" (overloaded, unavailable, timed out) rather than
+    "no": 429 and every 5xx."""
+    return exc.status == 429 or exc.status >= 500
 
 
 # Request bodies are encoded here, once, and sent as bytes: the generated client would walk

@@ -1,0 +1,192 @@
+"""Which features the cluster keeps is decided from the apiserver's answer, never from an
+error: a publisher that starts while the apiserver fails waits for it, or refuses to start.
+
+The apiserver is the stack's real one, reached through a small HTTP front that answers 503
+(as an apiserver does while its storage is away) for as long as a test says, then passes
+requests through; a front that never stops failing needs no apiserver behind it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from aiohttp import web
+from neuron_dra_common.hardware.model import NeuronDevice, NodeHardware, UltraServerInfo
+from neuron_dra_common.kube import ApiException, KubeClient, connect
+from neuron_dra_slice_publisher.slices import NodeDeviceMode, build_pool
+from neuron_dra_slice_publisher.wiring import FeatureUnknown, detect_mode, detect_taints
+
+from tests.fixtures.nats import NatsServer, free_port
+from tests.fixtures.stack import KubeStack
+
+_UNAVAILABLE = {
+    "kind": "Status",
+    "apiVersion": "v1",
+    "status": "Failure",
+    "message": "etcdserver: request timed out",
+    "reason": "ServiceUnavailable",
+    "code": 503,
+}
+
+
+@dataclass
+class FlakyApiserver:
+    """Answers 503 to the first ``failures`` requests (all of them when negative), then
+    forwards to the real apiserver; records what it was asked."""
+
+    upstream: KubeClient | None = None
+    failures: int = 0
+    seen: list[tuple[str, str]] = field(default_factory=list)
+    url: str = ""
+
+    async def handle(self, request: web.Request) -> web.Response:
+        self.seen.append((request.method, request.path_qs))
+        if self.failures < 0 or len(self.seen) <= self.failures:
+            return web.json_response(_UNAVAILABLE, status=503)
+        body = await request.read()
+        assert self.upstream is not None, "no apiserver behind this front"
+        try:
+            answer = await self.upstream.request(
+                request.method,
+                request.path,
+                query=list(request.query.items()),
+                body=body or None,
+            )
+        except ApiException as exc:
+            return web.Response(status=exc.status, body=exc.body, content_type="application/json")
+        return web.json_response(answer, status=201 if request.method == "POST" else 200)
+
+    def kubeconfig(self, path: Path) -> Path:
+        config = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "flaky", "cluster": {"server": self.url}}],
+            "users": [{"name": "anyone", "user": {}}],
+            "contexts": [{"name": "flaky", "context": {"cluster": "flaky", "user": "anyone"}}],
+            "current-context": "flaky",
+        }
+        path.write_text(json.dumps(config))
+        return path
+
+
+@pytest.fixture
+async def kube(kube_stack: KubeStack) -> AsyncIterator[KubeClient]:
+    client = await connect(kubeconfig=kube_stack.kubeconfig)
+    try:
+        yield client
+    finally:
+        await client.close()
+
+
+@pytest.fixture
+async def flaky(tmp_path: Path) -> AsyncIterator[tuple[FlakyApiserver, Path]]:
+    front = FlakyApiserver()
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", front.handle)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    port = free_port()
+    site = web.TCPSite(runner, "127.0.0.1", port)
+    await site.start()
+    front.url = f"http://127.0.0.1:{port}"
+    try:
+        yield front, front.kubeconfig(tmp_path / "flaky.kubeconfig")
+    finally:
+        await runner.cleanup()
+
+
+def ultraserver_node() -> NodeHardware:
+    return NodeHardware(
+        instance_type="trn2u.48xlarge",
+        driver_version="2.24.7.0",
+        devices=tuple(NeuronDevice(index=i) for i in range(16)),
+        ultraserver=UltraServerInfo(
+            server_id_4="00000000000000a1", node_id_4=0, supported_modes=(1, 2, 3, 4)
+        ),
+    )
+
+
+@pytest.mark.stack
+async def test_a_publisher_starting_during_apiserver_errors_waits_and_keeps_the_chips(
+    kube: KubeClient, flaky: tuple[FlakyApiserver, Path]
+) -> None:
+    front, kubeconfig = flaky
+    front.upstream = kube
+    front.failures = 3
+    cluster = await detect_mode(kube, "auto")
+    client = await connect(kubeconfig=kubeconfig)
+    try:
+        mode = await detect_mode(client, "auto", patience=60)
+        taints = await detect_taints(client, "auto", patience=60)
+    finally:
+        await client.close()
+    assert len(front.seen) > 3, "the probe was answered only once the errors stopped"
+    assert mode is cluster
+    assert taints is await detect_taints(kube, "auto")
+    # The default release keeps shared counters: UltraServer pools hold chips and node device.
+    assert cluster is NodeDeviceMode.COUNTERS
+    pool = build_pool(
+        node="us-node-0",
+        hardware=ultraserver_node(),
+        labels={},
+        mode=mode,
+        dra_driver_version="0.1.0",
+    )
+    names = [d["name"] for part in pool.slices for d in part.devices]
+    assert [n for n in names if n.startswith("neurondevice")] == [
+        f"neurondevice{i}" for i in range(16)
+    ]
+    assert "neuronnode" in names
+
+
+async def test_a_publisher_never_answered_refuses_to_guess(
+    flaky: tuple[FlakyApiserver, Path],
+) -> None:
+    front, kubeconfig = flaky
+    front.failures = -1
+    client = await connect(kubeconfig=kubeconfig)
+    try:
+        with pytest.raises(FeatureUnknown) as raised:
+            await detect_mode(client, "auto", patience=2)
+    finally:
+        await client.close()
+    message = str(raised.value)
+    assert "shared counters" in message
+    assert "503" in message
+    assert "NEURON_DRA_NODE_DEVICE" in message
+    assert len(front.seen) > 1, "asked again before giving up"
+
+
+def test_the_publisher_process_exits_naming_the_problem_and_writes_no_slice(
+    flaky: tuple[FlakyApiserver, Path], nats_server: NatsServer
+) -> None:
+    front, kubeconfig = flaky
+    front.failures = -1
+    env = {
+        **os.environ,
+        "NEURON_DRA_KUBECONFIG": str(kubeconfig),
+        "NEURON_DRA_NATS_SERVERS": nats_server.url,
+        "NEURON_DRA_HTTP_HOST": "127.0.0.1",
+        "NEURON_DRA_HTTP_PORT": str(free_port()),
+        "NEURON_DRA_LEASE_NAME": "feature-probe-test",
+        "NEURON_DRA_PROBE_TIMEOUT": "3",
+    }
+    proc = subprocess.run(
+        [sys.executable, "-m", "neuron_dra_slice_publisher"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode != 0
+    said = proc.stdout + proc.stderr
+    assert "cannot tell whether the cluster keeps shared counters" in said
+    writes = [(m, p) for m, p in front.seen if m != "GET" and "dryRun=All" not in p]
+    assert writes == [], "nothing but dry-run probes reached the apiserver"
