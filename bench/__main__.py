@@ -10,6 +10,7 @@ SCENARIOS = {
     "allocator": "bench.scenarios.allocator",
     "bus": "bench.scenarios.bus",
     "prepare": "bench.scenarios.prepare",
+    "recovery": "bench.scenarios.recovery",
     "slices": "bench.scenarios.slices",
     "ultraserver": "bench.scenarios.ultraserver",
 }
