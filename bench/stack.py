@@ -25,7 +25,8 @@ def cli(*args: str) -> subprocess.CompletedProcess[str]:
         [sys.executable, "-m", "neuron_dra_cli", *args],
         capture_output=True,
         text=True,
-        timeout=900,
+        # A first `dev up` builds the Kubernetes binaries (and waits for a build in progress).
+        timeout=3600,
         cwd=REPO,
         env=os.environ.copy(),
     )
