@@ -231,6 +231,11 @@ def degraded(workload: Obj | None) -> bool:
     return _conditions(workload or {}).get("Degraded") == "True"
 
 
+def replacing(workload: Obj | None) -> bool:
+    """The operator has its replacement from the allocator and is binding the new nodes."""
+    return ((workload or {}).get("status") or {}).get("reason") == "Replacing"
+
+
 # --- the figures (no I/O) ------------------------------------------------------------------
 
 
@@ -253,6 +258,7 @@ class LossRun(msgspec.Struct, frozen=True, kw_only=True):
     declared: float  # NodeLost on the bus
     devices_tainted: float  # the node's devices tainted neuron.aws.com/node-lost
     degraded: float  # the workload's Degraded condition True
+    replacing: float  # the replacement granted (reason Replacing)
     reallocated: float  # the workload Allocated on another UltraServer
     running: float  # its four pods Running there
     not_ready: float  # the Node's Ready condition not True
@@ -356,6 +362,7 @@ def build_report(devices: list[DeviceRun], losses: list[LossRun]) -> Report:
         f"  device fault -> DeviceHealthChanged on the bus  {p50_p99([r.bus for r in devices])}",
         f"  device repair -> taint gone                     {p50_p99([r.untaint for r in devices])}",
         f"  node killed -> workload Degraded                {p50_p99([r.degraded for r in losses])}",
+        f"  node killed -> replacement granted (Replacing)  {p50_p99([r.replacing for r in losses])}",
         f"  node killed -> workload Allocated on the spare  {p50_p99([r.reallocated for r in losses])}",
         f"  declared -> pods Running on the spare           "
         f"{p50_p99([r.running - r.declared for r in losses])}",
@@ -533,6 +540,11 @@ class Bench:
                 lambda s: device_tainted(s.values(), victim, device=None, key=NODE_LOST),
             ),
             "degraded": self.workloads.expect("Degraded", lambda _: degraded(self.workload)),
+            # Seen with the Allocated status at the latest, should the watch skip a step.
+            "replacing": self.workloads.expect(
+                "Replacing",
+                lambda _: replacing(self.workload) or allocated_elsewhere(self.workload, old=old),
+            ),
             "reallocated": self.workloads.expect(
                 f"Allocated off {old}", lambda _: allocated_elsewhere(self.workload, old=old)
             ),

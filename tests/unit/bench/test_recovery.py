@@ -27,6 +27,7 @@ from bench.scenarios.recovery import (
     node_tainted,
     not_ready,
     pods_running_away,
+    replacing,
     witness_body,
 )
 
@@ -152,6 +153,8 @@ def test_the_workload_is_reallocated_once_allocated_without_the_old_ultraserver(
     assert not allocated_elsewhere(None, old="us0")
     assert degraded(workload("PartiallyAllocated", ["us0"], "True"))
     assert not degraded(workload("Allocated", ["us1"]))
+    assert replacing({"status": {"state": "Allocating", "reason": "Replacing"}})
+    assert not replacing(workload("Allocated", ["us1"]))
 
 
 def _loss(declared: float, reallocated: float) -> LossRun:
@@ -162,6 +165,7 @@ def _loss(declared: float, reallocated: float) -> LossRun:
         declared=declared,
         devices_tainted=declared + 0.2,
         degraded=declared + 0.3,
+        replacing=declared + 0.5,
         reallocated=reallocated,
         running=reallocated + 1.0,
         not_ready=50.0,
