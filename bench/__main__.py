@@ -11,6 +11,7 @@ SCENARIOS = {
     "bus": "bench.scenarios.bus",
     "extender": "bench.scenarios.extender",
     "prepare": "bench.scenarios.prepare",
+    "recovery": "bench.scenarios.recovery",
     "slices": "bench.scenarios.slices",
     "ultraserver": "bench.scenarios.ultraserver",
 }

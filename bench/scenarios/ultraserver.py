@@ -25,20 +25,15 @@ Allocated and the next one starts when it is gone, so the fleet never fills.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import copy
 import json
 import os
-import signal
-import subprocess
-import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 import msgspec
@@ -65,6 +60,7 @@ from neuron_dra_ultraserver_operator.records import topo0_host
 from neuron_dra_ultraserver_operator.resources import NUS, NUSW, RESOURCE_CLAIM_TEMPLATES
 
 from bench.harness import Figure, Report, percentile
+from bench.stack import local_stack
 
 Obj = dict[str, Any]
 Call = Callable[..., Awaitable[Any]]
@@ -85,7 +81,6 @@ LEASE_PERIOD = 20.0
 WAIT_SECONDS = 120.0
 FLEET_SECONDS = 300.0
 _LEASES = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases"
-_REPO = Path(__file__).resolve().parents[2]
 # The stack's one simulated node runs no driver: the bench Nodes are the only UltraServer
 # members, and nothing but the bench feeds the inventory stream.
 _FLEET = (
@@ -171,17 +166,6 @@ def _allocated(obj: Obj) -> bool:
 # --- the stack -----------------------------------------------------------------------------
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "neuron_dra_cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=_REPO,
-        env=os.environ.copy(),
-    )
-
-
 def _cpu_seconds(pids: dict[str, int]) -> dict[str, float]:
     """User + system CPU seconds each process has used so far (0 once it is gone)."""
     tick = os.sysconf("SC_CLK_TCK")
@@ -194,35 +178,6 @@ def _cpu_seconds(pids: dict[str, int]) -> dict[str, float]:
             continue
         out[name] = (int(fields[11]) + int(fields[12])) / tick
     return out
-
-
-@contextlib.contextmanager
-def _stack(tmp: Path) -> Iterator[Obj]:
-    """``dev up`` with the one-node fleet; always ``dev down``, even on Ctrl-C or SIGTERM."""
-    fleet = tmp / "fleet.yaml"
-    fleet.write_text(_FLEET)
-    state = tmp / "stack"
-
-    def interrupted(signum: int, frame: FrameType | None) -> None:
-        raise KeyboardInterrupt(f"signal {signum}")
-
-    previous = signal.signal(signal.SIGTERM, interrupted)
-    try:
-        up = _cli("dev", "up", "--detach", "--state-dir", str(state), "--fleet", str(fleet))
-        if up.returncode != 0:
-            raise RuntimeError(f"dev up failed:\n{up.stdout}\n{up.stderr}")
-        yield json.loads((state / "state.json").read_text())
-    finally:
-        # A second Ctrl-C must not cut the tear-down short and leave the stack running.
-        old_int = signal.signal(signal.SIGINT, signal.SIG_IGN)
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        try:
-            down = _cli("dev", "down", "--state-dir", str(state))
-            if down.returncode != 0:
-                print(f"dev down failed:\n{down.stdout}\n{down.stderr}", file=sys.stderr)
-        finally:
-            signal.signal(signal.SIGINT, old_int)
-            signal.signal(signal.SIGTERM, previous)
 
 
 # --- watching ------------------------------------------------------------------------------
@@ -858,5 +813,8 @@ def run(*, quick: bool) -> Report:
         if quick
         else [Level(concurrency=1, n=90), Level(concurrency=8, n=240)]
     )
-    with tempfile.TemporaryDirectory(prefix="bench-ultraserver-") as tmp, _stack(Path(tmp)) as rec:
+    with (
+        tempfile.TemporaryDirectory(prefix="bench-ultraserver-") as tmp,
+        local_stack(Path(tmp), fleet=_FLEET) as rec,
+    ):
         return asyncio.run(_measure(rec, levels))

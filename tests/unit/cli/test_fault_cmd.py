@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
-from neuron_dra_cli.fault_cmd import node_processes
+from neuron_dra_cli.fault_cmd import LOST, apply_fault, node_processes
 from neuron_dra_cli.main import main
-from neuron_dra_cli.stack import state
+from neuron_dra_cli.stack import process, state
 from neuron_dra_common.hardware.simulate import write_node
 
 
@@ -62,3 +63,47 @@ def test_unknown_node_and_device_are_refused(
     args = ["dev", "fault", "trn2-48xl-0", "hbm", "--device", "15", "--state-dir", str(root)]
     assert main(args) == 0
     assert "neuron15 mem_ecc_uncorrected total 0 -> 1" in capsys.readouterr().out
+
+
+def _gone(proc: process.Running, *, within: float = 5.0) -> bool:
+    deadline = time.monotonic() + within
+    while process.alive(proc):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+# The stack lets go of the processes it starts; Python reports such a handle when collected.
+@pytest.mark.filterwarnings("ignore:subprocess .* is still running:ResourceWarning")
+def test_a_lost_node_is_killed_once_and_only_it(tmp_path: Path) -> None:
+    started = {
+        name: process.start(["sleep", "60"], log_path=tmp_path / "logs" / f"{name}.log")
+        for name in ("node-trn2-48xl-0", "discovery-trn2-48xl-0", "node-trn2-48xl-1")
+    }
+    try:
+        current = state.StackState(
+            k8s_version="1.36.3",
+            fleet="f",
+            kubeconfig="k",
+            apiserver="a",
+            nats_url="n",
+            components=tuple(
+                state.ComponentState(
+                    name=name, kind="node", pid=r.pid, start_ticks=r.start_ticks, log="x"
+                )
+                for name, r in started.items()
+            ),
+        )
+        state.save(tmp_path, current)
+        [said] = apply_fault(tmp_path, node="trn2-48xl-0", fault=LOST)
+        assert said.startswith("killed node-trn2-48xl-0 (pid ")
+        assert "discovery-trn2-48xl-0" in said
+        assert _gone(started["node-trn2-48xl-0"])
+        assert _gone(started["discovery-trn2-48xl-0"])
+        assert process.alive(started["node-trn2-48xl-1"])
+        assert apply_fault(tmp_path, node="trn2-48xl-0", fault=LOST) == [
+            "killed nothing (already down)"
+        ]
+    finally:
+        process.stop(list(started.values()), timeout=2)

@@ -18,7 +18,7 @@ from neuron_dra_cli.errors import CliError
 from neuron_dra_cli.stack import process, state
 from neuron_dra_cli.stack.layout import Layout
 
-__all__ = ["LOST", "node_processes", "register"]
+__all__ = ["LOST", "apply_fault", "node_processes", "register"]
 
 LOST = "lost"
 #: The per-node components of the stack, by the prefix of their name.
@@ -61,30 +61,42 @@ def cmd_fault(args: argparse.Namespace) -> int:
     state_dir = (
         Path(args.state_dir).expanduser().resolve() if args.state_dir else paths.default_state_dir()
     )
+    for line in apply_fault(
+        state_dir, node=args.node, fault=args.fault, device=args.device, core=args.core
+    ):
+        print(f"{args.node}: {line}")
+    return 0
+
+
+def apply_fault(
+    state_dir: Path, *, node: str, fault: str, device: int | None = None, core: int = 0
+) -> list[str]:
+    """Make ``node`` of the stack under ``state_dir`` show ``fault``; what changed, in words.
+
+    The one way a fault is made, for this command and for the ``recovery`` benchmark (which
+    times from the moment it returns).
+
+    >>> apply_fault(state_dir, node="trn2-48xl-0", fault="lost")
+    ['killed node-trn2-48xl-0 (pid 4242), discovery-trn2-48xl-0 (pid 4250), ...']
+    """
     current = state.load(state_dir)
     if current is None:
         raise CliError(f"no stack recorded under {state_dir}; start one with `neuron-dra dev up`")
-    members = node_processes(current, args.node)
+    members = node_processes(current, node)
     if not members:
-        raise CliError(f"node {args.node!r} is not a node of the stack under {state_dir}")
-    if args.fault == LOST:
+        raise CliError(f"node {node!r} is not a node of the stack under {state_dir}")
+    if fault == LOST:
         killed = []
         for c in members:
             running = process.Running(pid=c.pid, start_ticks=c.start_ticks)
             if process.alive(running):
                 process.kill_group(running, signal.SIGKILL)
                 killed.append(f"{c.name} (pid {c.pid})")
-        print(f"{args.node}: killed {', '.join(killed) if killed else 'nothing (already down)'}")
-        return 0
-    root = Layout(state_dir).node_dir(args.node) / "hw"
+        return [f"killed {', '.join(killed) if killed else 'nothing (already down)'}"]
+    root = Layout(state_dir).node_dir(node) / "hw"
     if not (root / "sys").is_dir():
-        raise CliError(f"node {args.node!r} has no simulated Neuron hardware under {root}")
+        raise CliError(f"node {node!r} has no simulated Neuron hardware under {root}")
     try:
-        changes = inject_fault(
-            root, fault=args.fault, node_name=args.node, device=args.device, core=args.core
-        )
+        return inject_fault(root, fault=fault, node_name=node, device=device, core=core)
     except FaultError as exc:
         raise CliError(str(exc)) from None
-    for line in changes:
-        print(f"{args.node}: {line}")
-    return 0

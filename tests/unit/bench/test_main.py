@@ -1,0 +1,41 @@
+"""``python -m bench``: the scenarios it offers and how it refuses a wrong name, without running one."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from bench.__main__ import main
+from tests.fixtures.stack import REPO
+
+
+def test_help_lists_every_scenario_and_quick(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["--help"])
+    assert exited.value.code == 0
+    out = capsys.readouterr().out
+    assert "{allocator,bus,prepare,recovery,slices,ultraserver}" in out
+    assert "--quick" in out
+
+
+def test_an_unknown_scenario_is_refused_naming_the_choices(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["recover"])
+    assert exited.value.code == 2
+    assert "invalid choice: 'recover'" in capsys.readouterr().err
+
+
+def test_recovery_help_from_the_command_line() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench", "recovery", "--help"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "usage: python -m bench" in proc.stdout
