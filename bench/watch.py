@@ -108,7 +108,9 @@ class BusEvents:
 
     def __init__(self, bus: Bus, *, stream: str, subject: str) -> None:
         self._waiters: list[_Waiter] = []
-        self.follower = Follower(bus, stream=stream, subject=subject, handler=self._saw)
+        self.follower = Follower(
+            bus, name="bench-recovery", stream=stream, subject=subject, handler=self._saw
+        )
 
     def expect(self, what: str, test: Callable[[AnyEvent], bool]) -> asyncio.Future[float]:
         """A future of the arrival time of the first event from now on that passes ``test``."""
