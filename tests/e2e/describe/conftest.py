@@ -43,7 +43,9 @@ def pools_complete(stack: KubeStack, nodes: list[str]) -> bool:
     return True
 
 
-@pytest.fixture(scope="session")
+# Package scope: the stack stops when its package's tests are done, so the next
+# package's stack never runs beside it on a small machine.
+@pytest.fixture(scope="package")
 def describe_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeStack]:
     state_dir = tmp_path_factory.mktemp("describe")
     stack = start_stack(state_dir, fleet=FLEET)

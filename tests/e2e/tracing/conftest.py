@@ -13,7 +13,9 @@ from tests.fixtures.stack import KubeStack, start_stack, stop_stack
 FLEET = Path(__file__).resolve().parent / "fleet.yaml"
 
 
-@pytest.fixture(scope="session")
+# Package scope: the stack stops when its package's tests are done, so the next
+# package's stack never runs beside it on a small machine.
+@pytest.fixture(scope="package")
 def traced_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeStack]:
     state_dir = tmp_path_factory.mktemp("traced-stack")
     stack = start_stack(state_dir, fleet=FLEET, extra=["--tracing"])

@@ -13,7 +13,9 @@ from tests.fixtures.stack import REPO, KubeStack, start_stack, stop_stack
 FLEET = REPO / "tests" / "fleets" / "ultraserver.yaml"
 
 
-@pytest.fixture(scope="session")
+# Package scope: the stack stops when its package's tests are done, so the next
+# package's stack never runs beside it on a small machine.
+@pytest.fixture(scope="package")
 def us_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeStack]:
     state_dir = tmp_path_factory.mktemp("us-stack")
     stack = start_stack(state_dir, fleet=FLEET)
