@@ -178,7 +178,11 @@ def test_replace_affected_stays_on_a_degraded_device_and_moves_off_an_uncorrecta
                 == {(HARDWARE_ERROR, "HBM_REPAIRABLE_ERROR", "NoSchedule")}
             ),
         )
-        assert neuron_health(stack, victim) == ("True", "NeuronHasError_HBM_REPAIRABLE_ERROR")
+        # The probe writes the Node condition beside the event the taint comes from.
+        stack.wait_for(
+            "NeuronHealth NeuronHasError_HBM_REPAIRABLE_ERROR",
+            lambda: neuron_health(stack, victim) == ("True", "NeuronHasError_HBM_REPAIRABLE_ERROR"),
+        )
         [alert] = stack.wait_for(
             "a warning NeuronDeviceUnhealthy in Alertmanager",
             lambda: alerts(stack, alertname="NeuronDeviceUnhealthy", node=victim, device=device),
@@ -203,7 +207,12 @@ def test_replace_affected_stays_on_a_degraded_device_and_moves_off_an_uncorrecta
         assert (HARDWARE_ERROR, "SRAM_UNCORRECTABLE_ERROR", "NoExecute") in taints(
             stack, victim, "neuronnode"
         )
-        assert neuron_health(stack, victim) == ("True", "NeuronHasError_SRAM_UNCORRECTABLE_ERROR")
+        stack.wait_for(
+            "NeuronHealth NeuronHasError_SRAM_UNCORRECTABLE_ERROR",
+            lambda: (
+                neuron_health(stack, victim) == ("True", "NeuronHasError_SRAM_UNCORRECTABLE_ERROR")
+            ),
+        )
         stack.wait_for(
             "a critical NeuronDeviceUnhealthy in Alertmanager",
             lambda: [
