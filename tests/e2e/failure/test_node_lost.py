@@ -3,12 +3,6 @@ detector declares it lost within seconds and the workload's failure strategy act
 
 Each run logs how long it took from the kill to NodeLost and from NodeLost to the workload
 re-allocated (measured here, not asserted: the machine may be busy).
-
-The module's stack first serves a device fault (``neuron-dra dev fault``), which the repair
-undoes, so the kills after it find the fleet whole: degraded and uncorrectable errors meet
-ReplaceAffected there, lost nodes meet every strategy here and in ``test_restart_all``, and
-each cell of the fault type x strategy matrix is asserted without a stack in
-``tests/unit/ultraserver/test_fault_matrix``.
 """
 
 from __future__ import annotations
@@ -24,8 +18,6 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.health.support import alerts, device_taints, fault
-from tests.e2e.health.support import condition as node_condition
 from tests.fixtures.stack import KubeStack
 
 pytestmark = pytest.mark.stack
@@ -145,132 +137,6 @@ def allocate(stack: KubeStack, name: str, strategy: str) -> dict[str, Any]:
     return found
 
 
-HARDWARE_ERROR = "neuron.aws.com/hardware-error"
-
-
-def taints(stack: KubeStack, node: str, device: str) -> set[tuple[str, str, str]]:
-    return {(t["key"], t["value"], t["effect"]) for t in device_taints(stack, node).get(device, [])}
-
-
-def neuron_health(stack: KubeStack, node: str) -> tuple[str, str]:
-    found = node_condition(stack, node, "NeuronHealth")
-    return str(found.get("status", "")), str(found.get("reason", ""))
-
-
-def test_replace_affected_stays_on_a_degraded_device_and_moves_off_an_uncorrectable_one(
-    default_stack: KubeStack,
-) -> None:
-    stack = default_stack
-    victim = ""
-    try:
-        before = allocate(stack, "faulty", "ReplaceAffected")
-        old = before["allocatedUltraServers"][0]
-        old_nodes = allocated_nodes(before)
-        victim, device = old_nodes[2], "neurondevice5"
-        pods_before = running_pods(stack, "faulty")
-
-        # Degraded (a repairable HBM error): no new claims on the device, nothing moves.
-        fault(stack, victim, "hbm-repairable", device=5)
-        stack.wait_for(
-            f"the NoSchedule taint on {victim}/{device}",
-            lambda: (
-                taints(stack, victim, device)
-                == {(HARDWARE_ERROR, "HBM_REPAIRABLE_ERROR", "NoSchedule")}
-            ),
-        )
-        # The probe writes the Node condition beside the event the taint comes from.
-        stack.wait_for(
-            "NeuronHealth NeuronHasError_HBM_REPAIRABLE_ERROR",
-            lambda: neuron_health(stack, victim) == ("True", "NeuronHasError_HBM_REPAIRABLE_ERROR"),
-        )
-        [alert] = stack.wait_for(
-            "a warning NeuronDeviceUnhealthy in Alertmanager",
-            lambda: alerts(stack, alertname="NeuronDeviceUnhealthy", node=victim, device=device),
-        )
-        assert alert["labels"]["severity"] == "warning"
-        time.sleep(3)  # the operator reads the stream the alert came from: give it a moment
-        found = status(stack, "faulty")
-        assert (found["state"], condition(found, "Ready")) == ("Allocated", "True")
-        assert workload_events(stack, "faulty", "NodeFailed") == []
-        assert running_pods(stack, "faulty") == pods_before
-
-        # Uncorrectable (SRAM) on the same device: NoExecute, and the workload moves.
-        fault(stack, victim, "sram", device=5)
-        stack.wait_for(
-            f"the NoExecute taint on {victim}/{device}",
-            lambda: (
-                (HARDWARE_ERROR, "SRAM_UNCORRECTABLE_ERROR", "NoExecute")
-                in taints(stack, victim, device)
-            ),
-        )
-        # The whole-node device carries its worst chip's taint: the node is not whole.
-        assert (HARDWARE_ERROR, "SRAM_UNCORRECTABLE_ERROR", "NoExecute") in taints(
-            stack, victim, "neuronnode"
-        )
-        stack.wait_for(
-            "NeuronHealth NeuronHasError_SRAM_UNCORRECTABLE_ERROR",
-            lambda: (
-                neuron_health(stack, victim) == ("True", "NeuronHasError_SRAM_UNCORRECTABLE_ERROR")
-            ),
-        )
-        stack.wait_for(
-            "a critical NeuronDeviceUnhealthy in Alertmanager",
-            lambda: [
-                a
-                for a in alerts(stack, alertname="NeuronDeviceUnhealthy", node=victim)
-                if a["labels"]["severity"] == "critical"
-            ],
-        )
-
-        def moved() -> dict[str, Any] | None:
-            found = status(stack, "faulty")
-            if found.get("state") == "Allocated" and found["allocatedUltraServers"] != [old]:
-                return found
-            return None
-
-        after = stack.wait_for("the workload Allocated on the spare", moved, timeout=180)
-        new = after["allocatedUltraServers"][0]
-        new_nodes = allocated_nodes(after)
-        assert set(new_nodes).isdisjoint(old_nodes), (old_nodes, new_nodes)
-        assert condition(after, "Ready") == "True"
-        replaced = workload_events(stack, "faulty", "Replaced")
-        assert any(f"UltraServer {old} with {new}" in m for m in replaced), replaced
-        failed = workload_events(stack, "faulty", "NodeFailed")
-        assert any(f"{victim} {device} uncorrectable SRAM" in m for m in failed), failed
-        stack.wait_for(
-            "4 pods Running on the spare",
-            lambda: (
-                len(p := running_pods(stack, "faulty")) == 4 and set(p.values()) <= set(new_nodes)
-            ),
-            timeout=240,
-        )
-
-        # The repair (a driver reload): untainted, NeuronHealth clear, the alert resolved;
-        # the workload stays where it is (no flapping back).
-        fault(stack, victim, "repair")
-        stack.wait_for(
-            f"{victim} without taints", lambda: not any(device_taints(stack, victim).values())
-        )
-        stack.wait_for(
-            "NeuronHealth back to NeuronHasNoError",
-            lambda: neuron_health(stack, victim) == ("False", "NeuronHasNoError"),
-        )
-        stack.wait_for(
-            "NeuronDeviceUnhealthy resolved",
-            lambda: not alerts(stack, alertname="NeuronDeviceUnhealthy", node=victim),
-            timeout=90,
-        )
-        settled = status(stack, "faulty")
-        assert (settled["state"], settled["allocatedUltraServers"]) == ("Allocated", [new])
-        assert len(workload_events(stack, "faulty", "Replaced")) == 1
-    finally:
-        # The next tests want the whole fleet free and healthy.
-        if victim:
-            fault(stack, victim, "repair")
-        stack.kubectl("delete", "deployment", "faulty", "--ignore-not-found", "--timeout=120s")
-        stack.kubectl("delete", "nusw", "faulty", "--ignore-not-found", "--timeout=120s")
-
-
 def test_replace_affected_moves_a_workload_off_a_killed_node_onto_the_spare(
     default_stack: KubeStack,
 ) -> None:
@@ -290,11 +156,6 @@ def test_replace_affected_moves_a_workload_off_a_killed_node_onto_the_spare(
         declared - killed,
         stamp(lost[0]) - killed,
     )
-    [alert] = stack.wait_for(
-        "NeuronNodeLost in Alertmanager",
-        lambda: alerts(stack, alertname="NeuronNodeLost", node=victim),
-    )
-    assert alert["labels"]["severity"] == "critical"
 
     def moved() -> dict[str, Any] | None:
         found = status(stack, "replace")
@@ -369,13 +230,6 @@ def test_no_op_reports_a_killed_node_and_leaves_the_workload_where_it_is(
     failed = workload_events(stack, "noop", "NodeFailed")
     assert any(victim in m and "NoOp" in m for m in failed), failed
     assert workload_events(stack, "noop", "Replaced") == []
-    stack.wait_for(
-        "NeuronNodeLost and NeuronWorkloadDegraded in Alertmanager",
-        lambda: (
-            alerts(stack, alertname="NeuronNodeLost", node=victim)
-            and alerts(stack, alertname="NeuronWorkloadDegraded", workload="noop")
-        ),
-    )
     # Nothing moved: the pods on the healthy nodes still run where they ran.
     healthy = {p: n for p, n in pods_before.items() if n != victim}
     assert healthy.items() <= running_pods(stack, "noop").items()
