@@ -106,12 +106,15 @@ async def test_a_restart_with_the_same_hardware_stores_nothing_new(
     nats_server: NatsServer, nats_bus: Bus, hw_root: Path, tmp_path: Path
 ) -> None:
     log = tmp_path / "discovery.log"
-    proc = start(nats_server, hw_root, log)
+    # Content is de-duplicated within one heartbeat period: a day-long period keeps both
+    # starts inside one period however slow the restart is.
+    day = {"NEURON_DRA_HEARTBEAT_SECONDS": "86400"}
+    proc = start(nats_server, hw_root, log, **day)
     try:
         seq, _ = await latest_inventory(nats_bus)
     finally:
         stop(proc, log)
-    proc = start(nats_server, hw_root, log)
+    proc = start(nats_server, hw_root, log, **day)
     try:
         # The second agent has sent its inventory; the stream kept only the first.
         await wait_until(lambda: published(log) >= 2, within=60, what="the second inventory")
