@@ -231,3 +231,26 @@ def bring_up(stack: KubeStack) -> Iterator[Actuate]:
 def decode_spec(spec: cdi.Spec) -> dict[str, Any]:
     result: dict[str, Any] = msgspec.to_builtins(spec)
     return result
+
+
+def ranges(ids: list[int]) -> str:
+    out: list[str] = []
+    for i in sorted(ids):
+        if out and out[-1].split("-")[-1] == str(i - 1):
+            out[-1] = f"{out[-1].split('-')[0]}-{i}"
+        else:
+            out.append(str(i))
+    return ",".join(out)
+
+
+def spec_view(actuate: Actuate, pod: str) -> tuple[str, dict[str, Any], list[int], dict[str, str]]:
+    """(node, claim, allocated device indices, CDI env) of ``pod``'s one claim."""
+    node = actuate.pod(pod)["spec"]["nodeName"]
+    claim = actuate.claim_of(pod)
+    results = claim["status"]["allocation"]["devices"]["results"]
+    indices = sorted(int(r["device"].removeprefix("neurondevice")) for r in results)
+    spec = actuate.cdi_specs(node)[claim["metadata"]["uid"]]
+    paths = sorted(n.path for d in spec.devices for n in d.container_edits.device_nodes)
+    assert paths == sorted(f"/dev/neuron{i}" for i in indices)
+    env = dict(e.split("=", 1) for e in spec.container_edits.env)
+    return node, claim, indices, env

@@ -3,39 +3,14 @@ the container exactly its devices and the Neuron runtime variables for the LNC i
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 from neuron_dra_common.events import ClaimPrepared, ClaimUnprepared
 
 from tests.e2e.actuate.bus import claim_subject, last_event
-from tests.e2e.actuate.support import MANIFESTS, Actuate
+from tests.e2e.actuate.support import MANIFESTS, Actuate, ranges, spec_view
 from tests.fixtures.stack import neuron_dra
 
 pytestmark = pytest.mark.stack
-
-
-def ranges(ids: list[int]) -> str:
-    out: list[str] = []
-    for i in sorted(ids):
-        if out and out[-1].split("-")[-1] == str(i - 1):
-            out[-1] = f"{out[-1].split('-')[0]}-{i}"
-        else:
-            out.append(str(i))
-    return ",".join(out)
-
-
-def spec_view(actuate: Actuate, pod: str) -> tuple[str, dict[str, Any], list[int], dict[str, str]]:
-    """(node, claim, allocated device indices, CDI env) of ``pod``'s one claim."""
-    node = actuate.pod(pod)["spec"]["nodeName"]
-    claim = actuate.claim_of(pod)
-    results = claim["status"]["allocation"]["devices"]["results"]
-    indices = sorted(int(r["device"].removeprefix("neurondevice")) for r in results)
-    spec = actuate.cdi_specs(node)[claim["metadata"]["uid"]]
-    paths = sorted(n.path for d in spec.devices for n in d.container_edits.device_nodes)
-    assert paths == sorted(f"/dev/neuron{i}" for i in indices)
-    env = dict(e.split("=", 1) for e in spec.container_edits.env)
-    return node, claim, indices, env
 
 
 def test_1x4_pod_runs_with_its_four_connected_devices(actuate: Actuate) -> None:

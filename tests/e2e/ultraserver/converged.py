@@ -6,6 +6,7 @@ would still grant)."""
 from __future__ import annotations
 
 import asyncio
+import re
 import textwrap
 import uuid
 from typing import Any
@@ -19,7 +20,7 @@ from neuron_dra_common.events import (
 )
 from neuron_dra_common.ultraserver import NODE_ALLOCATION, WORKLOAD_UID_LABEL
 
-from tests.fixtures.stack import KubeStack
+from tests.fixtures.stack import KubeStack, neuron_dra
 
 INSTANCE = "trn2u.48xlarge"
 #: The stack's fleet (tests/fleets/ultraserver.yaml): three UltraServers of four nodes.
@@ -191,3 +192,9 @@ def assert_released(stack: KubeStack, name: str, uid: str, *, held_by_others: in
     stack.wait_for(f"no device tagged {name}", lambda: not tagged(stack, name), timeout=60)
     free, _ = free_ultraservers(stack)
     assert free == ULTRASERVERS - held_by_others, f"the allocator grants {free} UltraServers"
+
+
+def pod_env(stack: KubeStack, pod: str) -> dict[str, str]:
+    proc = neuron_dra("dev", "env", pod, "--state-dir", str(stack.state_dir), timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    return dict(re.findall(r'export (\w+)="([^"]*)"', proc.stdout))

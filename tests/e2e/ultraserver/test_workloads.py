@@ -3,14 +3,13 @@ waiting and racing around it."""
 
 from __future__ import annotations
 
-import re
 import textwrap
 from typing import Any
 
 import pytest
 
-from tests.e2e.ultraserver.converged import status_of, wait_state, workload
-from tests.fixtures.stack import REPO, KubeStack, neuron_dra
+from tests.e2e.ultraserver.converged import pod_env, status_of, wait_state, workload
+from tests.fixtures.stack import REPO, KubeStack
 
 pytestmark = pytest.mark.stack
 
@@ -20,12 +19,6 @@ NS = "neuron-dra-driver"
 
 def delete(stack: KubeStack, *names: str) -> None:
     stack.kubectl("delete", "nusw", *names, "--timeout=120s")
-
-
-def pod_env(stack: KubeStack, pod: str) -> dict[str, str]:
-    proc = neuron_dra("dev", "env", pod, "--state-dir", str(stack.state_dir), timeout=60)
-    assert proc.returncode == 0, proc.stderr
-    return dict(re.findall(r'export (\w+)="([^"]*)"', proc.stdout))
 
 
 def test_operator_guide_workload_deployment_and_cascade(us_stack: KubeStack) -> None:

@@ -17,7 +17,8 @@ from tests.fixtures.stack import REPO
         ((), "yes"),
         (("-m", "not floor"), "no"),
         (("tests/unit/cli",), "no"),
-        (("tests/e2e/stack/test_kubelet_dra_path.py",), "yes"),
+        (("tests/e2e/floor",), "yes"),
+        (("tests/e2e/stack/test_kubelet_dra_path.py",), "no"),
     ],
 )
 def test_floor_is_needed_only_by_a_selection_with_floor_tests(

@@ -12,7 +12,7 @@ from types import FrameType
 
 import msgspec
 
-from neuron_dra_cli import env_cmd, fault_cmd, paths
+from neuron_dra_cli import env_cmd, fault_cmd, paths, restart_cmd
 from neuron_dra_cli.errors import CliError
 from neuron_dra_cli.output import add_output_option
 from neuron_dra_cli.stack import lifecycle, process, state
@@ -100,6 +100,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.set_defaults(handler=cmd_build)
     env_cmd.register(verbs)
     fault_cmd.register(verbs)
+    restart_cmd.register(verbs)
 
 
 def _progress(msg: str) -> None:

@@ -80,7 +80,8 @@ class Launcher:
 
     def _launch(self, c: comp.Component) -> _Starting:
         log = self.layout.log(c.name)
-        running = process.start(c.argv, log_path=log, env={**self.env, **c.env})
+        env = {**self.env, **c.env}
+        running = process.start(c.argv, log_path=log, env=env)
         entry = state.ComponentState(
             name=c.name,
             kind=c.kind,
@@ -89,6 +90,8 @@ class Launcher:
             log=str(log),
             ports=c.ports,
             started_at=time.time(),
+            argv=tuple(c.argv),
+            env=env,
         )
         self._record(entry)
         # Recorded before waiting, so `dev down` finds it even if this command dies now.

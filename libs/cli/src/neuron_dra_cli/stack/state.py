@@ -22,6 +22,10 @@ class ComponentState(msgspec.Struct, frozen=True, kw_only=True):
     #: When it was started (Unix time) and how long after that it was first ready.
     started_at: float = 0.0
     ready_seconds: float | None = None
+    #: How it was started (``dev restart`` starts it again the same way); empty for a
+    #: process the stack did not start itself.
+    argv: tuple[str, ...] = ()
+    env: dict[str, str] = msgspec.field(default_factory=dict)
 
 
 class StackState(msgspec.Struct, frozen=True, kw_only=True):

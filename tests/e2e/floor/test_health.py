@@ -2,14 +2,14 @@
 pool until it is repaired, so the scheduler cannot hand it out; and ``dev fault NODE lost``
 kills the node's kubelet and agents like a dead machine.
 
-This stack is the test's own: losing a node would spoil the shared one.
+The lost node goes last: this package's modules run in name order, and it is the last test of
+the last one.
 """
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 
 import pytest
 from neuron_dra_cli import kubebuild
@@ -22,21 +22,11 @@ from tests.e2e.health.support import (
     timed_wait,
     topology,
 )
-from tests.fixtures.stack import KubeStack, neuron_dra, start_stack, stop_stack
+from tests.fixtures.stack import KubeStack, neuron_dra
 
 NODE = "trn2-48xl-0"
 DEVICE = 6
 NAME = f"neurondevice{DEVICE}"
-
-
-@pytest.fixture(scope="module")
-def floor_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeStack]:
-    state_dir = tmp_path_factory.mktemp("health-floor")
-    stack = start_stack(state_dir, k8s_version=kubebuild.FLOOR_VERSION)
-    try:
-        yield stack
-    finally:
-        stop_stack(state_dir)
 
 
 @pytest.mark.stack

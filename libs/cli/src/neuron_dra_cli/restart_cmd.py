@@ -1,0 +1,170 @@
+"""``neuron-dra dev restart``: stop one component of the local stack and start it again.
+
+What a platform engineer sees when NATS, the apiserver or one service is restarted (an
+upgrade, a crash, an OOM kill): the component goes away, with SIGTERM or ``--kill``
+(SIGKILL, no goodbye), stays away ``--down`` seconds, and comes back with the same command
+line, environment, ports and data directory, so whoever talks to it must reconnect.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import time
+from pathlib import Path
+
+import msgspec
+
+from neuron_dra_cli import paths
+from neuron_dra_cli.errors import CliError
+from neuron_dra_cli.stack import probes, process, state
+
+__all__ = ["Restarted", "register", "restart_component"]
+
+
+class Restarted(msgspec.Struct, frozen=True, kw_only=True):
+    """One restart: the new process and how long the component was away."""
+
+    name: str
+    old_pid: int
+    pid: int
+    #: From the stop signal to the new process accepting connections on all its ports.
+    away_seconds: float
+    #: From the new process's start to all its ports accepting connections.
+    ready_seconds: float
+    #: Unix time at which it was back (all ports open).
+    back_at: float
+
+
+def register(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = verbs.add_parser(
+        "restart",
+        help="stop one component of the stack and start it again (NATS, the apiserver, ...)",
+        description="Stop a component of the local stack (SIGTERM, or SIGKILL with --kill), "
+        "keep it down --down seconds, and start it again with the command line, environment, "
+        "ports and data it had; returns once it accepts connections again. Names are those "
+        "of `neuron-dra dev status` (for example nats, kube-apiserver, etcd, "
+        "slice-publisher-0). A component the stack did not start itself (one started by a "
+        "test) cannot be restarted here.",
+    )
+    p.add_argument("name", metavar="COMPONENT")
+    p.add_argument("--kill", action="store_true", help="SIGKILL instead of SIGTERM")
+    p.add_argument(
+        "--down",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="seconds to stay down before starting again (default 0)",
+    )
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=90.0,
+        metavar="SECONDS",
+        help="how long the new process may take to accept connections (default 90)",
+    )
+    p.add_argument(
+        "--state-dir",
+        default=None,
+        help=f"the stack's state directory (env {paths.STATE_DIR_ENV})",
+    )
+    p.set_defaults(handler=cmd_restart)
+
+
+def cmd_restart(args: argparse.Namespace) -> int:
+    if args.down < 0:
+        raise CliError(f"--down {args.down}: want 0 or more seconds")
+    if args.timeout <= 0:
+        raise CliError(f"--timeout {args.timeout}: want a positive number of seconds")
+    state_dir = (
+        Path(args.state_dir).expanduser().resolve() if args.state_dir else paths.default_state_dir()
+    )
+    done = restart_component(
+        state_dir, name=args.name, kill=args.kill, down_seconds=args.down, timeout=args.timeout
+    )
+    print(
+        f"{done.name}: pid {done.old_pid} stopped ({'SIGKILL' if args.kill else 'SIGTERM'}), "
+        f"pid {done.pid} accepting connections {done.ready_seconds:.1f} s after its start, "
+        f"{done.away_seconds:.1f} s away in all"
+    )
+    return 0
+
+
+def restart_component(
+    state_dir: Path,
+    *,
+    name: str,
+    kill: bool = False,
+    down_seconds: float = 0.0,
+    timeout: float = 90.0,
+) -> Restarted:
+    """Stop ``name`` of the stack under ``state_dir`` and start it again the same way.
+
+    >>> restart_component(state_dir, name="nats", kill=True, down_seconds=2).away_seconds
+    2.4
+    """
+    current = state.load(state_dir)
+    if current is None:
+        raise CliError(f"no stack recorded under {state_dir}; start one with `neuron-dra dev up`")
+    entry = next((c for c in current.components if c.name == name), None)
+    if entry is None:
+        known = ", ".join(sorted(c.name for c in current.components))
+        raise CliError(f"no component {name!r} in the stack under {state_dir}; it has: {known}")
+    if not entry.argv:
+        raise CliError(
+            f"{name} was not started by `neuron-dra dev up` (no command line recorded for it in "
+            f"{state.state_file(state_dir)}); restart it the way it was started"
+        )
+    old = process.Running(pid=entry.pid, start_ticks=entry.start_ticks)
+    stopped = time.monotonic()
+    if kill:
+        process.kill_group(old, signal.SIGKILL)
+    process.stop([old], timeout=15.0)
+    if process.alive(old):
+        raise CliError(f"{name} (pid {entry.pid}) did not stop")
+    time.sleep(down_seconds)
+
+    log = Path(entry.log)
+    started = time.monotonic()
+    running = process.start(entry.argv, log_path=log, env=entry.env)
+    # Recorded at once, so `dev down` stops the new process even if this command dies now.
+    fresh = msgspec.structs.replace(
+        entry,
+        pid=running.pid,
+        start_ticks=running.start_ticks,
+        started_at=time.time(),
+        ready_seconds=None,
+    )
+    _record(state_dir, fresh)
+    while not all(probes.tcp_open(port) for port in entry.ports.values()):
+        if not process.alive(running):
+            raise CliError(
+                f"{name} exited while starting again; last lines of {log}:\n"
+                + process.tail(log, lines=15)
+            )
+        if time.monotonic() - started > timeout:
+            raise CliError(
+                f"{name} did not accept connections {timeout:.0f} s after its start; last lines "
+                f"of {log}:\n" + process.tail(log, lines=15)
+            )
+        time.sleep(0.05)
+    back = time.monotonic()
+    _record(state_dir, msgspec.structs.replace(fresh, ready_seconds=back - started))
+    return Restarted(
+        name=name,
+        old_pid=entry.pid,
+        pid=running.pid,
+        away_seconds=back - stopped,
+        ready_seconds=back - started,
+        back_at=time.time(),
+    )
+
+
+def _record(state_dir: Path, entry: state.ComponentState) -> None:
+    """Put ``entry`` in place of the component of its name, reading the state afresh (other
+    commands may have recorded components meanwhile)."""
+    current = state.load(state_dir)
+    if current is None:
+        raise CliError(f"the stack under {state_dir} was stopped meanwhile")
+    components = tuple(entry if c.name == entry.name else c for c in current.components)
+    state.save(state_dir, msgspec.structs.replace(current, components=components))
