@@ -14,6 +14,7 @@ import pytest
 from neuron_dra_common.kube import LEASES, Elector, KubeClient, load_kubeconfig
 from neuron_dra_common.kube.leader import read_lease
 
+from tests.contracts.support import wait_until
 from tests.fixtures.stack import KubeStack
 
 pytestmark = pytest.mark.stack
@@ -115,10 +116,10 @@ class Cuttable:
         self.server: asyncio.Server | None = None
         self.writers: list[asyncio.StreamWriter] = []
 
-    async def start(self) -> int:
-        self.server = await asyncio.start_server(self._relay, "127.0.0.1", 0)
-        port: int = self.server.sockets[0].getsockname()[1]
-        return port
+    async def start(self, port: int = 0) -> int:
+        self.server = await asyncio.start_server(self._relay, "127.0.0.1", port)
+        bound: int = self.server.sockets[0].getsockname()[1]
+        return bound
 
     async def _relay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         up_reader, up_writer = await asyncio.open_connection(*self.target)
@@ -175,3 +176,53 @@ async def test_a_leader_that_cannot_renew_stops_before_its_lease_ends(
         await asyncio.gather(run, return_exceptions=True)
         await cut_off.close()
         await kube.delete(LEASES, name, namespace=NS)
+
+
+async def test_a_leader_cut_off_leads_again_as_soon_as_the_apiserver_answers(
+    kube: KubeClient, kube_stack: KubeStack
+) -> None:
+    name = f"back-{uuid.uuid4().hex[:8]}"
+    config = load_kubeconfig(kube_stack.kubeconfig)
+    host, _, port = config.server.removeprefix("https://").rpartition(":")
+    relay = Cuttable(host, int(port))
+    relay_port = await relay.start()
+    cut_off = KubeClient(config.with_server(f"https://{host}:{relay_port}"))
+    a = elector(cut_off, name, "a")
+    terms: list[Work] = []
+    began = asyncio.Event()
+
+    async def lead() -> None:
+        work = Work()
+        terms.append(work)
+        began.set()
+        await work.lead()()
+
+    serving = asyncio.create_task(a.serve(lead))
+    try:
+        await asyncio.wait_for(began.wait(), 15)
+        began.clear()
+        await relay.cut()
+        # The first term's work stops before the lease it last renewed runs out ...
+        await wait_until(
+            lambda: not a.leading and terms[0].outcome == "cancelled",
+            within=LEASE * 2,
+            what="the first term's work cancelled",
+        )
+        assert not serving.done(), "serve() must campaign again, not return"
+        await relay.start(relay_port)
+        back = asyncio.get_running_loop().time()
+        # ... and a second term begins about a second after the apiserver answers again,
+        # under the same holder (no one else could write the Lease meanwhile).
+        await asyncio.wait_for(began.wait(), LEASE * 2)
+        assert asyncio.get_running_loop().time() - back < LEASE
+        assert len(terms) == 2
+        assert a.leading
+        assert await holder(kube, name) == "a"
+    finally:
+        a.stop()
+        for work in terms:
+            work.drain()
+        await asyncio.gather(serving, return_exceptions=True)
+        await cut_off.close()
+        await kube.delete(LEASES, name, namespace=NS)
+    assert serving.exception() is None

@@ -75,7 +75,7 @@ async def build(settings: DetectorSettings) -> Service:
             identity=settings.identity or socket.gethostname(),
             lease_seconds=settings.lease_seconds,
         )
-        service.add_task("leader", lambda: elector.run(lead), stop=elector.stop)
+        service.add_task("leader", lambda: elector.serve(lead), stop=elector.stop)
         service.on_shutdown(kube.close)
     else:
         service.add_task("detector", lead, stop=stop.set)

@@ -54,27 +54,11 @@ async def build(settings: SlicePublisherSettings) -> Service:
     taints_served = await detect_taints(
         kube, settings.device_taints, patience=settings.probe_timeout
     )
-    # A Node's labels, UID and the operator's record are all metadata: its status (images,
-    # conditions, heartbeats) is never sent to the publisher.
-    nodes = Informer(kube, NODES, metadata_only=True)
-
-    def lookup(name: str) -> NodeInfo | None:
-        obj = nodes.cache.get(name)
-        return NodeInfo.from_object(obj) if obj is not None else None
-
     publisher = bus.publisher(source=f"/neuron-dra/{NAME}")
 
     async def publish(event: DeviceTaintChanged, msg_id: str) -> None:
         await publisher.publish(event, msg_id=msg_id)
 
-    controller = Controller(
-        store=KubeSliceStore(kube, encoding=settings.slice_encoding),
-        nodes=lookup,
-        mode=mode,
-        dra_driver_version=package_version(),
-        taints_served=taints_served,
-        announcer=TaintAnnouncer(publish, withheld=not taints_served),
-    )
     elector = Elector(
         kube,
         namespace=settings.namespace,
@@ -82,11 +66,29 @@ async def build(settings: SlicePublisherSettings) -> Service:
         identity=settings.identity or socket.gethostname(),
         lease_seconds=settings.lease_seconds,
     )
-    runner = bus.runner(consumer(DURABLE), controller.handle)
-    # Undecodable health events go to the dead letter like any other consumer's.
-    health_runner = bus.runner(consumer(HEALTH_DURABLE), controller.handle_health)
 
     async def lead() -> None:
+        # Everything a term of leadership knows is made here, afresh: after a lost Lease
+        # (an apiserver outage) the next term must not trust what the last one saw.
+        # A Node's labels, UID and the operator's record are all metadata: its status
+        # (images, conditions, heartbeats) is never sent to the publisher.
+        nodes = Informer(kube, NODES, metadata_only=True)
+
+        def lookup(name: str) -> NodeInfo | None:
+            obj = nodes.cache.get(name)
+            return NodeInfo.from_object(obj) if obj is not None else None
+
+        controller = Controller(
+            store=KubeSliceStore(kube, encoding=settings.slice_encoding),
+            nodes=lookup,
+            mode=mode,
+            dra_driver_version=package_version(),
+            taints_served=taints_served,
+            announcer=TaintAnnouncer(publish, withheld=not taints_served),
+        )
+        runner = bus.runner(consumer(DURABLE), controller.handle)
+        # Undecodable health events go to the dead letter like any other consumer's.
+        health_runner = bus.runner(consumer(HEALTH_DURABLE), controller.handle_health)
         slices = Informer(
             kube,
             RESOURCE_SLICES,
@@ -120,13 +122,15 @@ async def build(settings: SlicePublisherSettings) -> Service:
             runner.stop()
             health_runner.stop()
             controller.queue.shutdown()
+            for informer in (nodes, slices):
+                informer.stop()
             for task in informers:
                 task.cancel()
             await asyncio.gather(*informers, return_exceptions=True)
 
     service = Service(name=NAME, settings=settings)
     # Every replica is ready (a standby is healthy); the leader's work shows in its metrics.
-    service.add_task("leader", lambda: elector.run(lead), stop=elector.stop)
+    service.add_task("leader", lambda: elector.serve(lead), stop=elector.stop)
     service.add_readiness("nats", lambda: bus.connected)
     service.on_shutdown(kube.close)
     service.on_shutdown(bus.close)

@@ -129,6 +129,12 @@ async def build(settings: OperatorSettings) -> Service:
         await ensure_namespace(client)
         await asyncio.gather(*(i.wait_synced() for i in informers.values()))
         await health_follower.wait_caught_up()
+        # A later term (the Lease lost in an apiserver outage, then held again) looks at
+        # everything once more: the last term's workers were cancelled mid-key.
+        for key in list(workloads_inf.cache):
+            wq.add(key)
+        for obj in list(ultraservers_inf.cache.values()):
+            uq.add(str(obj["metadata"]["name"]))
         resyncing = asyncio.create_task(resync(), name="workloads-resync")
         try:
             await asyncio.gather(
@@ -157,7 +163,7 @@ async def build(settings: OperatorSettings) -> Service:
         service.add_task(name, informer.run, stop=informer.stop, ready=_synced(informer))
     service.add_task("health", health_follower.run, stop=health_follower.stop)
     # A standby is ready too: it is healthy and takes over the moment the leader goes.
-    service.add_task("leader", lambda: elector.run(lead, drain=drain), stop=elector.stop)
+    service.add_task("leader", lambda: elector.serve(lead, drain=drain), stop=elector.stop)
     service.add_readiness("nats", lambda: bus.connected)
     service.on_shutdown(bus.close)
     service.on_shutdown(client.close)

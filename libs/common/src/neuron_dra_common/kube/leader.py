@@ -4,9 +4,12 @@ Any number of replicas run; the one holding the Lease does the work, the others 
 holder renews every third of the lease; a replica takes the Lease over only when it went
 unrenewed for ``lease_seconds``, with an optimistic (resourceVersion) update so two
 candidates can never both win. A leader that cannot renew before its lease ends stops
-working at once (the caller's process exits and is restarted as a candidate), so two writers
-never overlap by more than the time a write already in flight takes. A replica that is asked
-to stop hands the Lease back, so a standby takes over at once instead of after the lease.
+working at once, so two writers never overlap by more than the time a write already in flight
+takes; with :meth:`Elector.serve` it then campaigns again in the same process, and leads again
+(its work starting over from fresh lists) the moment it holds the Lease again: after an
+apiserver outage that is at the first renewal the apiserver answers, since no one else could
+write the Lease meanwhile. A replica that is asked to stop hands the Lease back, so a standby
+takes over at once instead of after the lease.
 
 A process restarted under the same identity (a container restarted in its pod) holds the
 Lease again at once: the holder it finds is itself.
@@ -14,6 +17,7 @@ Lease again at once: the holder it finds is itself.
 >>> elector = Elector(client, namespace="neuron-dra-driver",
 ...                   name="neuron-dra-ultraserver-operator", identity=pod_name)
 >>> await elector.run(lead)          # returns when the Lease is lost or stop() was called
+>>> await elector.serve(lead)        # leads again after each loss, until stop()
 """
 
 from __future__ import annotations
@@ -100,7 +104,10 @@ class Elector:
         self.identity = identity
         self._lease = lease_seconds
         self.leading = False
+        #: Whether the last :meth:`run` ended because the Lease was lost.
+        self.lost = False
         self._stop = asyncio.Event()
+        self._retry = lease_seconds / 3
 
     @property
     def lease(self) -> str:
@@ -187,7 +194,7 @@ class Elector:
 
     async def _campaign(self) -> bool:
         """Wait until this replica holds the Lease (True) or stop() was called (False)."""
-        retry = self._lease / 3
+        retry = self._retry
         while not self._stop.is_set():
             try:
                 if await self.try_hold():
@@ -208,8 +215,10 @@ class Elector:
         back. When the Lease is lost, ``lead`` is cancelled at once. An exception of ``lead``
         is raised here.
         """
+        self.lost = False
         if not await self._campaign():
             return
+        self._retry = self._lease / 3
         loop = asyncio.get_running_loop()
         retry = self._lease / 3
         self.leading = True
@@ -251,6 +260,7 @@ class Elector:
                 task.cancel()
             await asyncio.gather(task, return_exceptions=True)
             self.leading = False
+            self.lost = lost
             LEADING.labels(self._name).set(0)
             if not lost:
                 try:
@@ -261,3 +271,18 @@ class Elector:
                     )
         if not task.cancelled() and (error := task.exception()) is not None:
             raise error
+
+    async def serve(self, lead: Lead, *, drain: Callable[[], object] | None = None) -> None:
+        """:meth:`run` again after each lost Lease, until :meth:`stop` or ``lead`` returns.
+
+        ``lead`` must start its work afresh each time it is called (its lists, queues and
+        consumers made anew): what it knew when the Lease was lost may be stale. After a loss
+        this replica asks for the Lease every second (a candidate's usual pace is a third of
+        the lease), so that it leads again within a second of the apiserver's return.
+        """
+        while True:
+            await self.run(lead, drain=drain)
+            if self._stop.is_set() or not self.lost:
+                return
+            self._retry = min(self._lease / 3, 1.0)
+            log.info("campaigning again", extra={"identity": self.identity, "lease": self.lease})
