@@ -43,7 +43,7 @@ echo "==> lint"
 ruff check .
 ruff format --check .
 mypy libs/common/src libs/cli/src services/*/src
-mypy bench
+mypy bench chaos
 mypy tests
 lint-imports
 codespell

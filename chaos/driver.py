@@ -1,0 +1,407 @@
+"""The churn, the faults, the checks and the convergence wait of one chaos run.
+
+Every step is one thing a user or the world does to a running local stack, drawn from a
+seeded random generator (the same seed and stack draw the same steps): a pod asking for 1, 4,
+8 or 16 connected trn2 devices created or deleted; a ``NeuronUltraServerWorkload`` of 1, 2 or
+4 nodes with a random failure strategy created or deleted; one neuron-dra process killed
+(SIGKILL or SIGTERM) and started again after up to two seconds, as Kubernetes restarts a
+container; and, with ``servers``, NATS or the apiserver killed and started again.
+
+After every step the invariants (``chaos.invariants``) are checked on what the apiserver
+shows; a check the apiserver cannot answer (it is being restarted) is counted as skipped.
+When the churn time is over the faults stop and the run waits until the stack converged:
+every component up, every pod whose claim is allocated Running, every workload ``Allocated``
+or ``Pending``.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from neuron_dra_cli.errors import CliError
+from neuron_dra_cli.restart_cmd import restart_component
+from neuron_dra_cli.stack import kubectl, lifecycle, state
+from neuron_dra_common.ultraserver import FAILURE_STRATEGIES, TOPOLOGY_SIZES
+
+from chaos.invariants import devices_held_twice, nodes_held_twice
+
+__all__ = ["Options", "Outcome", "run"]
+
+Obj = dict[str, Any]
+NAMESPACE = "chaos"
+COUNTS = (1, 4, 8, 16)
+#: The neuron-dra processes a step may kill, by kind (the control plane is ``servers``).
+SERVICE_KINDS = (
+    "slice-publisher",
+    "topology-allocator",
+    "ultraserver-operator",
+    "failure-detector",
+    "audit",
+    "alerts",
+    "kubelet-plugin",
+    "health-probe",
+    "discovery",
+)
+SERVERS = ("nats", "kube-apiserver")
+
+
+@dataclass(frozen=True)
+class Options:
+    state_dir: Path
+    seconds: float
+    seed: int
+    servers: bool = True
+    #: Most pods and workloads alive at once (the stack's capacity bounds the rest anyway).
+    max_pods: int = 6
+    max_workloads: int = 3
+    converge_within: float = 240.0
+    say: Callable[[str], None] = print
+
+
+@dataclass
+class Outcome:
+    seed: int
+    seconds: float
+    steps: Counter[str] = field(default_factory=Counter)
+    checks: int = 0
+    skipped_checks: int = 0
+    #: Invariants broken (devices or nodes held twice), in words, with the step before.
+    violations: list[str] = field(default_factory=list)
+    #: A killed process that did not come back, a server that left the stack down.
+    failures: list[str] = field(default_factory=list)
+    #: Seconds from each server's return until the apiserver answered and every component
+    #: was up again.
+    server_returns: list[tuple[str, float]] = field(default_factory=list)
+    converged_seconds: float | None = None
+    not_converged: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations and not self.failures and self.converged_seconds is not None
+
+    def table(self) -> str:
+        rows = [(name, str(n)) for name, n in sorted(self.steps.items())]
+        rows += [
+            ("invariant checks", f"{self.checks} ({self.skipped_checks} skipped: API away)"),
+            ("devices or UltraServer nodes held twice", str(len(self.violations))),
+            ("processes or servers not back", str(len(self.failures))),
+            *((f"{name} back -> all up", f"{s:.1f} s") for name, s in self.server_returns),
+            (
+                "faults stopped -> converged",
+                f"{self.converged_seconds:.1f} s" if self.converged_seconds is not None else "NO",
+            ),
+        ]
+        width = max(len(r[0]) for r in rows)
+        lines = [f"== chaos (seed {self.seed}, {self.seconds:.0f} s of churn)"]
+        lines += [f"{name.ljust(width)}  {value}" for name, value in rows]
+        lines += [f"VIOLATION {v}" for v in self.violations]
+        lines += [f"FAILURE {v}" for v in self.failures]
+        lines += [f"NOT CONVERGED {v}" for v in self.not_converged]
+        return "\n".join(lines)
+
+    def json_line(self) -> str:
+        return json.dumps(
+            {
+                "name": "chaos",
+                "seed": self.seed,
+                "seconds": self.seconds,
+                "steps": dict(sorted(self.steps.items())),
+                "checks": self.checks,
+                "skippedChecks": self.skipped_checks,
+                "violations": self.violations,
+                "failures": self.failures,
+                "serverReturns": [{"server": n, "seconds": s} for n, s in self.server_returns],
+                "convergedSeconds": self.converged_seconds,
+                "notConverged": self.not_converged,
+                "ok": self.ok,
+            },
+            sort_keys=True,
+        )
+
+
+class Stack:
+    """kubectl and the component table of the stack under ``state_dir``."""
+
+    def __init__(self, state_dir: Path) -> None:
+        current = state.load(state_dir)
+        if current is None:
+            raise CliError(
+                f"no stack recorded under {state_dir}; start one with `neuron-dra dev up`"
+            )
+        self.state_dir = state_dir
+        self.kubeconfig = Path(current.kubeconfig)
+
+    def kubectl(self, *args: str, input: str | None = None, check: bool = True) -> str:
+        return kubectl.run(self.kubeconfig, args, input=input, check=check).stdout
+
+    def items(self, *args: str) -> list[Obj] | None:
+        """The objects ``kubectl get ARGS`` lists, or None while the apiserver is away."""
+        proc = kubectl.run(self.kubeconfig, ("get", *args, "-o", "json"), check=False)
+        if proc.returncode != 0:
+            return None
+        items: list[Obj] = json.loads(proc.stdout).get("items", [])
+        return items
+
+    def components(self) -> list[state.ComponentState]:
+        current = state.load(self.state_dir)
+        return list(current.components) if current else []
+
+    def down(self) -> list[str]:
+        report = lifecycle.status(self.state_dir)
+        return [] if report is None else [c.name for c in report[1] if not c.up]
+
+
+def _template(count: int) -> Obj:
+    """A claim template for ``count`` connected trn2 devices (the devices of one 1-, 4-, 8-
+    or 16-device group, as AWS's Neuron DRA driver guide asks for them)."""
+    request = {
+        "name": "neurons",
+        "exactly": {
+            "deviceClassName": "neuron.aws.com",
+            "allocationMode": "ExactCount",
+            "count": count,
+            "selectors": [
+                {
+                    "cel": {
+                        "expression": "device.attributes['neuron.aws.com'].instanceType"
+                        " == 'trn2.48xlarge'"
+                    }
+                }
+            ],
+        },
+    }
+    devices: Obj = {"requests": [request]}
+    if count > 1:
+        devices["constraints"] = [
+            {"requests": ["neurons"], "matchAttribute": f"resource.aws.com/devicegroup{count}_id"}
+        ]
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": f"chaos-{count}", "namespace": NAMESPACE},
+        "spec": {"spec": {"devices": devices}},
+    }
+
+
+def _pod(name: str, count: int) -> Obj:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": NAMESPACE, "labels": {"app": "chaos"}},
+        "spec": {
+            "terminationGracePeriodSeconds": 5,
+            "containers": [
+                {
+                    "name": "ctr",
+                    "image": "public.ecr.aws/docker/library/alpine:latest",
+                    "command": ["sleep", "infinity"],
+                    "resources": {"claims": [{"name": "neurons"}]},
+                }
+            ],
+            "resourceClaims": [{"name": "neurons", "resourceClaimTemplateName": f"chaos-{count}"}],
+        },
+    }
+
+
+def _workload(name: str, *, size: int, strategy: str) -> Obj:
+    return {
+        "apiVersion": "neuron.aws.com/v1beta1",
+        "kind": "NeuronUltraServerWorkload",
+        "metadata": {"name": name, "namespace": NAMESPACE},
+        "spec": {
+            "instanceType": "trn2u.48xlarge",
+            "topologySize": size,
+            "serverCount": 1,
+            "allocationPolicy": {"failureStrategy": strategy},
+        },
+    }
+
+
+def _objects(*objs: Obj) -> str:
+    return json.dumps({"apiVersion": "v1", "kind": "List", "items": list(objs)})
+
+
+class Driver:
+    def __init__(self, options: Options) -> None:
+        self.o = options
+        self.rng = random.Random(options.seed)
+        self.stack = Stack(options.state_dir)
+        self.out = Outcome(seed=options.seed, seconds=options.seconds)
+        self.serial = 0
+
+    # --- steps -------------------------------------------------------------------------
+    def _names(self, kind: str) -> list[str]:
+        items = self.stack.items(kind, "-n", NAMESPACE) or []
+        return sorted(
+            i["metadata"]["name"] for i in items if not i["metadata"].get("deletionTimestamp")
+        )
+
+    def step(self) -> str:
+        choices: list[tuple[str, float]] = [
+            ("pod created", 3),
+            ("pod deleted", 2),
+            ("workload created", 2),
+            ("workload deleted", 1.5),
+            ("service killed", 2),
+        ]
+        if self.o.servers:
+            choices.append(("server restarted", 0.4))
+        name = self.rng.choices([c[0] for c in choices], weights=[c[1] for c in choices])[0]
+        done: str | None = getattr(self, "_" + name.replace(" ", "_"))()
+        if done:
+            self.out.steps[done] += 1
+        return done or name
+
+    def _pod_created(self) -> str | None:
+        if len(self._names("pods")) >= self.o.max_pods:
+            return self._pod_deleted()
+        self.serial += 1
+        count = self.rng.choice(COUNTS)
+        proc = kubectl.run(
+            self.stack.kubeconfig,
+            ("apply", "-f", "-"),
+            input=_objects(_pod(f"p{self.serial}-{count}", count)),
+            check=False,
+        )
+        return f"pod of {count} created" if proc.returncode == 0 else None
+
+    def _pod_deleted(self) -> str | None:
+        pods = self._names("pods")
+        if not pods:
+            return None
+        victim = self.rng.choice(pods)
+        self.stack.kubectl("delete", "pod", victim, "-n", NAMESPACE, "--wait=false", check=False)
+        return "pod deleted"
+
+    def _workload_created(self) -> str | None:
+        if len(self._names("nusw")) >= self.o.max_workloads:
+            return self._workload_deleted()
+        self.serial += 1
+        size = self.rng.choice(TOPOLOGY_SIZES)
+        strategy = self.rng.choice(FAILURE_STRATEGIES)
+        proc = kubectl.run(
+            self.stack.kubeconfig,
+            ("apply", "-f", "-"),
+            input=_objects(_workload(f"w{self.serial}-{size}", size=size, strategy=strategy)),
+            check=False,
+        )
+        return f"workload of {size} created" if proc.returncode == 0 else None
+
+    def _workload_deleted(self) -> str | None:
+        workloads = self._names("nusw")
+        if not workloads:
+            return None
+        victim = self.rng.choice(workloads)
+        self.stack.kubectl("delete", "nusw", victim, "-n", NAMESPACE, "--wait=false", check=False)
+        return "workload deleted"
+
+    def _service_killed(self) -> str | None:
+        candidates = sorted(c.name for c in self.stack.components() if c.kind in SERVICE_KINDS)
+        if not candidates:
+            return None
+        victim = self.rng.choice(candidates)
+        kill = self.rng.random() < 0.5
+        down = round(self.rng.uniform(0, 2), 1)
+        try:
+            restart_component(self.o.state_dir, name=victim, kill=kill, down_seconds=down)
+        except CliError as exc:
+            self.out.failures.append(f"{victim} did not come back: {exc}")
+            return None
+        kind = next(c.kind for c in self.stack.components() if c.name == victim)
+        return f"{kind} {'SIGKILL' if kill else 'SIGTERM'}"
+
+    def _server_restarted(self) -> str | None:
+        server = self.rng.choice(SERVERS)
+        done = restart_component(
+            self.o.state_dir, name=server, kill=True, down_seconds=round(self.rng.uniform(1, 3), 1)
+        )
+        start = time.monotonic()
+        deadline = start + 120
+        while time.monotonic() < deadline:
+            api = kubectl.run(self.stack.kubeconfig, ("get", "--raw", "/readyz"), check=False)
+            if api.returncode == 0 and not self.stack.down():
+                break
+            time.sleep(0.2)
+        else:
+            self.out.failures.append(
+                f"{server} back, but not all up 120 s later: {self.stack.down()}"
+            )
+        self.out.server_returns.append((server, time.monotonic() - start))
+        self.o.say(f"  {server} away {done.away_seconds:.1f} s")
+        return f"{server} restarted"
+
+    # --- checks ------------------------------------------------------------------------
+    def check(self, when: str) -> None:
+        claims = self.stack.items("resourceclaims", "-A")
+        workloads = self.stack.items("nusw", "-A")
+        if claims is None or workloads is None:
+            self.out.skipped_checks += 1
+            return
+        self.out.checks += 1
+        for problem in devices_held_twice(claims) + nodes_held_twice(workloads):
+            entry = f"{problem} (after {when})"
+            if entry not in self.out.violations:
+                self.out.violations.append(entry)
+                self.o.say(f"  VIOLATION {entry}")
+
+    def unconverged(self) -> list[str]:
+        problems = [f"{name} down" for name in self.stack.down()]
+        pods = self.stack.items("pods", "-n", NAMESPACE)
+        claims = self.stack.items("resourceclaims", "-n", NAMESPACE)
+        workloads = self.stack.items("nusw", "-n", NAMESPACE)
+        if pods is None or claims is None or workloads is None:
+            return [*problems, "the apiserver does not answer"]
+        allocated = {
+            ref["name"]
+            for c in claims
+            if (c.get("status") or {}).get("allocation")
+            for ref in c["metadata"].get("ownerReferences") or ()
+        }
+        for pod in pods:
+            name = pod["metadata"]["name"]
+            phase = (pod.get("status") or {}).get("phase")
+            if pod["metadata"].get("deletionTimestamp"):
+                problems.append(f"pod {name} still terminating")
+            elif name in allocated and phase != "Running":
+                problems.append(f"pod {name} allocated but {phase}")
+        for w in workloads:
+            st = (w.get("status") or {}).get("state")
+            if w["metadata"].get("deletionTimestamp"):
+                problems.append(f"workload {w['metadata']['name']} still being deleted")
+            elif st not in ("Allocated", "Pending"):
+                problems.append(f"workload {w['metadata']['name']} {st}")
+        return problems
+
+    # --- the run -----------------------------------------------------------------------
+    def run(self) -> Outcome:
+        self.stack.kubectl("create", "namespace", NAMESPACE, check=False)
+        self.stack.kubectl("apply", "-f", "-", input=_objects(*(_template(n) for n in COUNTS)))
+        deadline = time.monotonic() + self.o.seconds
+        while time.monotonic() < deadline:
+            self.check(self.step())
+            time.sleep(self.rng.uniform(0.5, 3.0))
+        self.o.say("churn over: waiting for the stack to converge")
+        stopped = time.monotonic()
+        problems = self.unconverged()
+        while problems and time.monotonic() - stopped < self.o.converge_within:
+            time.sleep(1.0)
+            self.check("the churn")
+            problems = self.unconverged()
+        if problems:
+            self.out.not_converged = problems
+        else:
+            self.out.converged_seconds = time.monotonic() - stopped
+        self.check("convergence")
+        return self.out
+
+
+def run(options: Options) -> Outcome:
+    """One chaos run against the stack under ``options.state_dir``."""
+    return Driver(options).run()
