@@ -254,3 +254,34 @@ def spec_view(actuate: Actuate, pod: str) -> tuple[str, dict[str, Any], list[int
     assert paths == sorted(f"/dev/neuron{i}" for i in indices)
     env = dict(e.split("=", 1) for e in spec.container_edits.env)
     return node, claim, indices, env
+
+
+def guide_1x4_running(
+    actuate: Actuate, *, timeout: float = 120
+) -> tuple[str, dict[str, Any], list[int], dict[str, str]]:
+    """Apply the guide's 1x4 example and check what its pod got: four connected devices (one
+    aligned row) with their cores at the default LNC=2, the claim prepared. The caller deletes
+    ``pod0``."""
+    actuate.stack.kubectl("apply", "-f", str(MANIFESTS / "aws-dra-guide-1x4.yaml"))
+    actuate.wait_running("pod0", timeout=timeout)
+    node, claim, indices, env = spec_view(actuate, "pod0")
+    assert len(indices) == 4
+    assert indices[0] % 4 == 0
+    assert indices == list(range(indices[0], indices[0] + 4))
+    # trn2 at the default LNC=2: device d owns logical cores 4d..4d+3.
+    assert env["NEURON_RT_VISIBLE_CORES"] == ranges([4 * d + c for d in indices for c in range(4)])
+    assert env["NEURON_LOGICAL_NC_CONFIG"] == "2"
+    assert actuate.checkpoint(node)[claim["metadata"]["uid"]]["state"] == "PrepareCompleted"
+    return node, claim, indices, env
+
+
+def guide_lnc1_running(actuate: Actuate, *, timeout: float = 120) -> None:
+    """Apply the guide's dynamic LNC example and check what its pod got: all 16 devices of a
+    trn2 node at LNC=1, so cores 0-127. The caller deletes ``pod0``."""
+    actuate.stack.kubectl("apply", "-f", str(MANIFESTS / "aws-dra-guide-lnc1.yaml"))
+    actuate.wait_running("pod0", timeout=timeout)
+    _, _, indices, env = spec_view(actuate, "pod0")
+    assert indices == list(range(16))
+    assert env["NEURON_LOGICAL_NC_CONFIG"] == "1"
+    # LNC=1: device d owns cores 8d..8d+7, so all 16 devices are cores 0-127.
+    assert env["NEURON_RT_VISIBLE_CORES"] == "0-127"

@@ -7,27 +7,16 @@ import pytest
 from neuron_dra_common.events import ClaimPrepared, ClaimUnprepared
 
 from tests.e2e.actuate.bus import claim_subject, last_event
-from tests.e2e.actuate.support import MANIFESTS, Actuate, ranges, spec_view
+from tests.e2e.actuate.support import Actuate, guide_1x4_running, guide_lnc1_running
 from tests.fixtures.stack import neuron_dra
 
 pytestmark = pytest.mark.stack
 
 
 def test_1x4_pod_runs_with_its_four_connected_devices(actuate: Actuate) -> None:
-    actuate.stack.kubectl("apply", "-f", str(MANIFESTS / "aws-dra-guide-1x4.yaml"))
     try:
-        actuate.wait_running("pod0", timeout=120)
-        node, claim, indices, env = spec_view(actuate, "pod0")
-        assert len(indices) == 4
-        assert indices[0] % 4 == 0
-        assert indices == list(range(indices[0], indices[0] + 4))
-        # trn2 at the default LNC=2: device d owns logical cores 4d..4d+3.
-        assert env["NEURON_RT_VISIBLE_CORES"] == ranges(
-            [4 * d + c for d in indices for c in range(4)]
-        )
-        assert env["NEURON_LOGICAL_NC_CONFIG"] == "2"
+        node, claim, indices, env = guide_1x4_running(actuate)
         uid = claim["metadata"]["uid"]
-        assert actuate.checkpoint(node)[uid]["state"] == "PrepareCompleted"
         shown = neuron_dra("dev", "env", "pod0", "--state-dir", str(actuate.stack.state_dir))
         assert shown.returncode == 0, shown.stderr
         assert f'export NEURON_RT_VISIBLE_CORES="{env["NEURON_RT_VISIBLE_CORES"]}"' in shown.stdout
@@ -59,13 +48,7 @@ def test_1x4_pod_runs_with_its_four_connected_devices(actuate: Actuate) -> None:
 
 
 def test_all_neurons_lnc_1_gives_lnc_1_core_ranges(actuate: Actuate) -> None:
-    actuate.stack.kubectl("apply", "-f", str(MANIFESTS / "aws-dra-guide-lnc1.yaml"))
     try:
-        actuate.wait_running("pod0", timeout=120)
-        _, _, indices, env = spec_view(actuate, "pod0")
-        assert indices == list(range(16))
-        assert env["NEURON_LOGICAL_NC_CONFIG"] == "1"
-        # LNC=1: device d owns cores 8d..8d+7, so all 16 devices are cores 0-127.
-        assert env["NEURON_RT_VISIBLE_CORES"] == "0-127"
+        guide_lnc1_running(actuate)
     finally:
         actuate.delete_pod("pod0")

@@ -14,7 +14,7 @@ import pytest
 from neuron_dra_cli import kubebuild
 from neuron_dra_common.driver import NODE_DEVICE
 
-from tests.e2e.actuate.support import MANIFESTS, Actuate, ranges, spec_view
+from tests.e2e.actuate.support import Actuate, guide_1x4_running, guide_lnc1_running
 from tests.e2e.ultraserver.converged import pod_env, wait_state, workload
 from tests.e2e.upstream_driver import run_claim_lifecycle
 from tests.fixtures.stack import KubeStack
@@ -46,20 +46,10 @@ def test_release_and_the_upstream_drivers_claim(floor_stack: KubeStack, tmp_path
 
 def test_connected_devices_claim_from_the_guide(floor_actuate: Actuate) -> None:
     actuate = floor_actuate
-    actuate.stack.kubectl("apply", "-f", str(MANIFESTS / "aws-dra-guide-1x4.yaml"))
     try:
-        actuate.wait_running("pod0", timeout=180)
-        node, claim, indices, env = spec_view(actuate, "pod0")
+        node, claim, _, _ = guide_1x4_running(actuate, timeout=180)
         assert node.startswith("trn2-48xl-")
-        assert len(indices) == 4
-        assert indices[0] % 4 == 0
-        assert indices == list(range(indices[0], indices[0] + 4))
-        assert env["NEURON_RT_VISIBLE_CORES"] == ranges(
-            [4 * d + c for d in indices for c in range(4)]
-        )
-        assert env["NEURON_LOGICAL_NC_CONFIG"] == "2"
         uid = claim["metadata"]["uid"]
-        assert actuate.checkpoint(node)[uid]["state"] == "PrepareCompleted"
     finally:
         actuate.delete_pod("pod0")
     assert uid not in actuate.cdi_specs(node)
@@ -68,13 +58,8 @@ def test_connected_devices_claim_from_the_guide(floor_actuate: Actuate) -> None:
 
 def test_all_devices_at_lnc_1_from_the_guide(floor_actuate: Actuate) -> None:
     actuate = floor_actuate
-    actuate.stack.kubectl("apply", "-f", str(MANIFESTS / "aws-dra-guide-lnc1.yaml"))
     try:
-        actuate.wait_running("pod0", timeout=180)
-        _, _, indices, env = spec_view(actuate, "pod0")
-        assert indices == list(range(16))
-        assert env["NEURON_LOGICAL_NC_CONFIG"] == "1"
-        assert env["NEURON_RT_VISIBLE_CORES"] == "0-127"
+        guide_lnc1_running(actuate, timeout=180)
     finally:
         actuate.delete_pod("pod0")
 
