@@ -9,7 +9,7 @@ NS = "neuron-dra-driver"
 
 
 def _review(account: str, *, node: str | None = None) -> Review:
-    extra = {NODE_NAME_EXTRA: (node,)} if node is not None else {}
+    extra: dict[str, tuple[str, ...]] = {NODE_NAME_EXTRA: (node,)} if node is not None else {}
     return Review(authenticated=True, username=f"system:serviceaccount:{account}", extra=extra)
 
 

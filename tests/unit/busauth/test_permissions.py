@@ -8,6 +8,7 @@ from neuron_dra_bus_auth.permissions import (
     CLUSTER_SERVICES,
     NODE_AGENTS,
     ROLES,
+    ClusterService,
     permissions_for,
 )
 from neuron_dra_common.bus.declarations import STREAMS
@@ -76,7 +77,7 @@ def test_only_the_allocator_answers_it_in_its_queue_group() -> None:
 
 
 @pytest.mark.parametrize("role", CLUSTER_SERVICES)
-def test_every_service_may_check_every_stream(role: str) -> None:
+def test_every_service_may_check_every_stream(role: ClusterService) -> None:
     publish = permissions_for(role).publish
     for stream in STREAMS:
         assert f"$JS.API.STREAM.INFO.{stream.name}" in publish

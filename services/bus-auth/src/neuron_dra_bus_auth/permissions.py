@@ -49,6 +49,8 @@ __all__ = [
     "CLUSTER_SERVICES",
     "NODE_AGENTS",
     "ROLES",
+    "ClusterService",
+    "NodeAgent",
     "Permissions",
     "Role",
     "permissions_for",
