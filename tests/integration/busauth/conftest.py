@@ -3,6 +3,7 @@ which asks the local stack's real apiserver about their ServiceAccount tokens.""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import subprocess
@@ -67,6 +68,34 @@ spec:
         self.stack.kubectl("apply", "-f", "-", input=manifest)
         return name
 
+    @contextlib.contextmanager
+    def service(
+        self, module: str, *, token: Path, log: Path, env: dict[str, str] | None = None
+    ) -> Iterator[int]:
+        """Run ``python -m module`` with ``token`` as its NATS token until it is ready;
+        yields its HTTP port, stops it after."""
+        port = free_port()
+        with log.open("ab") as out:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", module],
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env={
+                    **os.environ,
+                    "NEURON_DRA_NATS_SERVERS": self.url,
+                    "NEURON_DRA_NATS_TOKEN_FILE": str(token),
+                    "NEURON_DRA_HTTP_HOST": "127.0.0.1",
+                    "NEURON_DRA_HTTP_PORT": str(port),
+                    **(env or {}),
+                },
+            )
+        try:
+            _wait_ready(port, proc, log)
+            yield port
+        finally:
+            _stop(proc)
+
     def callout_says(self, text: str, *, timeout: float = 10) -> str:
         """The callout log's line containing ``text``, waited for."""
         deadline = time.monotonic() + timeout
@@ -81,11 +110,20 @@ spec:
         )
 
 
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    proc.terminate()
+    try:
+        proc.wait(15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 def _wait_ready(port: int, proc: subprocess.Popen[bytes], log: Path, timeout: float = 30) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise RuntimeError(f"neuron-dra-bus-auth exited {proc.returncode}: {log.read_text()}")
+            raise RuntimeError(f"{proc.args!r} exited {proc.returncode}: {log.read_text()}")
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=1) as resp:
                 if resp.status == 200:
@@ -93,7 +131,7 @@ def _wait_ready(port: int, proc: subprocess.Popen[bytes], log: Path, timeout: fl
         except (urllib.error.URLError, ConnectionError, TimeoutError):
             pass
         time.sleep(0.1)
-    raise TimeoutError(f"neuron-dra-bus-auth not ready in {timeout} s: {log.read_text()}")
+    raise TimeoutError(f"{proc.args!r} not ready in {timeout} s: {log.read_text()}")
 
 
 @pytest.fixture
@@ -142,11 +180,6 @@ def authenticated_bus(kube_stack: KubeStack, tmp_path: Path) -> Iterator[Authent
             server=server, callout_log=log, stack=kube_stack, namespace=namespace, tokens=tokens
         )
     finally:
-        proc.terminate()
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        _stop(proc)
         server.stop()
         kube_stack.kubectl("delete", "namespace", namespace, "--wait=false", check=False)

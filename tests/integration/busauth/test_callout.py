@@ -22,9 +22,14 @@ from neuron_dra_bus_auth.permissions import (
     CLUSTER_SERVICES,
     Role,
 )
-from neuron_dra_common.bus import Bus, BusCredentials, consumer, replay
+from neuron_dra_common.bus import Bus, BusCredentials, consumer, replay, request
 from neuron_dra_common.bus.declarations import INVENTORY
-from neuron_dra_common.events import subject_token
+from neuron_dra_common.events import (
+    AllocationDecided,
+    AllocationRequested,
+    ObjectRef,
+    subject_token,
+)
 
 from tests.integration.busauth.conftest import AuthenticatedBus
 
@@ -249,3 +254,41 @@ async def test_a_cluster_service_starts_on_streams_the_admin_declared(
             service, name=durable.durable, stream=INVENTORY.name, subject=INVENTORY.subjects[0]
         )
         assert events == []
+
+
+async def test_the_allocator_and_audit_run_with_their_identities(
+    authenticated_bus: AuthenticatedBus, tmp_path: Path
+) -> None:
+    """The real processes start on the admin's streams with nothing but their own grants, and
+    the operator's request is answered by the allocator through the bus."""
+    bus = authenticated_bus
+    await _declared(bus)
+    allocator = bus.token_file(service_account_of("topology-allocator"))
+    audit = bus.token_file(service_account_of("audit"))
+    with (
+        bus.service(
+            "neuron_dra_topology_allocator", token=allocator, log=tmp_path / "allocator.log"
+        ),
+        bus.service(
+            "neuron_dra_audit",
+            token=audit,
+            log=tmp_path / "audit.log",
+            env={"NEURON_DRA_AUDIT_FILE": str(tmp_path / "audit.jsonl")},
+        ),
+    ):
+        operator = bus.token_file(service_account_of("ultraserver-operator"))
+        async with _bus(bus, operator, name="ultraserver-operator") as connected:
+            decided = await request(
+                connected,
+                ALLOCATOR_SUBJECT,
+                AllocationRequested(
+                    request_id="r1",
+                    workload=ObjectRef(namespace="default", name="train", uid="u1"),
+                    topology_size=4,
+                ),
+                wait=10,
+            )
+    assert isinstance(decided, AllocationDecided)
+    assert decided.workload.name == "train"
+    for log in ("allocator.log", "audit.log"):
+        assert "permissions violation" not in (tmp_path / log).read_text().lower()
