@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -27,9 +28,12 @@ from neuron_dra_common.bus.declarations import INVENTORY
 from neuron_dra_common.events import (
     AllocationDecided,
     AllocationRequested,
+    NodeInventory,
     ObjectRef,
     subject_token,
 )
+from neuron_dra_common.events.codec import decode
+from neuron_dra_common.hardware.simulate import write_node
 
 from tests.integration.busauth.conftest import AuthenticatedBus
 
@@ -50,6 +54,17 @@ async def _reported(errors: list[str], what: str, *, within: float = 5) -> bool:
             return True
         await asyncio.sleep(0.1)
     return False
+
+
+async def _stored(reader: Bus, subject: str, *, within: float = 15) -> bytes:
+    """The last message of ``subject`` in the inventory stream, once there is one."""
+    for _ in range(int(within / 0.2)):
+        with contextlib.suppress(NotFoundError):
+            stored = await reader.js.get_last_msg(INVENTORY.name, subject)
+            if stored.data:
+                return stored.data
+        await asyncio.sleep(0.2)
+    raise AssertionError(f"nothing stored on {subject} within {within} s")
 
 
 def _nodes(bus: AuthenticatedBus) -> list[str]:
@@ -292,3 +307,45 @@ async def test_the_allocator_and_audit_run_with_their_identities(
     assert decided.workload.name == "train"
     for log in ("allocator.log", "audit.log"):
         assert "permissions violation" not in (tmp_path / log).read_text().lower()
+
+
+async def test_discovery_publishes_its_own_nodes_inventory_and_cannot_pose_as_another(
+    authenticated_bus: AuthenticatedBus, tmp_path: Path
+) -> None:
+    """The real discovery process on a node: with its node's token it publishes that node's
+    inventory; told it runs on another node, its inventory is refused by the server."""
+    bus = authenticated_bus
+    admin = await _declared(bus)
+    own, other = _nodes(bus)[:2]
+    discovery = service_account_of("discovery")
+    token = bus.token_file(discovery, pod=bus.pod_on(own, service_account=discovery))
+
+    def env(node: str) -> dict[str, str]:
+        sim = write_node(tmp_path / node, instance_type="trn2.48xlarge", node_name=node)
+        return {
+            "NEURON_DRA_NODE_NAME": node,
+            "NEURON_DRA_HOST_ROOT": str(sim.root),
+            "NEURON_DRA_NEURON_LS_COMMAND": ",".join(sim.neuron_ls_command),
+        }
+
+    with bus.service(
+        "neuron_dra_discovery", token=token, log=tmp_path / "discovery.log", env=env(own)
+    ):
+        async with _bus(bus, admin, name="admin") as reader:
+            data = await _stored(reader, f"neuron.inventory.{subject_token(own)}")
+    inventory = decode(data)
+    assert isinstance(inventory, NodeInventory)
+    assert inventory.node == own
+
+    liar = tmp_path / "liar.log"
+    with (
+        contextlib.suppress(RuntimeError, TimeoutError),
+        bus.service("neuron_dra_discovery", token=token, log=liar, env=env(other)),
+    ):
+        pass
+    other_subject = f"neuron.inventory.{subject_token(other)}"
+    errors = [json.loads(line).get("error", "") for line in liar.read_text().splitlines()]
+    assert _violated(errors, f'publish to "{other_subject}"'), liar.read_text()[-2000:]
+    async with _bus(bus, admin, name="admin") as reader:
+        with pytest.raises(NotFoundError):
+            await reader.js.get_last_msg(INVENTORY.name, other_subject)
