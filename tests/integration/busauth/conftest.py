@@ -96,7 +96,7 @@ spec:
         finally:
             _stop(proc)
 
-    def callout_says(self, text: str, *, timeout: float = 10) -> str:
+    def callout_says(self, text: str, *, timeout: float = 30) -> str:
         """The callout log's line containing ``text``, waited for."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -119,7 +119,7 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
         proc.wait()
 
 
-def _wait_ready(port: int, proc: subprocess.Popen[bytes], log: Path, timeout: float = 30) -> None:
+def _wait_ready(port: int, proc: subprocess.Popen[bytes], log: Path, timeout: float = 120) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
