@@ -45,6 +45,7 @@ COPY services/ultraserver-operator/pyproject.toml services/ultraserver-operator/
 COPY services/audit/pyproject.toml services/audit/
 COPY services/alerts/pyproject.toml services/alerts/
 COPY services/scheduler-extender/pyproject.toml services/scheduler-extender/
+COPY services/bus-auth/pyproject.toml services/bus-auth/
 # uv's cache (downloads, the build backend) is a cache mount: kept between builds, never in
 # a layer.
 RUN --mount=type=cache,target=/var/cache/uv,sharing=locked \

@@ -56,6 +56,23 @@ class ServiceSettings(msgspec.Struct, frozen=True, kw_only=True):
     nats_servers: Annotated[
         tuple[str, ...], msgspec.Meta(min_length=1, description="NATS URLs, comma-separated")
     ] = ("nats://127.0.0.1:4222",)
+    nats_token_file: Annotated[
+        str,
+        msgspec.Meta(
+            description="File holding the token sent to NATS (a projected ServiceAccount "
+            "token, read again at every reconnect); empty: none"
+        ),
+    ] = ""
+    nats_tls_ca: Annotated[
+        str,
+        msgspec.Meta(description="CA bundle that signs the NATS server's certificate; set: TLS"),
+    ] = ""
+    nats_tls_cert: Annotated[
+        str, msgspec.Meta(description="Client certificate for NATS (PEM); empty: none")
+    ] = ""
+    nats_tls_key: Annotated[
+        str, msgspec.Meta(description="Key of the NATS client certificate (PEM)")
+    ] = ""
     stream_replicas: Annotated[
         int,
         msgspec.Meta(

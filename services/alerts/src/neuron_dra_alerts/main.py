@@ -52,7 +52,7 @@ class _Every:
 
 async def build(settings: AlertsSettings) -> Service:
     """Rebuild the alert state from the bus, then run the ``alert`` consumer and the re-send."""
-    from neuron_dra_common.bus import Bus, consumer, limits_of, replay
+    from neuron_dra_common.bus import Bus, consumer, credentials_of, limits_of, replay
     from neuron_dra_common.bus.declarations import ALERTS, ALLOCATION, DEADLETTER
     from neuron_dra_common.events import AlertStateChanged
     from neuron_dra_common.runtime import Service
@@ -62,7 +62,12 @@ async def build(settings: AlertsSettings) -> Service:
     from neuron_dra_alerts.deadletters import DeadLetterWatch
     from neuron_dra_alerts.engine import CRASH_STEPS, CRASH_VARIABLE, Alerter
 
-    bus = await Bus.connect(settings.nats_servers, name=NAME, limits=limits_of(settings))
+    bus = await Bus.connect(
+        settings.nats_servers,
+        name=NAME,
+        limits=limits_of(settings),
+        credentials=credentials_of(settings),
+    )
     spec = consumer(CONSUMER)
     await bus.reconcile(consumers=[spec], replicas=settings.stream_replicas)
     client = AlertmanagerClient(settings.alertmanager_url, timeout=settings.request_timeout)

@@ -27,7 +27,7 @@ async def build(settings: AuditSettings) -> Service:
     import sys
     from pathlib import Path
 
-    from neuron_dra_common.bus import Bus, consumer, limits_of
+    from neuron_dra_common.bus import Bus, consumer, credentials_of, limits_of
     from neuron_dra_common.runtime import Service
     from neuron_dra_common.runtime.faults import crash_point
 
@@ -49,7 +49,12 @@ async def build(settings: AuditSettings) -> Service:
         stdout=sys.stdout.buffer if settings.stdout else None,
         crash=crash_point(CRASH_VARIABLE, CRASH_STEPS),
     )
-    bus = await Bus.connect(settings.nats_servers, name=NAME, limits=limits_of(settings))
+    bus = await Bus.connect(
+        settings.nats_servers,
+        name=NAME,
+        limits=limits_of(settings),
+        credentials=credentials_of(settings),
+    )
     spec = consumer(CONSUMER)
     await bus.reconcile(consumers=[spec], replicas=settings.stream_replicas)
     runner = bus.runner(spec, writer.handle)

@@ -7,7 +7,7 @@ import socket
 from collections.abc import Sequence
 from typing import Final
 
-from neuron_dra_common.bus import Bus, consumer, limits_of
+from neuron_dra_common.bus import Bus, consumer, credentials_of, limits_of
 from neuron_dra_common.runtime import Service, serve
 
 from neuron_dra_health_monitor.detector import Detector, DetectorRules
@@ -33,7 +33,12 @@ def rules(settings: DetectorSettings) -> DetectorRules:
 
 async def build(settings: DetectorSettings) -> Service:
     """Connect; judge only while leading (or always, without Kubernetes)."""
-    bus = await Bus.connect(settings.nats_servers, name=NAME, limits=limits_of(settings))
+    bus = await Bus.connect(
+        settings.nats_servers,
+        name=NAME,
+        limits=limits_of(settings),
+        credentials=credentials_of(settings),
+    )
     await bus.reconcile(consumers=[consumer(DURABLE)], replicas=settings.stream_replicas)
     kube = None
     if settings.kubernetes:

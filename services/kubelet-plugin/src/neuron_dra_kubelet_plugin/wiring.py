@@ -87,7 +87,7 @@ async def _keep_bus(
             wait.cancel()
     if stopped.is_set():
         return
-    from neuron_dra_common.bus import Bus, limits_of
+    from neuron_dra_common.bus import Bus, credentials_of, limits_of
 
     attempt = 0
     bus: Bus | None = None
@@ -97,6 +97,7 @@ async def _keep_bus(
                 settings.nats_servers,
                 name=f"{NAME}-{settings.node_name}",
                 limits=limits_of(settings),
+                credentials=credentials_of(settings),
             )
             await bus.reconcile(replicas=settings.stream_replicas)
         except Exception as exc:  # any failure to reach the bus is retried, never fatal

@@ -7,7 +7,7 @@ import contextlib
 import socket
 from collections.abc import Sequence
 
-from neuron_dra_common.bus import Bus, PermanentError, consumer, limits_of
+from neuron_dra_common.bus import Bus, PermanentError, consumer, credentials_of, limits_of
 from neuron_dra_common.driver import package_version
 from neuron_dra_common.events import DeviceTaintChanged
 from neuron_dra_common.kube import (
@@ -44,7 +44,12 @@ DURABLE = INVENTORY_DURABLE
 async def build(settings: SlicePublisherSettings) -> Service:
     """Connect to the API and the bus; lead (consume and write) only while holding the Lease."""
     kube = await connect(kubeconfig=settings.kubeconfig or None)
-    bus = await Bus.connect(settings.nats_servers, name=NAME, limits=limits_of(settings))
+    bus = await Bus.connect(
+        settings.nats_servers,
+        name=NAME,
+        limits=limits_of(settings),
+        credentials=credentials_of(settings),
+    )
     await bus.reconcile(
         consumers=[consumer(DURABLE), consumer(HEALTH_DURABLE)], replicas=settings.stream_replicas
     )

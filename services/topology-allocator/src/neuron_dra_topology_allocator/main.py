@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
-from neuron_dra_common.bus import Bus, Follower, Responder, limits_of
+from neuron_dra_common.bus import Bus, Follower, Responder, credentials_of, limits_of
 from neuron_dra_common.bus.declarations import ALLOCATION, HEALTH, INVENTORY
 from neuron_dra_common.events import AllocationReleased, AllocationRequested
 from neuron_dra_common.events.base import SUBJECT_ROOT
@@ -53,7 +53,12 @@ def allocation_responder(bus: Bus, allocator: Allocator, *, subject: str) -> Res
 
 async def build(settings: AllocatorSettings) -> Service:
     """Connect, replay the fleet, then answer requests once the view is complete."""
-    bus = await Bus.connect(settings.nats_servers, name=NAME, limits=limits_of(settings))
+    bus = await Bus.connect(
+        settings.nats_servers,
+        name=NAME,
+        limits=limits_of(settings),
+        credentials=credentials_of(settings),
+    )
     await bus.reconcile(replicas=settings.stream_replicas)
     projection = Projection()
     allocator = Allocator(

@@ -13,7 +13,7 @@ import socket
 from collections.abc import Callable, Sequence
 from typing import Final
 
-from neuron_dra_common.bus import Bus, Follower, limits_of, request
+from neuron_dra_common.bus import Bus, Follower, credentials_of, limits_of, request
 from neuron_dra_common.bus.declarations import HEALTH
 from neuron_dra_common.events import AnyEvent, Event
 from neuron_dra_common.events.base import SUBJECT_ROOT
@@ -50,7 +50,12 @@ WORKLOAD_WORKERS: Final = 4
 async def build(settings: OperatorSettings) -> Service:
     crash = faults.from_env()
     client = await connect(kubeconfig=settings.kubeconfig or None)
-    bus = await Bus.connect(settings.nats_servers, name=NAME, limits=limits_of(settings))
+    bus = await Bus.connect(
+        settings.nats_servers,
+        name=NAME,
+        limits=limits_of(settings),
+        credentials=credentials_of(settings),
+    )
 
     workloads_inf = Informer(client, NUSW)
     ultraservers_inf = Informer(client, NUS, namespace=NAMESPACE)

@@ -2,6 +2,7 @@
 
 from neuron_dra_common.bus.cloudevents import CloudEvent, cloud_event_id, encode_line, structured
 from neuron_dra_common.bus.connection import Bus
+from neuron_dra_common.bus.credentials import BusCredentials, credentials_of
 from neuron_dra_common.bus.deadletter import DeadLetterRecord, read_dead_letter
 from neuron_dra_common.bus.declarations import (
     CONSUMERS,
@@ -29,6 +30,7 @@ __all__ = [
     "DEAD_LETTER_PREFIX",
     "STREAMS",
     "Bus",
+    "BusCredentials",
     "CloudEvent",
     "CloudEventAttributes",
     "ConsumerRunner",
@@ -54,6 +56,7 @@ __all__ = [
     "cloud_event_attributes",
     "cloud_event_id",
     "consumer",
+    "credentials_of",
     "dead_letter_subject",
     "encode_line",
     "limits_of",

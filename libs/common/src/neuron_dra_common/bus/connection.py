@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from typing import Any
 
 import nats
 from nats.aio.client import Client
+from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from opentelemetry import trace
 
+from neuron_dra_common.bus.credentials import BusCredentials
 from neuron_dra_common.bus.declarations import STREAMS, ConsumerSpec, StreamSpec
 from neuron_dra_common.bus.intake import IntakeLimits
 from neuron_dra_common.bus.publisher import Publisher
@@ -56,8 +59,24 @@ class Bus:
         connect_timeout: float = 5.0,
         reconnect_wait: float = 0.25,
         limits: IntakeLimits | None = None,
+        credentials: BusCredentials | None = None,
     ) -> Bus:
-        """Connect to NATS; after a server restart the client reconnects without limit."""
+        """Connect to NATS; after a server restart the client reconnects without limit.
+
+        ``credentials``: the token (read again at each reconnect), user and TLS to use; None
+        connects without any, as the local stack does.
+        """
+        auth: dict[str, Any] = {}
+        if credentials is not None:
+            if credentials.token_file:
+                # A callable: nats-py calls it at every connect, so a rotated token is used.
+                auth["token"] = credentials.token
+            if credentials.user:
+                auth["user"] = credentials.user
+                auth["password"] = credentials.password()
+            tls = credentials.tls()
+            if tls is not None:
+                auth["tls"] = tls
 
         async def on_disconnected() -> None:
             log.warning("nats disconnected", extra={"client": name})
@@ -78,6 +97,7 @@ class Bus:
             disconnected_cb=on_disconnected,
             reconnected_cb=on_reconnected,
             error_cb=on_error,
+            **auth,
         )
         return cls(nc, limits=limits)
 
@@ -97,6 +117,22 @@ class Bus:
         ``replicas``: the least number of copies of each stream (``stream_replicas``).
         """
         return await reconcile(self.js, streams=streams, consumers=consumers, replicas=replicas)
+
+    async def answer(
+        self, subject: str, handler: Callable[[bytes], Awaitable[bytes]]
+    ) -> Callable[[], Awaitable[None]]:
+        """Reply to every request on ``subject`` with ``handler``'s bytes (none when empty);
+        returns what stops it. For protocol endpoints whose payloads are not events (the auth
+        callout's); event requests go through :class:`~neuron_dra_common.bus.rpc.Responder`.
+        """
+
+        async def on_request(msg: Msg) -> None:
+            reply = await handler(msg.data)
+            if msg.reply and reply:
+                await self.nc.publish(msg.reply, reply)
+
+        sub = await self.nc.subscribe(subject, cb=on_request)
+        return sub.unsubscribe
 
     def publisher(self, *, source: str, ack_timeout: float = 5.0) -> Publisher:
         """A publisher whose events carry ``source`` as their CloudEvents source."""

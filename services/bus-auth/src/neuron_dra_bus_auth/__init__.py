@@ -1,0 +1,1 @@
+"""The NATS auth callout: Kubernetes ServiceAccount tokens in, signed user JWTs out."""

@@ -1,0 +1,42 @@
+"""Ask the apiserver who a token belongs to (``authentication.k8s.io/v1`` TokenReview)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Final
+
+import msgspec
+from neuron_dra_common.kube import KubeClient
+
+from neuron_dra_bus_auth.identities import Review
+
+__all__ = ["TOKEN_REVIEWS", "review_token"]
+
+TOKEN_REVIEWS: Final = "/apis/authentication.k8s.io/v1/tokenreviews"
+
+
+class _User(msgspec.Struct, frozen=True):
+    username: str = ""
+    extra: dict[str, tuple[str, ...]] = {}
+
+
+class _Status(msgspec.Struct, frozen=True):
+    authenticated: bool = False
+    user: _User = _User()
+    error: str = ""
+
+
+async def review_token(client: KubeClient, token: str, *, audiences: Sequence[str] = ()) -> Review:
+    """The apiserver's verdict on ``token``; ``audiences`` empty: the apiserver's own."""
+    spec: dict[str, Any] = {"token": token}
+    if audiences:
+        spec["audiences"] = list(audiences)
+    body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": spec}
+    answer = await client.request("POST", TOKEN_REVIEWS, body=body)
+    status = msgspec.convert(answer.get("status") or {}, _Status)
+    return Review(
+        authenticated=status.authenticated,
+        username=status.user.username,
+        extra=status.user.extra,
+        error=status.error,
+    )

@@ -1,0 +1,351 @@
+"""The authenticated bus, as its clients see it: real nats-server, real callout process, real
+apiserver issuing and reviewing ServiceAccount tokens."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import nats
+import nats.errors
+import pytest
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.js.errors import NotFoundError
+from neuron_dra_bus_auth.identities import NODE_NAME_EXTRA, service_account_of
+from neuron_dra_bus_auth.permissions import (
+    ALLOCATOR_QUEUE,
+    ALLOCATOR_SUBJECT,
+    CLUSTER_SERVICES,
+    Role,
+)
+from neuron_dra_common.bus import Bus, BusCredentials, consumer, replay, request
+from neuron_dra_common.bus.declarations import INVENTORY
+from neuron_dra_common.events import (
+    AllocationDecided,
+    AllocationRequested,
+    NodeInventory,
+    ObjectRef,
+    subject_token,
+)
+from neuron_dra_common.events.codec import decode
+from neuron_dra_common.hardware.simulate import write_node
+
+from tests.integration.busauth.conftest import AuthenticatedBus
+
+pytestmark = pytest.mark.stack
+
+
+def _violated(errors: list[str], what: str) -> bool:
+    """Whether the server reported a permissions violation for ``what`` (the client reports
+    the server's error in lower case)."""
+    return any(f"permissions violation for {what.lower()}" in e.lower() for e in errors)
+
+
+async def _reported(errors: list[str], what: str, *, within: float = 5) -> bool:
+    """Whether the violation for ``what`` is reported within ``within`` seconds (the server's error
+    reaches the client's callback a little after the refused operation)."""
+    for _ in range(int(within / 0.1)):
+        if _violated(errors, what):
+            return True
+        await asyncio.sleep(0.1)
+    return False
+
+
+async def _stored(reader: Bus, subject: str, *, within: float = 15) -> bytes:
+    """The last message of ``subject`` in the inventory stream, once there is one."""
+    for _ in range(int(within / 0.2)):
+        with contextlib.suppress(NotFoundError):
+            stored = await reader.js.get_last_msg(INVENTORY.name, subject)
+            if stored.data:
+                return stored.data
+        await asyncio.sleep(0.2)
+    raise AssertionError(f"nothing stored on {subject} within {within} s")
+
+
+def _nodes(bus: AuthenticatedBus) -> list[str]:
+    items = bus.stack.get_json("nodes")["items"]
+    return sorted(item["metadata"]["name"] for item in items)
+
+
+@contextlib.asynccontextmanager
+async def _bus(bus: AuthenticatedBus, token: Path, *, name: str) -> AsyncIterator[Bus]:
+    connected = await Bus.connect(
+        [bus.url], name=name, credentials=BusCredentials(token_file=str(token))
+    )
+    try:
+        yield connected
+    finally:
+        await connected.close()
+
+
+async def _client(url: str, *, token: str | None, errors: list[str]) -> Client:
+    async def on_error(exc: Exception) -> None:
+        errors.append(str(exc))
+
+    return await nats.connect(
+        url,
+        token=token,
+        allow_reconnect=False,
+        max_reconnect_attempts=0,
+        connect_timeout=5,
+        error_cb=on_error,
+    )
+
+
+async def _refused(url: str, *, token: str | None) -> str:
+    """Why the server turned the client away (the connect error and what it reported)."""
+    errors: list[str] = []
+
+    async def on_error(exc: Exception) -> None:
+        errors.append(str(exc))
+
+    nc = Client()
+    try:
+        await nc.connect(
+            url,
+            token=token,
+            allow_reconnect=False,
+            max_reconnect_attempts=0,
+            connect_timeout=5,
+            error_cb=on_error,
+        )
+    except Exception as exc:  # the client's error type for a refusal varies by version
+        return " ".join([str(exc), *errors]).lower()
+    finally:
+        # A refused client keeps its socket until closed.
+        await nc.close()
+    raise AssertionError(f"the server admitted a client with token {token!r}")
+
+
+async def _declared(bus: AuthenticatedBus) -> Path:
+    """Streams declared by the admin identity, as an install would; the admin's token."""
+    admin = bus.token_file(service_account_of("admin"))
+    async with _bus(bus, admin, name="admin") as connected:
+        changes = await connected.reconcile()
+    assert changes[INVENTORY.name] == "created"
+    return admin
+
+
+async def test_a_node_agent_publishes_its_own_inventory_and_not_another_nodes(
+    authenticated_bus: AuthenticatedBus, caplog: pytest.LogCaptureFixture
+) -> None:
+    bus = authenticated_bus
+    admin = await _declared(bus)
+    own, other = _nodes(bus)[:2]
+    discovery = service_account_of("discovery")
+    token = bus.token_file(discovery, pod=bus.pod_on(own, service_account=discovery))
+    own_subject = f"neuron.inventory.{subject_token(own)}"
+    other_subject = f"neuron.inventory.{subject_token(other)}"
+
+    caplog.set_level(logging.WARNING, logger="neuron_dra_common.bus.connection")
+    async with _bus(bus, token, name=f"discovery-{own}") as agent:
+        ack = await agent.js.publish(own_subject, b"{}", timeout=5)
+        assert ack.stream == INVENTORY.name
+        with pytest.raises(nats.errors.TimeoutError):
+            await agent.js.publish(other_subject, b"{}", timeout=2)
+    bus.callout_says(f"discovery@{own}")
+    violations = [getattr(r, "error", "") for r in caplog.records]
+    assert _violated(violations, f'publish to "{other_subject}"'), violations
+
+    async with _bus(bus, admin, name="admin") as reader:
+        stored = await reader.js.get_last_msg(INVENTORY.name, own_subject)
+        assert stored.data == b"{}"
+        with pytest.raises(NotFoundError):
+            await reader.js.get_last_msg(INVENTORY.name, other_subject)
+
+
+async def test_a_node_agent_without_a_pod_bound_token_is_refused(
+    authenticated_bus: AuthenticatedBus,
+) -> None:
+    bus = authenticated_bus
+    token = bus.token_file(service_account_of("kubelet-plugin")).read_text()
+    assert "authorization violation" in await _refused(bus.url, token=token)
+    bus.callout_says(f"token carries no {NODE_NAME_EXTRA}")
+
+
+async def test_a_bad_token_and_no_token_are_refused(authenticated_bus: AuthenticatedBus) -> None:
+    bus = authenticated_bus
+    assert "authorization violation" in await _refused(bus.url, token="not-a-token")
+    bus.callout_says("token not authenticated")
+    assert "authorization violation" in await _refused(bus.url, token=None)
+    bus.callout_says("no token: connect with the pod's projected ServiceAccount token")
+
+
+async def test_a_workload_cannot_call_the_allocator_and_the_operator_can(
+    authenticated_bus: AuthenticatedBus,
+) -> None:
+    bus = authenticated_bus
+    await _declared(bus)
+    # A workload's own ServiceAccount has no bus identity at all.
+    workload = bus.token_file("default").read_text()
+    assert "authorization violation" in await _refused(bus.url, token=workload)
+    bus.callout_says(f"ServiceAccount {bus.namespace}/default has no bus identity")
+
+    async def answer(msg: Msg) -> None:
+        await msg.respond(b"decided")
+
+    allocator_errors: list[str] = []
+    allocator = await _client(
+        bus.url,
+        token=bus.token_file(service_account_of("topology-allocator")).read_text(),
+        errors=allocator_errors,
+    )
+    await allocator.subscribe(ALLOCATOR_SUBJECT, queue=ALLOCATOR_QUEUE, cb=answer)
+    await allocator.flush()
+
+    # A client with a bus identity, but not the operator's: neither asks nor answers.
+    errors: list[str] = []
+    reader = await _client(
+        bus.url, token=bus.token_file(service_account_of("reader")).read_text(), errors=errors
+    )
+    with pytest.raises((nats.errors.TimeoutError, nats.errors.NoRespondersError)):
+        await reader.request(ALLOCATOR_SUBJECT, b"release someone else's UltraServer", timeout=1)
+    await reader.subscribe(ALLOCATOR_SUBJECT, queue=ALLOCATOR_QUEUE)
+    assert await _reported(errors, f'subscription to "{ALLOCATOR_SUBJECT}'), errors
+    await reader.close()
+    assert _violated(errors, f'publish to "{ALLOCATOR_SUBJECT}"'), errors
+
+    operator = await _client(
+        bus.url,
+        token=bus.token_file(service_account_of("ultraserver-operator")).read_text(),
+        errors=[],
+    )
+    reply = await operator.request(ALLOCATOR_SUBJECT, b"allocate", timeout=5)
+    assert reply.data == b"decided"
+    await operator.close()
+    await allocator.close()
+    assert allocator_errors == []
+
+
+async def test_no_service_purges_or_deletes_a_stream_and_admin_does(
+    authenticated_bus: AuthenticatedBus,
+) -> None:
+    bus = authenticated_bus
+    admin = await _declared(bus)
+    own = _nodes(bus)[0]
+    discovery = service_account_of("discovery")
+    agent_token = bus.token_file(discovery, pod=bus.pod_on(own, service_account=discovery))
+    async with _bus(bus, agent_token, name="discovery") as agent:
+        await agent.js.publish(f"neuron.inventory.{subject_token(own)}", b"{}", timeout=5)
+
+    roles: tuple[Role, ...] = (*CLUSTER_SERVICES, "reader")
+    tokens = [bus.token_file(service_account_of(role)) for role in roles]
+    for token in (agent_token, *tokens):
+        errors: list[str] = []
+        client = await _client(bus.url, token=token.read_text(), errors=errors)
+        js = client.jetstream(timeout=1)
+        with pytest.raises(nats.errors.TimeoutError):
+            await js.purge_stream(INVENTORY.name)
+        with pytest.raises(nats.errors.TimeoutError):
+            await js.delete_stream(INVENTORY.name)
+        await client.close()
+        assert _violated(errors, f'publish to "$JS.API.STREAM.PURGE.{INVENTORY.name}"'), errors
+        assert _violated(errors, f'publish to "$JS.API.STREAM.DELETE.{INVENTORY.name}"'), errors
+
+    async with _bus(bus, admin, name="admin") as connected:
+        assert (await connected.js.stream_info(INVENTORY.name)).state.messages == 1
+        assert await connected.js.purge_stream(INVENTORY.name)
+        assert (await connected.js.stream_info(INVENTORY.name)).state.messages == 0
+        assert await connected.js.delete_stream(INVENTORY.name)
+
+
+async def test_a_cluster_service_starts_on_streams_the_admin_declared(
+    authenticated_bus: AuthenticatedBus,
+) -> None:
+    bus = authenticated_bus
+    await _declared(bus)
+    token = bus.token_file(service_account_of("slice-publisher"))
+    async with _bus(bus, token, name="slice-publisher") as service:
+        durable = consumer("slice-publisher-inventory")
+        changes = await service.reconcile(consumers=[durable])
+        assert changes[INVENTORY.name] == "unchanged"
+        assert changes[f"{INVENTORY.name}/{durable.durable}"] == "created"
+        events = await replay(
+            service, name=durable.durable, stream=INVENTORY.name, subject=INVENTORY.subjects[0]
+        )
+        assert events == []
+
+
+async def test_the_allocator_and_audit_run_with_their_identities(
+    authenticated_bus: AuthenticatedBus, tmp_path: Path
+) -> None:
+    """The real processes start on the admin's streams with nothing but their own grants, and
+    the operator's request is answered by the allocator through the bus."""
+    bus = authenticated_bus
+    await _declared(bus)
+    allocator = bus.token_file(service_account_of("topology-allocator"))
+    audit = bus.token_file(service_account_of("audit"))
+    with (
+        bus.service(
+            "neuron_dra_topology_allocator", token=allocator, log=tmp_path / "allocator.log"
+        ),
+        bus.service(
+            "neuron_dra_audit",
+            token=audit,
+            log=tmp_path / "audit.log",
+            env={"NEURON_DRA_AUDIT_FILE": str(tmp_path / "audit.jsonl")},
+        ),
+    ):
+        operator = bus.token_file(service_account_of("ultraserver-operator"))
+        async with _bus(bus, operator, name="ultraserver-operator") as connected:
+            decided = await request(
+                connected,
+                ALLOCATOR_SUBJECT,
+                AllocationRequested(
+                    request_id="r1",
+                    workload=ObjectRef(namespace="default", name="train", uid="u1"),
+                    topology_size=4,
+                ),
+                wait=10,
+            )
+    assert isinstance(decided, AllocationDecided)
+    assert decided.workload.name == "train"
+    for log in ("allocator.log", "audit.log"):
+        assert "permissions violation" not in (tmp_path / log).read_text().lower()
+
+
+async def test_discovery_publishes_its_own_nodes_inventory_and_cannot_pose_as_another(
+    authenticated_bus: AuthenticatedBus, tmp_path: Path
+) -> None:
+    """The real discovery process on a node: with its node's token it publishes that node's
+    inventory; told it runs on another node, its inventory is refused by the server."""
+    bus = authenticated_bus
+    admin = await _declared(bus)
+    own, other = _nodes(bus)[:2]
+    discovery = service_account_of("discovery")
+    token = bus.token_file(discovery, pod=bus.pod_on(own, service_account=discovery))
+
+    def env(node: str) -> dict[str, str]:
+        sim = write_node(tmp_path / node, instance_type="trn2.48xlarge", node_name=node)
+        return {
+            "NEURON_DRA_NODE_NAME": node,
+            "NEURON_DRA_HOST_ROOT": str(sim.root),
+            "NEURON_DRA_NEURON_LS_COMMAND": ",".join(sim.neuron_ls_command),
+        }
+
+    with bus.service(
+        "neuron_dra_discovery", token=token, log=tmp_path / "discovery.log", env=env(own)
+    ):
+        async with _bus(bus, admin, name="admin") as reader:
+            data = await _stored(reader, f"neuron.inventory.{subject_token(own)}")
+    inventory = decode(data)
+    assert isinstance(inventory, NodeInventory)
+    assert inventory.node == own
+
+    liar = tmp_path / "liar.log"
+    with (
+        contextlib.suppress(RuntimeError, TimeoutError),
+        bus.service("neuron_dra_discovery", token=token, log=liar, env=env(other)),
+    ):
+        pass
+    other_subject = f"neuron.inventory.{subject_token(other)}"
+    errors = [json.loads(line).get("error", "") for line in liar.read_text().splitlines()]
+    assert _violated(errors, f'publish to "{other_subject}"'), liar.read_text()[-2000:]
+    async with _bus(bus, admin, name="admin") as reader:
+        with pytest.raises(NotFoundError):
+            await reader.js.get_last_msg(INVENTORY.name, other_subject)
