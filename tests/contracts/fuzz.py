@@ -22,13 +22,15 @@ streams that keep one message per subject keep them all.
 
 from __future__ import annotations
 
+import collections
+import os
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
 import msgspec
-from neuron_dra_common.bus import IntakeLimits
+from neuron_dra_common.bus import DeadLetterRecord, IntakeLimits
 from neuron_dra_common.events import (
     EVENT_TYPES,
     AlertStateChanged,
@@ -52,7 +54,26 @@ from neuron_dra_common.hardware.model import NeuronDevice, NodeHardware
 
 from tests.contracts.malformed import CONTRACT_LIMITS, malformed_inputs
 
-__all__ = ["MUTATIONS", "SAMPLES", "Fuzzed", "fuzzed_inputs", "mutate"]
+__all__ = [
+    "MUTATIONS",
+    "SAMPLES",
+    "Fuzzed",
+    "check_fuzzed_dead_letters",
+    "fuzz_count",
+    "fuzz_seed",
+    "fuzzed_inputs",
+    "mutate",
+]
+
+
+def fuzz_count(default: int) -> int:
+    """How many fuzzed messages a test sends: ``NEURON_DRA_FUZZ_MESSAGES`` or ``default``."""
+    return int(os.environ.get("NEURON_DRA_FUZZ_MESSAGES", default))
+
+
+def fuzz_seed() -> int:
+    """The seed of the mix (``NEURON_DRA_FUZZ_SEED``, default 15): a failure names it."""
+    return int(os.environ.get("NEURON_DRA_FUZZ_SEED", 15))
 
 
 class Fuzzed(NamedTuple):
@@ -68,6 +89,12 @@ class Fuzzed(NamedTuple):
     malformed: bool
     good: Event | None = None
     word: str = ""
+
+    @property
+    def checkable(self) -> bool:
+        """A good message whose effect is its sample's (one with a newer field may be kept
+        as sent, with that field, by a consumer that stores payloads)."""
+        return self.good is not None and self.what == "good"
 
 
 def _required(event: Event) -> list[str]:
@@ -137,15 +164,23 @@ def fuzzed_inputs(
     first: int = 1000,
     limits: IntakeLimits = CONTRACT_LIMITS,
     malformed_share: float = 0.6,
+    good: Sequence[int] | None = None,
 ) -> list[Fuzzed]:
     """``count`` messages for a consumer whose good events ``sample(i)`` builds, about
-    ``malformed_share`` of them malformed, reproducible from ``seed``."""
+    ``malformed_share`` of them malformed, reproducible from ``seed``.
+
+    ``good`` limits the good messages to ``sample(i)`` for those ``i``, each sent once, for
+    a consumer whose samples have an effect only for a few indices; the rest is malformed.
+    """
     rng = random.Random(seed)
     out: list[Fuzzed] = []
     index = first
+    goods = list(good) if good is not None else None
     while len(out) < count:
         base = sample(index)
-        if rng.random() >= malformed_share:
+        if rng.random() >= malformed_share and goods != []:
+            if goods is not None:
+                base = sample(goods.pop(0))
             payload = encode(base)
             what = "good"
             if rng.random() < 0.3:
@@ -153,7 +188,7 @@ def fuzzed_inputs(
                 extended[f"addedLater{rng.randrange(100)}"] = {"any": ["value", 1]}
                 payload, what = msgspec.json.encode(extended), "good, with a newer field"
             out.append(Fuzzed(what, base.subject, payload, False, base))
-            index += 1
+            index += goods is None
         elif rng.random() < 0.7:
             kind = rng.choice(MUTATIONS)
             payload, word = mutate(base, kind, rng)
@@ -222,3 +257,26 @@ SAMPLES: dict[str, Callable[[int], Event]] = {
     ),
 }
 assert set(SAMPLES) == set(EVENT_TYPES), "a sample for every event type"
+
+
+def check_fuzzed_dead_letters(
+    records: Sequence[DeadLetterRecord], messages: Sequence[Fuzzed], *, consumer: str, seed: int
+) -> None:
+    """One dead letter of ``consumer`` per malformed message, none for a good one, each
+    reason naming what was wrong."""
+    mine = [r for r in records if r.consumer == consumer]
+    malformed = [m for m in messages if m.malformed]
+    replay = f"(replay with NEURON_DRA_FUZZ_SEED={seed})"
+    assert len(mine) == len(malformed), (
+        f"{consumer}: {len(malformed)} malformed messages, {len(mine)} dead letters {replay}"
+    )
+    stored = collections.Counter((r.subject, r.payload) for r in mine)
+    sent = collections.Counter((m.subject, m.payload) for m in malformed)
+    assert stored == sent, f"{consumer}: dead letters are not the malformed messages {replay}"
+    reasons = collections.defaultdict(list)
+    for record in mine:
+        reasons[record.payload].append(record)
+    for message in malformed:
+        record = reasons[message.payload].pop()
+        assert record.kind in ("decode", "refused"), (message.what, record.kind, replay)
+        assert message.word in record.reason, (message.what, message.word, record.reason, replay)
