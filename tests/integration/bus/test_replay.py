@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from neuron_dra_common.bus import Bus, Follower, PermanentError, replay
+from neuron_dra_common.bus import Bus, Follower, PermanentError, StoredMessage, read_history, replay
 from neuron_dra_common.bus.declarations import HEALTH, INVENTORY
 from neuron_dra_common.events import AnyEvent, DeviceHealthChanged
 
@@ -141,3 +141,15 @@ async def test_a_purged_stream_is_read_as_empty_and_what_comes_next_applies(
     finally:
         follower.stop()
         await asyncio.wait_for(task, 5)
+
+
+async def test_history_of_a_purged_stream_ends_at_once(nats_bus: Bus) -> None:
+    # ``neuron-dra events`` over an audit stream whose messages all expired: nothing, not a
+    # wait for a message past the purge.
+    await nats_bus.publisher(source="/test").publish(health("node-a", 0, "old"))
+    await nats_bus.js.purge_stream(HEALTH.name)
+
+    async def read() -> list[StoredMessage]:
+        return [s async for s in read_history(nats_bus, stream=HEALTH.name)]
+
+    assert await asyncio.wait_for(read(), 5) == []
