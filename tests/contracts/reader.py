@@ -64,11 +64,11 @@ class ReaderContract(abc.ABC):
             await bus.close()
 
     @contextlib.asynccontextmanager
-    async def _following(self, bus: Bus) -> AsyncIterator[Follower]:
+    async def _following(self, bus: Bus, *, within: float = 10.0) -> AsyncIterator[Follower]:
         reader = self.make_reader(bus)
         task = asyncio.create_task(reader.run(), name=f"reader-{reader.name}")
         try:
-            await asyncio.wait_for(reader.wait_caught_up(), 10)
+            await asyncio.wait_for(reader.wait_caught_up(), within)
             yield reader
         finally:
             reader.stop()
@@ -145,7 +145,7 @@ class ReaderContract(abc.ABC):
         for message in messages[:half]:
             await contract_bus.js.publish(message.subject, message.payload)
         malformed = sum(m.malformed for m in messages)
-        async with self._following(contract_bus) as reader:
+        async with self._following(contract_bus, within=_patience(half)) as reader:
             for message in messages[half:]:
                 await contract_bus.js.publish(message.subject, message.payload)
             await contract_bus.publisher(source="/contract").publish(last)

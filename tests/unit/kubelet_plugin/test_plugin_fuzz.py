@@ -12,7 +12,6 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-import msgspec
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from neuron_dra_common.driver import NODE_DEVICE, device_index
@@ -32,22 +31,11 @@ from neuron_dra_kubelet_plugin.draservice import DraPlugin, DraService
 from neuron_dra_kubelet_plugin.preparer import Effects, NodePreparer
 from neuron_dra_protos.dra.v1 import dra_pb2 as v1
 
+from tests.contracts.jsonfuzz import json_values, spoiled
 from tests.unit.kubelet_plugin.support import NODE, claim_json, opaque, trn2u_node
 
 FUZZ = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 PATH = "config[0].opaque.parameters"
-
-json_values = st.recursive(
-    st.none()
-    | st.booleans()
-    | st.integers(-10, 10)
-    | st.floats(allow_nan=False)
-    | st.text(max_size=12),
-    lambda inner: (
-        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3)
-    ),
-    max_leaves=8,
-)
 
 # --- opaque configs ---------------------------------------------------------------------------
 
@@ -96,35 +84,6 @@ def test_any_opaque_parameters_decode_to_a_valid_config_or_an_error_naming_the_f
 
 
 # --- claims through a prepare call ------------------------------------------------------------
-
-
-def _paths(value: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-    """Every path into a JSON value (keys and indices)."""
-    out = [prefix]
-    if isinstance(value, dict):
-        for key, inner in value.items():
-            out += _paths(inner, (*prefix, key))
-    elif isinstance(value, list):
-        for index, inner in enumerate(value):
-            out += _paths(inner, (*prefix, index))
-    return out
-
-
-@st.composite
-def spoiled(draw: st.DrawFn, obj: dict[str, Any]) -> dict[str, Any]:
-    """``obj`` with a few of its fields removed or given other values."""
-    obj = msgspec.json.decode(msgspec.json.encode(obj))  # a deep copy
-    for _ in range(draw(st.integers(0, 3))):
-        paths = [p for p in _paths(obj) if p]
-        path = draw(st.sampled_from(paths))
-        parent = obj
-        for step in path[:-1]:
-            parent = parent[step]
-        if isinstance(parent, dict) and draw(st.booleans()):
-            del parent[path[-1]]
-        else:
-            parent[path[-1]] = draw(json_values)
-    return obj
 
 
 devices = st.lists(
