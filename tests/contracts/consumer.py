@@ -20,18 +20,24 @@ from __future__ import annotations
 
 import abc
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 
 import msgspec
 import pytest
 from neuron_dra_common.bus import Bus, ConsumerSpec, Delivery, Handler, RunnerOptions
 from neuron_dra_common.events import AnyEvent, Event
 
+from tests.contracts.fuzz import check_fuzzed_dead_letters, fuzz_count, fuzz_seed, fuzzed_inputs
 from tests.contracts.malformed import CONTRACT_LIMITS, check_dead_letters, malformed_inputs
 from tests.contracts.support import dead_letters, running
 from tests.fixtures.nats import NatsServer
 
 __all__ = ["ConsumerContract"]
+
+
+def _patience(messages: int) -> float:
+    """Seconds to wait for ``messages`` to be handled: 10, more for a large fuzz run."""
+    return max(10.0, messages / 20)
 
 
 class ConsumerContract(abc.ABC):
@@ -41,6 +47,8 @@ class ConsumerContract(abc.ABC):
     spec: ConsumerSpec
     #: Runner settings with short pauses; a service may override with its own.
     options = RunnerOptions(backoff=(0.05,), max_attempts=3, fetch_timeout=0.2)
+    #: The indices whose samples have an effect, when only a few do (``None``: any index).
+    fuzz_good: Sequence[int] | None = None
 
     @abc.abstractmethod
     def sample_event(self, index: int) -> Event:
@@ -191,3 +199,36 @@ class ConsumerContract(abc.ABC):
             await self._settled(contract_bus)
         check_dead_letters(await dead_letters(contract_bus), cases, consumer=self.spec.durable)
         assert await self.effect_count(good) == 1
+
+    async def test_fuzzed_messages_are_dead_letters_exactly_when_malformed_and_it_keeps_going(
+        self, contract_bus: Bus
+    ) -> None:
+        # A seeded mix of malformed and good messages (NEURON_DRA_FUZZ_MESSAGES of them):
+        # dead letters = malformed, every good one handled once, and the consumer still
+        # handles what comes after.
+        seed = fuzz_seed()
+        good = list(self.fuzz_good) if self.fuzz_good is not None else None
+        last = self.sample_event(good.pop() if good else 999)
+        messages = fuzzed_inputs(
+            self.sample_event, count=fuzz_count(120), seed=seed, first=1000, good=good
+        )
+        handler = await self.make_handler(contract_bus)
+        runner = contract_bus.runner(self._spec(), handler, options=self.options)
+        async with running(runner):
+            for message in messages:
+                await contract_bus.js.publish(message.subject, message.payload)
+            await self._publish(contract_bus, last)
+            malformed = sum(m.malformed for m in messages)
+            await dead_letters(contract_bus, at_least=malformed, within=_patience(malformed))
+            await self._effect(last)
+            await self._settled(contract_bus)
+            assert runner.ready, f"{self.spec.durable}: the runner stopped"
+        check_fuzzed_dead_letters(
+            await dead_letters(contract_bus, at_least=malformed),
+            messages,
+            consumer=self.spec.durable,
+            seed=seed,
+        )
+        for message in messages:
+            if message.checkable and message.good is not None:
+                assert await self.effect_count(message.good) == 1, message.what

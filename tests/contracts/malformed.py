@@ -15,6 +15,7 @@ from typing import NamedTuple
 import msgspec
 from neuron_dra_common.bus import DeadLetterRecord, IntakeLimits
 from neuron_dra_common.events import (
+    AlertStateChanged,
     DeviceHealthChanged,
     Event,
     NodeHeartbeat,
@@ -49,9 +50,11 @@ def _other_type(event: Event, index: int) -> Event:
 
 
 def _elsewhere(event: Event) -> Event:
-    """``event`` about another node (or, for events without one, another workload)."""
+    """``event`` about another node (or, for events without one, another alert or workload)."""
     if hasattr(event, "node"):
         return msgspec.structs.replace(event, node=f"{event.node}-elsewhere")
+    if isinstance(event, AlertStateChanged):
+        return msgspec.structs.replace(event, key=f"{event.key}-elsewhere")
     workload = event.workload  # type: ignore[attr-defined]
     moved = msgspec.structs.replace(workload, name=f"{workload.name}-elsewhere")
     return msgspec.structs.replace(event, workload=moved)

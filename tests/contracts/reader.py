@@ -17,12 +17,13 @@ from __future__ import annotations
 import abc
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 
 import pytest
 from neuron_dra_common.bus import Bus, Follower
 from neuron_dra_common.events import Event
 
+from tests.contracts.fuzz import check_fuzzed_dead_letters, fuzz_count, fuzz_seed, fuzzed_inputs
 from tests.contracts.malformed import CONTRACT_LIMITS, check_dead_letters, malformed_inputs
 from tests.contracts.support import dead_letters, wait_until
 from tests.fixtures.nats import NatsServer
@@ -30,8 +31,16 @@ from tests.fixtures.nats import NatsServer
 __all__ = ["ReaderContract"]
 
 
+def _patience(messages: int) -> float:
+    """Seconds to wait for ``messages`` to be handled: 10, more for a large fuzz run."""
+    return max(10.0, messages / 20)
+
+
 class ReaderContract(abc.ABC):
     """Malformed messages to the dead letter with their reason, once; the reader goes on."""
+
+    #: The indices whose samples have an effect, when only a few do (``None``: any index).
+    fuzz_good: Sequence[int] | None = None
 
     @abc.abstractmethod
     def sample_event(self, index: int) -> Event:
@@ -55,11 +64,11 @@ class ReaderContract(abc.ABC):
             await bus.close()
 
     @contextlib.asynccontextmanager
-    async def _following(self, bus: Bus) -> AsyncIterator[Follower]:
+    async def _following(self, bus: Bus, *, within: float = 10.0) -> AsyncIterator[Follower]:
         reader = self.make_reader(bus)
         task = asyncio.create_task(reader.run(), name=f"reader-{reader.name}")
         try:
-            await asyncio.wait_for(reader.wait_caught_up(), 10)
+            await asyncio.wait_for(reader.wait_caught_up(), within)
             yield reader
         finally:
             reader.stop()
@@ -119,3 +128,39 @@ class ReaderContract(abc.ABC):
                 lambda: reader.dead_lettered >= len(cases), what="the dead letters of the reader"
             )
         check_dead_letters(await dead_letters(contract_bus), cases, consumer=reader.name)
+
+    async def test_fuzzed_messages_are_dead_letters_exactly_when_malformed_and_it_keeps_going(
+        self, contract_bus: Bus
+    ) -> None:
+        # A seeded mix (NEURON_DRA_FUZZ_MESSAGES of them), half stored before the reader
+        # starts (its replay) and half after it caught up (following): dead letters =
+        # malformed, every good one applied once, and the reader applies what comes after.
+        seed = fuzz_seed()
+        good = list(self.fuzz_good) if self.fuzz_good is not None else None
+        last = self.sample_event(good.pop() if good else 999)
+        messages = fuzzed_inputs(
+            self.sample_event, count=fuzz_count(120), seed=seed, first=1000, good=good
+        )
+        half = len(messages) // 2
+        for message in messages[:half]:
+            await contract_bus.js.publish(message.subject, message.payload)
+        malformed = sum(m.malformed for m in messages)
+        async with self._following(contract_bus, within=_patience(half)) as reader:
+            for message in messages[half:]:
+                await contract_bus.js.publish(message.subject, message.payload)
+            await contract_bus.publisher(source="/contract").publish(last)
+            await self._applied(last)
+            await wait_until(
+                lambda: reader.dead_lettered >= malformed,
+                within=_patience(malformed),
+                what="the dead letters of the reader",
+            )
+        check_fuzzed_dead_letters(
+            await dead_letters(contract_bus, at_least=malformed),
+            messages,
+            consumer=reader.name,
+            seed=seed,
+        )
+        for message in messages:
+            if message.checkable and message.good is not None:
+                assert await self.effect_count(message.good) == 1, message.what

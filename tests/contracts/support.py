@@ -45,18 +45,19 @@ async def running(runner: ConsumerRunner) -> AsyncIterator[ConsumerRunner]:
 
 
 async def dead_letters(
-    bus: Bus, *, stream: StreamSpec = DEADLETTER, at_least: int = 1
+    bus: Bus, *, stream: StreamSpec = DEADLETTER, at_least: int = 1, within: float = 10.0
 ) -> list[DeadLetterRecord]:
-    """Every message of the dead-letter stream, read back (waits for ``at_least``)."""
+    """Every message of the dead-letter stream, read back (waits ``within`` seconds for
+    ``at_least``)."""
 
     async def count() -> int:
         info = await bus.js.stream_info(stream.name)
         return int(info.state.messages)
 
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + within
     while await count() < at_least:
         if time.monotonic() > deadline:
-            raise AssertionError(f"fewer than {at_least} dead letters after 10s")
+            raise AssertionError(f"fewer than {at_least} dead letters after {within}s")
         await asyncio.sleep(0.05)
     records = []
     info = await bus.js.stream_info(stream.name)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from neuron_dra_common.bus import Bus, Follower, PermanentError, replay
+from neuron_dra_common.bus import Bus, Follower, PermanentError, StoredMessage, read_history, replay
 from neuron_dra_common.bus.declarations import HEALTH, INVENTORY
 from neuron_dra_common.events import AnyEvent, DeviceHealthChanged
 
@@ -113,3 +113,43 @@ async def test_an_event_the_projection_cannot_apply_is_a_dead_letter_and_the_res
         ("permanent", "DeviceHealthChanged node-a/neurondevice1: reason r1 refused"),
         ("handler", "handler raised RuntimeError('projection bug')"),
     ]
+
+
+async def test_a_purged_stream_is_read_as_empty_and_what_comes_next_applies(
+    nats_bus: Bus,
+) -> None:
+    # After a purge (or once max_age expired every message) the stream's first sequence is
+    # past its last: a new reader starts there, and nothing stored is left to wait for.
+    pub = nats_bus.publisher(source="/test")
+    await pub.publish_many([health("node-a", i, f"old{i}") for i in range(3)])
+    await nats_bus.js.purge_stream(HEALTH.name)
+    stored = await asyncio.wait_for(
+        replay(nats_bus, name=READER, stream=HEALTH.name, subject="neuron.health.>"), 5
+    )
+    assert stored == []
+    applied: list[AnyEvent] = []
+    follower = Follower(
+        nats_bus, name=READER, stream=HEALTH.name, subject="neuron.health.>", handler=applied.append
+    )
+    task = asyncio.create_task(follower.run(), name="follower")
+    try:
+        await asyncio.wait_for(follower.wait_caught_up(), 5)
+        assert applied == []
+        await pub.publish(health("node-a", 1, "after the purge"))
+        await wait_until(lambda: len(applied) == 1, what="the event after the purge")
+        assert reasons(applied) == ["after the purge"]
+    finally:
+        follower.stop()
+        await asyncio.wait_for(task, 5)
+
+
+async def test_history_of_a_purged_stream_ends_at_once(nats_bus: Bus) -> None:
+    # ``neuron-dra events`` over an audit stream whose messages all expired: nothing, not a
+    # wait for a message past the purge.
+    await nats_bus.publisher(source="/test").publish(health("node-a", 0, "old"))
+    await nats_bus.js.purge_stream(HEALTH.name)
+
+    async def read() -> list[StoredMessage]:
+        return [s async for s in read_history(nats_bus, stream=HEALTH.name)]
+
+    assert await asyncio.wait_for(read(), 5) == []

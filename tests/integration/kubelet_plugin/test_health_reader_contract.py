@@ -16,6 +16,7 @@ NODE = "ip-10-0-0-9.ec2.internal"
 
 class TestPluginHealthFeed(ReaderContract):
     health: BusHealth
+    fuzz_good = (1, 2, 3)  # the devices the feed reports
 
     def sample_event(self, index: int) -> Event:
         return DeviceHealthChanged(node=NODE, device=f"neurondevice{index}", health="Unhealthy")

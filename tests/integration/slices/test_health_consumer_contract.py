@@ -23,6 +23,7 @@ NODES = 4
 
 
 class TestSlicePublisherHealth(ConsumerContract):
+    fuzz_good = tuple(range(NODES))  # the nodes whose inventories the publisher holds
     spec = consumer("slice-publisher-health")
 
     @pytest.fixture(autouse=True)

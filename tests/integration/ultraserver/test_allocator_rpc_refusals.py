@@ -4,17 +4,25 @@ be missing: only the reply said it); a good request after them is answered."""
 
 from __future__ import annotations
 
+import random
 from collections.abc import AsyncIterator
 
 import msgspec
 import pytest
 from neuron_dra_common.bus import ALLOCATOR_SUBJECT, Bus, RpcError, request
 from neuron_dra_common.bus.rpc import ERROR_HEADER
-from neuron_dra_common.events import AllocationDecided, AllocationRequested, ObjectRef, encode
+from neuron_dra_common.events import (
+    AllocationDecided,
+    AllocationRequested,
+    ObjectRef,
+    decode,
+    encode,
+)
 from neuron_dra_topology_allocator.allocator import Allocator
 from neuron_dra_topology_allocator.main import allocation_responder
 from neuron_dra_topology_allocator.projection import Projection
 
+from tests.contracts.fuzz import MUTATIONS, fuzz_count, fuzz_seed, mutate
 from tests.contracts.malformed import CONTRACT_LIMITS
 from tests.contracts.support import dead_letters, heartbeat
 from tests.fixtures.nats import NatsServer
@@ -106,3 +114,46 @@ async def test_a_responder_still_starting_answers_retry_without_a_dead_letter(
     assert "not JSON" in await error_reply(bus, b"not an event")
     [record] = await dead_letters(bus)
     assert record.payload == b"not an event"
+
+
+async def test_fuzzed_requests_get_an_error_and_a_dead_letter_exactly_when_malformed(
+    bus: Bus, projection: Projection
+) -> None:
+    # A seeded mix (NEURON_DRA_FUZZ_MESSAGES of them) of good requests and requests spoiled
+    # as the consumer tests spoil events, plus other events and oversized ones: every good
+    # one is decided, every malformed one is an error reply naming what is wrong and one
+    # dead letter, and the responder answers the next one.
+    seed = fuzz_seed()
+    rng = random.Random(seed)
+    # payload, whether it is malformed, a word its error must name
+    sent: list[tuple[bytes, bool, str]] = []
+    for index in range(fuzz_count(120)):
+        good = requested(uid=f"uid-{index}")
+        roll = rng.random()
+        if roll < 0.4:
+            sent.append((encode(good), False, ""))
+        elif roll < 0.85:
+            payload, word = mutate(good, rng.choice(MUTATIONS), rng)
+            sent.append((payload, True, word))
+        elif roll < 0.95:
+            sent.append((encode(heartbeat(f"n{index}")), True, "is not one of"))
+        else:
+            padded = msgspec.json.decode(encode(good))
+            padded["padding"] = "x" * CONTRACT_LIMITS.max_message_bytes
+            sent.append((msgspec.json.encode(padded), True, "over the limit"))
+    for payload, malformed, word in sent:
+        reply = await bus.nc.request(ALLOCATOR_SUBJECT, payload, timeout=5)
+        error = (reply.headers or {}).get(ERROR_HEADER, "")
+        if malformed:
+            assert error, (seed, payload[:200])
+            assert word in error, (seed, payload[:200], word, error)
+        else:
+            assert not error, (seed, error)
+            assert isinstance(decode(reply.data), AllocationDecided)
+    spoiled = [payload for payload, malformed, _ in sent if malformed]
+    records = await dead_letters(bus, at_least=len(spoiled))
+    assert len(records) == len(spoiled), f"replay with NEURON_DRA_FUZZ_SEED={seed}"
+    assert sorted(r.payload for r in records) == sorted(spoiled)
+    assert all(r.kind in ("decode", "refused") for r in records), [r.reason for r in records]
+    answer = await request(bus, ALLOCATOR_SUBJECT, requested(uid="after"), wait=5)
+    assert isinstance(answer, AllocationDecided)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from neuron_dra_common.bus import ALLOCATOR_SUBJECT, Bus, RpcError, request
+from neuron_dra_common.bus.declarations import ALLOCATION
 from neuron_dra_common.events import (
     AllocationDecided,
     AllocationReleased,
@@ -240,3 +241,38 @@ async def test_restart_remembers_grants_and_releases(bus: Bus, allocator: Alloca
     d = await call(bus, ask("d", "u-d", 1))
     assert isinstance(d, AllocationDecided)
     assert not d.granted
+
+
+async def test_restart_after_the_allocation_stream_was_purged_serves_from_empty(
+    bus: Bus, allocator: AllocatorProcess
+) -> None:
+    # Its history gone (purged, or every decision older than the stream's max age), the
+    # allocator starts from no grants rather than waiting for a message that never comes;
+    # the operator's ownership in Kubernetes is what keeps held UltraServers held.
+    await fleet(bus, 1)
+    allocator.start()
+    first = await call(bus, ask("a", "u-a", 4))
+    assert isinstance(first, AllocationDecided)
+    assert first.granted, first.reason
+    assert allocator.stop() == 0
+    await bus.js.purge_stream(ALLOCATION.name)
+    allocator.start()
+    # The operator re-sends a held workload's nodes: adopted, not placed anew.
+    held = await call(
+        bus,
+        AllocationRequested(
+            request_id="u-a-again",
+            workload=ObjectRef(namespace="ml", name="a", uid="u-a"),
+            topology_size=4,
+            server_count=1,
+            instance_type=TYPE,
+            generation=1,
+            nodes=first.nodes,
+        ),
+    )
+    assert isinstance(held, AllocationDecided)
+    assert held.granted, held.reason
+    assert held.nodes == first.nodes
+    other = await call(bus, ask("b", "u-b", 4))
+    assert isinstance(other, AllocationDecided)
+    assert not other.granted

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 from types import ModuleType
 from typing import Any, cast
@@ -80,17 +80,42 @@ class DraService:
 
     async def prepare(self, refs: Sequence[ClaimRef]) -> dict[str, ClaimOutcome]:
         """Outcome per claim UID."""
-        if len(refs) == 1:  # the common call: no task needed
-            return {refs[0].uid: await self._prepare_one(refs[0])}
-        outcomes = await asyncio.gather(*(self._prepare_one(r) for r in refs))
-        return {ref.uid: outcome for ref, outcome in zip(refs, outcomes, strict=True)}
+        if len(refs) == 1 and refs[0].uid and refs[0].name and refs[0].namespace:
+            return {refs[0].uid: await self._prepare_one(refs[0])}  # the common call
+        return await _each(refs, self._prepare_one)
 
     async def unprepare(self, refs: Sequence[ClaimRef]) -> dict[str, ClaimOutcome]:
         """Outcome per claim UID."""
-        if len(refs) == 1:  # the common call: no task needed
-            return {refs[0].uid: await self._unprepare_one(refs[0])}
-        outcomes = await asyncio.gather(*(self._unprepare_one(r) for r in refs))
-        return {ref.uid: outcome for ref, outcome in zip(refs, outcomes, strict=True)}
+        if len(refs) == 1 and refs[0].uid and refs[0].name and refs[0].namespace:
+            return {refs[0].uid: await self._unprepare_one(refs[0])}  # the common call
+        return await _each(refs, self._unprepare_one)
+
+
+async def _each(
+    refs: Sequence[ClaimRef], run: Callable[[ClaimRef], Awaitable[ClaimOutcome]]
+) -> dict[str, ClaimOutcome]:
+    """``run`` for every claim the request names properly, concurrently; an error for the rest.
+
+    The response has one entry per UID, so a claim without a UID, or two different claims
+    under one UID, cannot be answered for each: they are refused rather than have one
+    claim's answer stand for another's (or a claim prepared under an empty UID). The same
+    claim named twice is run once.
+    """
+    refused: dict[str, ClaimOutcome] = {}
+    by_uid: dict[str, ClaimRef] = {}
+    for ref in refs:
+        missing = [f for f in ("namespace", "name", "uid") if not getattr(ref, f)]
+        if missing:
+            error = f"{ref}: the request names no claim {' or '.join(missing)}"
+            refused.setdefault(ref.uid, ClaimOutcome(error=error))
+        elif ref.uid in by_uid and by_uid[ref.uid] != ref:
+            error = f"{ref}: UID {ref.uid} is also given to {by_uid[ref.uid]} in this request"
+            refused[ref.uid] = ClaimOutcome(error=error)
+        else:
+            by_uid[ref.uid] = ref
+    todo = [ref for uid, ref in by_uid.items() if uid not in refused]
+    outcomes = await asyncio.gather(*(run(ref) for ref in todo))
+    return {**dict(zip((r.uid for r in todo), outcomes, strict=True)), **refused}
 
 
 def _refs(claims: Sequence[v1.Claim] | Sequence[v1beta1.Claim]) -> list[ClaimRef]:

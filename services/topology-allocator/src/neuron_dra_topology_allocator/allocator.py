@@ -27,7 +27,7 @@ from neuron_dra_common.events import (
     UltraServerGrant,
 )
 from neuron_dra_common.telemetry import get_tracer
-from neuron_dra_common.ultraserver import modes_for_size, ultraserver_name
+from neuron_dra_common.ultraserver import TOPOLOGY_SIZES, modes_for_size, ultraserver_name
 from prometheus_client import Counter, Histogram
 
 from neuron_dra_topology_allocator.placement import (
@@ -126,10 +126,7 @@ class Allocator:
             generation=event.generation,
             exclude=_keys(event.exclude_ultraservers),
         )
-        if not ref.uid:
-            raise PlacementError(
-                f"NeuronUltraServerWorkload {request.workload}: metadata.uid is empty"
-            )
+        _check(event, workload=request.workload)
         fresh = self.fleet.allocation(ref.uid) is None
         started = time.perf_counter()
         replacing = 0 < len(event.nodes) < event.topology_size * event.server_count
@@ -217,6 +214,32 @@ class Allocator:
                 released, msg_id=f"released-{event.workload.uid}-{released.request_id}"
             )
         return released
+
+
+def _check(event: AllocationRequested, *, workload: str) -> None:
+    """Refuse a request no decision can be made from, naming the field.
+
+    Checked before any path (place, adopt, replace), since adopting takes the nodes as sent:
+    a node named twice would be recorded as two units on one node, and a size out of range
+    would cut the nodes into units no mode runs.
+    """
+    what = f"NeuronUltraServerWorkload {workload}"
+    if not event.workload.uid:
+        raise PlacementError(f"{what}: metadata.uid is empty")
+    if event.topology_size not in TOPOLOGY_SIZES:
+        sizes = ", ".join(str(s) for s in TOPOLOGY_SIZES)
+        raise PlacementError(
+            f"{what}: spec.topologySize {event.topology_size} is not one of {sizes}"
+        )
+    if event.server_count < 1:
+        raise PlacementError(f"{what}: spec.serverCount {event.server_count} must be at least 1")
+    seen: set[str] = set()
+    for index, node in enumerate(event.nodes):
+        if not node:
+            raise PlacementError(f"{what}: nodes[{index}] is empty")
+        if node in seen:
+            raise PlacementError(f"{what}: nodes names {node} twice")
+        seen.add(node)
 
 
 def _keys(exclude: Sequence[str]) -> frozenset[str]:

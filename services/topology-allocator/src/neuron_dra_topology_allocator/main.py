@@ -69,6 +69,13 @@ async def build(settings: AllocatorSettings) -> Service:
     stopped = asyncio.Event()
 
     async def serve() -> None:
+        # A stream with nothing left in it (purged, or every decision older than its max
+        # age) counts as caught up, so the allocator serves from no grants instead of
+        # waiting for a message that never comes. That hands out no UltraServer twice: who
+        # holds what is kept in Kubernetes (each node's workload record and the workloads'
+        # status), not here. The operator sends a holder's nodes with its request, so they
+        # are adopted again, resyncs every workload periodically, and gives back any grant
+        # of nodes another workload owns (rechecking that owner, which re-adopts them).
         await asyncio.gather(*(f.wait_caught_up() for f in followers.values()))
         projection.serving = True
         await responder.start()

@@ -41,7 +41,7 @@ from neuron_dra_common.bus.errors import PermanentError
 from neuron_dra_common.bus.intake import Refused, admit
 from neuron_dra_common.events.codec import AnyEvent
 
-__all__ = ["Follower", "ProjectionHandler", "replay"]
+__all__ = ["Follower", "ProjectionHandler", "nothing_to_read", "replay"]
 
 log = logging.getLogger(__name__)
 
@@ -105,8 +105,7 @@ class Follower:
             deliver_policy=self._deliver,
         )
         try:
-            info = await sub.consumer_info()
-            if info.num_pending == 0 and (info.delivered is None or not info.delivered.stream_seq):
+            if nothing_to_read(await sub.consumer_info()):
                 self._caught_up.set()
             while not self._stop.is_set() and not (self._once and self.caught_up):
                 try:
@@ -182,6 +181,21 @@ class Follower:
                 "reason": reason,
             },
         )
+
+
+def nothing_to_read(info: api.ConsumerInfo) -> bool:
+    """True when a new ordered consumer has nothing stored to deliver, so no message will
+    come to say it caught up.
+
+    ``num_pending`` 0 alone is not enough: the server may have pushed messages already (they
+    wait in the client), and then the last one's own pending count says when all was read.
+    Whether anything was pushed is the consumer sequence, not the stream one: on a stream
+    whose messages were all purged or expired, a consumer starts past the last sequence the
+    stream ever had, so ``delivered.stream_seq`` is that sequence though nothing was sent.
+    Waiting for a message there waited forever (a restarted allocator never served).
+    """
+    delivered = info.delivered
+    return info.num_pending == 0 and (delivered is None or not delivered.consumer_seq)
 
 
 async def replay(

@@ -21,6 +21,7 @@ import nats.errors
 from nats.js import api
 
 from neuron_dra_common.bus.connection import Bus
+from neuron_dra_common.bus.follow import nothing_to_read
 from neuron_dra_common.events.base import SUBJECT_ROOT
 from neuron_dra_common.events.codec import AnyEvent, DecodeError, decode
 
@@ -64,11 +65,7 @@ async def read_history(
             subject, stream=stream, ordered_consumer=True, deliver_policy=api.DeliverPolicy.ALL
         )
     try:
-        info = await sub.consumer_info()
-        # A push consumer may have delivered messages already (pending 0, delivered > 0):
-        # then the last one's own pending count says when everything was read.
-        empty = info.num_pending == 0 and (info.delivered is None or not info.delivered.stream_seq)
-        done = empty and not follow
+        done = nothing_to_read(await sub.consumer_info()) and not follow
         while not done:
             try:
                 msg = await sub.next_msg(timeout=poll)
