@@ -224,5 +224,6 @@ async def test_a_leader_cut_off_leads_again_as_soon_as_the_apiserver_answers(
             work.drain()
         await asyncio.gather(serving, return_exceptions=True)
         await cut_off.close()
+        await relay.cut()
         await kube.delete(LEASES, name, namespace=NS)
     assert serving.exception() is None
