@@ -1,8 +1,8 @@
-"""NATS and the apiserver restart under the running product (kill -9, a few seconds away),
-as in an upgrade or a crash: every service reconnects by itself, nothing of the stack stays
-down, and what a user does next works: a device fault still becomes a taint on its device
-(health probe -> NATS -> slice publisher -> apiserver), and a pod asking for four connected
-devices is scheduled, prepared and Running.
+"""NATS restarts under the running product (kill -9, a few seconds away), as in an upgrade
+or a crash: every service reconnects by itself, nothing of the stack stays down, and what a
+user does next works: a device fault still becomes a taint on its device (health probe ->
+NATS -> slice publisher -> apiserver), and a pod asking for four connected devices is
+scheduled, prepared and Running.
 
 The seconds from the component's return to each of these are printed (the issue's goal is
 10 s; speed is judged in benchmarks, not here)."""
@@ -87,17 +87,3 @@ def test_nats_restart(stack: KubeStack) -> None:
     pod = pod_runs(stack, done)
     all_up(stack)
     print(f"NATS back -> fault tainted {taint:.1f} s, connected-devices pod Ready {pod:.1f} s")
-
-
-def test_apiserver_restart(stack: KubeStack) -> None:
-    stack.wait_for("the node's pool", lambda: NAME in device_taints(stack, NODE), timeout=120)
-    done = restart(stack, "kube-apiserver")
-    stack.wait_for(
-        "the apiserver answering",
-        lambda: stack.kubectl("get", "--raw", "/readyz", check=False).returncode == 0,
-        timeout=120,
-    )
-    pod = pod_runs(stack, done)
-    taint = fault_becomes_taint(stack, done)
-    all_up(stack)
-    print(f"apiserver back -> connected-devices pod Ready {pod:.1f} s, fault tainted {taint:.1f} s")
