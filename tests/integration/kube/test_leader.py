@@ -5,17 +5,17 @@ it stops its work before anyone else could start."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import uuid
 from collections.abc import Callable, Coroutine
 from datetime import UTC, datetime
 
 import pytest
-from neuron_dra_common.kube import LEASES, Elector, KubeClient, load_kubeconfig
+from neuron_dra_common.kube import LEASES, Elector, KubeClient
 from neuron_dra_common.kube.leader import read_lease
 
 from tests.contracts.support import wait_until
 from tests.fixtures.stack import KubeStack
+from tests.integration.kube.relay import relayed
 
 pytestmark = pytest.mark.stack
 
@@ -108,48 +108,11 @@ async def test_a_leader_whose_lease_is_taken_stops_its_work(kube: KubeClient) ->
         await kube.delete(LEASES, name, namespace=NS)
 
 
-class Cuttable:
-    """A TCP relay to the apiserver that can be cut, like a network partition."""
-
-    def __init__(self, host: str, port: int) -> None:
-        self.target = (host, port)
-        self.server: asyncio.Server | None = None
-        self.writers: list[asyncio.StreamWriter] = []
-
-    async def start(self, port: int = 0) -> int:
-        self.server = await asyncio.start_server(self._relay, "127.0.0.1", port)
-        bound: int = self.server.sockets[0].getsockname()[1]
-        return bound
-
-    async def _relay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        up_reader, up_writer = await asyncio.open_connection(*self.target)
-        self.writers += [writer, up_writer]
-
-        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
-            with contextlib.suppress(OSError):
-                while data := await src.read(65536):
-                    dst.write(data)
-                    await dst.drain()
-            dst.close()
-
-        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
-
-    async def cut(self) -> None:
-        assert self.server is not None
-        self.server.close()
-        for writer in self.writers:
-            writer.transport.abort()
-        await self.server.wait_closed()
-
-
 async def test_a_leader_that_cannot_renew_stops_before_its_lease_ends(
     kube: KubeClient, kube_stack: KubeStack
 ) -> None:
     name = f"cut-{uuid.uuid4().hex[:8]}"
-    config = load_kubeconfig(kube_stack.kubeconfig)
-    host, _, port = config.server.removeprefix("https://").rpartition(":")
-    relay = Cuttable(host, int(port))
-    cut_off = KubeClient(config.with_server(f"https://{host}:{await relay.start()}"))
+    relay, _, cut_off = await relayed(kube_stack)
     a = elector(cut_off, name, "a")
     work = Work()
     run = asyncio.create_task(a.run(work.lead(), drain=work.drain))
@@ -182,11 +145,7 @@ async def test_a_leader_cut_off_leads_again_as_soon_as_the_apiserver_answers(
     kube: KubeClient, kube_stack: KubeStack
 ) -> None:
     name = f"back-{uuid.uuid4().hex[:8]}"
-    config = load_kubeconfig(kube_stack.kubeconfig)
-    host, _, port = config.server.removeprefix("https://").rpartition(":")
-    relay = Cuttable(host, int(port))
-    relay_port = await relay.start()
-    cut_off = KubeClient(config.with_server(f"https://{host}:{relay_port}"))
+    relay, relay_port, cut_off = await relayed(kube_stack)
     a = elector(cut_off, name, "a")
     terms: list[Work] = []
     began = asyncio.Event()

@@ -14,7 +14,7 @@ import logging
 from typing import Any, Protocol
 
 import msgspec
-from neuron_dra_common.kube import RESOURCE_CLAIMS, ApiException
+from neuron_dra_common.kube import RESOURCE_CLAIMS, UNANSWERED, ApiException
 
 from neuron_dra_kubelet_plugin.claims import ClaimRef, ResourceClaim, claim_from_api
 from neuron_dra_kubelet_plugin.plan import PrepareError
@@ -59,7 +59,7 @@ class ApiClaimSource:
             raise PrepareError(
                 f"{ref}: reading it from the API failed: {exc.status} {exc.reason}"
             ) from exc
-        except (TimeoutError, OSError) as exc:
+        except UNANSWERED as exc:
             raise PrepareError(f"{ref}: the API is unreachable: {exc!r}") from exc
         try:
             return claim_from_api(obj)

@@ -13,7 +13,13 @@ import logging
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import Any, Final, Literal
 
-from neuron_dra_common.kube.client import ApiException, KubeClient, Resource, object_key
+from neuron_dra_common.kube.client import (
+    UNANSWERED,
+    ApiException,
+    KubeClient,
+    Resource,
+    object_key,
+)
 
 __all__ = ["EventType", "Informer", "Transform"]
 
@@ -197,8 +203,9 @@ class Informer:
                     continue
                 failures += 1
                 await self._pause(failures, exc)
-            except (TimeoutError, OSError, ValueError) as exc:
-                # Connection reset, apiserver restarting, a truncated line: resume later.
+            except (*UNANSWERED, ValueError) as exc:
+                # Connection reset, apiserver restarting, a stream cut mid-body, a truncated
+                # line: resume later from the last version seen.
                 failures += 1
                 await self._pause(failures, exc)
 

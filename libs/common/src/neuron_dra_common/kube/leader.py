@@ -29,10 +29,9 @@ from collections.abc import Callable, Coroutine
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
-import aiohttp
 import msgspec
 
-from neuron_dra_common.kube.client import ApiException, KubeClient, Resource
+from neuron_dra_common.kube.client import UNANSWERED, ApiException, KubeClient, Resource
 from neuron_dra_common.kube.metrics import LEADING
 
 __all__ = ["LEASES", "Elector", "LeaseState", "decide", "read_lease"]
@@ -47,7 +46,7 @@ _TIME = "%Y-%m-%dT%H:%M:%S.%fZ"
 Obj = dict[str, Any]
 Lead = Callable[[], Coroutine[object, object, None]]
 #: What a Lease call may fail with while the apiserver is away; the next round tries again.
-_TRANSIENT: Final = (ApiException, OSError, TimeoutError, aiohttp.ClientError)
+_TRANSIENT: Final = (ApiException, *UNANSWERED)
 
 
 class LeaseState(msgspec.Struct, frozen=True, kw_only=True):
