@@ -5,7 +5,8 @@ placement and request handling, without the bus)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import copy
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -36,7 +37,7 @@ class Api:
     def __init__(self, servers: int) -> None:
         self.nodes: dict[str, Obj] = {
             f"us{u}-n{i}": {
-                "metadata": {"name": f"us{u}-n{i}", "annotations": {}},
+                "metadata": {"name": f"us{u}-n{i}", "annotations": {}, "resourceVersion": "1"},
                 "status": {"conditions": [{"type": "Ready", "status": "True"}]},
             }
             for u in range(servers)
@@ -50,6 +51,8 @@ class Api:
         self.deleted: dict[str, int | None] = {}
         #: claim name -> claim (made from a template: its labels are the template's)
         self.claims: dict[str, Obj] = {}
+        #: (method, path) of every request, in order
+        self.calls: list[tuple[str, str]] = []
 
     def run_pods(self, template: str, nodes: list[str]) -> None:
         """One pod using ``template`` on each of ``nodes`` (what a Deployment would run),
@@ -88,6 +91,7 @@ class Api:
     async def request(self, method: str, path: str, **kw: Any) -> Obj:
         body: Obj = kw.get("body") or {}
         parts = path.strip("/").split("/")
+        self.calls.append((method, path))
         if method == "DELETE" and "pods" in parts:
             self.pods.pop(parts[-1], None)
             self.deleted[parts[-1]] = body.get("gracePeriodSeconds")
@@ -105,15 +109,22 @@ class Api:
                 raise ApiException(409, "already exists")
             self.templates[name] = body
         elif method == "GET" and "nodes" in parts:
-            return self.nodes[parts[-1]]
+            return copy.deepcopy(self.nodes[parts[-1]])
         elif "nodes" in parts:
-            # A merge patch of the annotations: null removes one.
-            notes = self.nodes[parts[-1]]["metadata"]["annotations"]
+            # A merge patch of the annotations (null removes one), refused when it names
+            # another version than the Node's; it answers with the Node written.
+            meta = self.nodes[parts[-1]]["metadata"]
+            version = body["metadata"].get("resourceVersion")
+            if version is not None and version != meta["resourceVersion"]:
+                raise ApiException(409, "the object has been modified")
+            notes = meta["annotations"]
             for key, value in (body["metadata"].get("annotations") or {}).items():
                 if value is None:
                     notes.pop(key, None)
                 else:
                     notes[key] = value
+            self.touch(parts[-1])
+            return copy.deepcopy(self.nodes[parts[-1]])
         elif "resourceclaimtemplates" in parts:
             self.templates[parts[-1]] = body
         elif "neuronultraserverworkloads" in parts:
@@ -124,6 +135,11 @@ class Api:
             else:
                 wl["metadata"]["finalizers"] = body["metadata"].get("finalizers", [])
         return body
+
+    def touch(self, node: str) -> None:
+        """A write to the Node (any writer): a new resourceVersion."""
+        meta = self.nodes[node]["metadata"]
+        meta["resourceVersion"] = str(int(meta["resourceVersion"]) + 1)
 
     def not_ready(self, node: str) -> None:
         self.nodes[node]["status"]["conditions"] = [{"type": "Ready", "status": "False"}]
@@ -165,6 +181,7 @@ class World:
         strategy: str,
         tracer: Tracer | None = None,
         on_allocate: Callable[[Event], None] = lambda event: None,
+        node_cache: Callable[[Api], Mapping[str, Obj]] = lambda api: api.nodes,
     ) -> None:
         self.api = Api(servers)
         projection = Projection()
@@ -213,7 +230,8 @@ class World:
         self.reconciler = WorkloadReconciler(
             client=self.api,  # type: ignore[arg-type]
             workloads=self.api.workloads,
-            nodes=self.api.nodes,
+            # The informer's copy of the Nodes (by default always current).
+            nodes=node_cache(self.api),
             fleet=FleetIndex(lambda: _views, self.api.nodes, self.health),
             allocate=allocate,
             changed=lambda names: None,

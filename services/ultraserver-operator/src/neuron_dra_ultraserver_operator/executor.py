@@ -85,6 +85,10 @@ Obj = dict[str, Any]
 _NODE_ATTEMPTS = 5
 
 
+class _Stale(Exception):
+    """A decision made on a copy of a Node that may be old: made again on a fresh read."""
+
+
 class _Refused(Exception):
     """An object to write belongs to someone else: the write is not made."""
 
@@ -116,9 +120,15 @@ class Executor:
         touch: Callable[[Iterable[str]], None],
         crash: CrashPoint = no_crash,
         publish: Publish | None = None,
+        nodes: Mapping[str, Obj] | None = None,
     ) -> None:
         self.client = client
         self._publish = publish
+        #: The Node informer's cache: the version a node record write starts from.
+        self._nodes: Mapping[str, Obj] = nodes if nodes is not None else {}
+        #: node -> (the Node a record write of this operator returned, the version the cache
+        #: showed then): newer than the cache until the cache shows another version.
+        self._written: dict[str, tuple[Obj, str]] = {}
         self._states: dict[str, str] = {}
         self._allocate = allocate
         self._requeue = requeue
@@ -289,30 +299,54 @@ class Executor:
     async def _node(self, wl: Workload, write: NodeWrite, *, step: str) -> None:
         """Write (or remove) the allocation record on a node, with its trace context.
 
-        Compare-and-set: the node is read, a record of another workload is never
-        overwritten (refused) nor removed (left), and the patch carries the resourceVersion
-        read, so a node changed in between (another writer, or just its status) fails it
-        (409) and is read again, instead of being overwritten. A merge patch, not an apply:
+        Compare-and-set: a record of another workload is never overwritten (refused) nor
+        removed (left), and the patch carries the resourceVersion of the copy of the Node it
+        was decided on (the operator's own last write of it, or the informer's copy), so a
+        node changed since (another writer, or just its status) fails it (409) and is read
+        again, instead of being overwritten. A merge patch, not an apply:
         an apply to a Node that is gone would create an empty Node object, while a patch
         answers 404, and a node that is gone holds nothing.
         """
+        fresh = False
         for attempt in range(_NODE_ATTEMPTS):
             try:
-                await self._node_once(wl, write)
+                await self._node_once(wl, write, fresh=fresh)
                 break
+            except _Stale:
+                fresh = True  # decided again on what the apiserver holds (one read more)
             except ApiException as exc:
+                fresh = True
                 if exc.status != 409 or attempt == _NODE_ATTEMPTS - 1:
                     raise
         if step:
             self._crash(step)
 
-    async def _node_once(self, wl: Workload, write: NodeWrite) -> None:
-        try:
-            node = await self.client.get(NODES, write.node)
-        except ApiException as exc:
-            if exc.status == 404:
-                return
-            raise
+    def _known(self, name: str) -> Obj | None:
+        """The newest copy of Node ``name`` this operator has without asking: its own last
+        write while the informer has not shown a later version, else the informer's."""
+        cached = self._nodes.get(name)
+        written = self._written.get(name)
+        if written is not None:
+            node, seen = written
+            if cached is None or _version(cached) == seen:
+                return node
+            del self._written[name]
+        return cached
+
+    async def _node_once(self, wl: Workload, write: NodeWrite, *, fresh: bool) -> None:
+        """One compare-and-set. It starts from the copy of the Node the operator has (the
+        write then costs one request, not a read and a write); the version it carries makes
+        the write fail if the Node changed since, and the next try reads it. A decision to
+        write nothing, or to refuse, is only ever taken on a fresh read."""
+        node = None if fresh else self._known(write.node)
+        if node is None:
+            fresh = True
+            try:
+                node = await self.client.get(NODES, write.node)
+            except ApiException as exc:
+                if exc.status == 404:
+                    return
+                raise
         meta = node.get("metadata") or {}
         try:
             current = node_allocation(write.node, meta.get("annotations") or {})
@@ -320,6 +354,8 @@ class Executor:
             current = None  # unreadable: holds nothing, and is written over
         mine = current is None or current.workload_uid == wl.metadata.uid
         if current is not None and not mine:
+            if not fresh:
+                raise _Stale(write.node)
             if write.record is None:
                 return  # another workload's record: not this one's to remove
             if not write.over or current.workload_uid != write.over:
@@ -327,6 +363,8 @@ class Executor:
         annotations: dict[str, str | None] = {}
         if write.record is None:
             if current is None:
+                if not fresh:
+                    raise _Stale(write.node)
                 return
             annotations = {NODE_ALLOCATION: None, TRACEPARENT: None}
         else:
@@ -336,16 +374,21 @@ class Executor:
         body: Obj = {"metadata": {"annotations": annotations}}
         if meta.get("resourceVersion"):
             body["metadata"]["resourceVersion"] = meta["resourceVersion"]
+        seen = _version(self._nodes.get(write.node) or {})
         try:
-            await self.client.request(
+            written = await self.client.request(
                 "PATCH",
                 NODES.path(name=write.node),
                 body=body,
                 content_type="application/merge-patch+json",
             )
         except ApiException as exc:
+            self._written.pop(write.node, None)
             if exc.status != 404:
                 raise
+            return
+        # The next write of this node (Pending, then Bound) starts from this version.
+        self._written[write.node] = (written, seen)
 
     async def _apply_template(self, wl: Workload, template: Obj) -> None:
         """Create the workload's template, or apply it over the one the workload owns (its
@@ -366,6 +409,14 @@ class Executor:
             raise _Refused(
                 Refusal(kind="ResourceClaimTemplate", name=name, holder=_owner_of(existing))
             )
+        uid = str((existing.get("metadata") or {}).get("uid") or "")
+        if _selectors(existing) != _selectors(template):
+            # Other nodes (a replacement): its spec is immutable, so an apply could only be
+            # refused; that very object is replaced at once.
+            log.info("template replaced", extra={"template": name})
+            await self._delete(RESOURCE_CLAIM_TEMPLATES, name, ns, uid=uid)
+            await self._create_template(wl, template)
+            return
         # The version read: one replaced in between (by anyone) fails the apply (409).
         versioned = {**template, "metadata": {**meta, "resourceVersion": _version(existing)}}
         try:
@@ -377,7 +428,6 @@ class Executor:
             if exc.status != 422 or "immutable" not in said:
                 raise
             log.info("template replaced", extra={"template": name})
-            uid = str((existing.get("metadata") or {}).get("uid") or "")
             await self._delete(RESOURCE_CLAIM_TEMPLATES, name, ns, uid=uid)
             await self._create_template(wl, template)
 
@@ -442,10 +492,12 @@ class Executor:
         its kubelet is gone and would never confirm, so a graceful delete would leave it
         Terminating and its controller waiting."""
         ns = wl.metadata.namespace
-        pods, _ = await self.client.list(PODS, namespace=ns)
-        claims = await self._workload_claims(wl)
+        (pods, _), claims = await asyncio.gather(
+            self.client.list(PODS, namespace=ns), self._workload_claims(wl)
+        )
         using = [pod for pod in pods if _claims_of(pod) & claims.keys()]
         stale = await self._stale_pending(wl, template, using, claims) if keep else set()
+        deletes = []
         for pod in using:
             spec = pod.get("spec") or {}
             node = str(spec.get("nodeName") or "")
@@ -456,7 +508,11 @@ class Executor:
             now = node in force
             if meta.get("deletionTimestamp") and not now:
                 continue
-            await self._delete(PODS, meta.get("name", ""), ns, grace=0 if now else None)
+            deletes.append(self._delete(PODS, meta.get("name", ""), ns, grace=0 if now else None))
+        # Independent deletes: sent together, not one after another.
+        for outcome in await asyncio.gather(*deletes, return_exceptions=True):
+            if isinstance(outcome, BaseException):
+                raise outcome
 
     async def _workload_claims(self, wl: Workload) -> dict[str, Obj]:
         """The workload's claims (those carrying its UID label), by name."""
@@ -574,6 +630,16 @@ def _owner_of(obj: Obj) -> str:
 
 def _version(obj: Obj) -> str:
     return str((obj.get("metadata") or {}).get("resourceVersion") or "")
+
+
+def _selectors(template: Obj) -> list[str]:
+    """The CEL selectors of a ResourceClaimTemplate's requests (which nodes its claims take)."""
+    devices = (((template.get("spec") or {}).get("spec") or {}).get("devices")) or {}
+    out = []
+    for request in devices.get("requests") or ():
+        for selector in (request.get("exactly") or {}).get("selectors") or ():
+            out.append(str((selector.get("cel") or {}).get("expression") or ""))
+    return out
 
 
 def _claims_of(pod: Obj) -> set[str]:

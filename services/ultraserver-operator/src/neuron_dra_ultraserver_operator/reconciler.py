@@ -76,6 +76,7 @@ class WorkloadReconciler:
             touch=changed,
             crash=crash,
             publish=publish,
+            nodes=nodes,
         )
 
     async def reconcile(self, key: str) -> None:
