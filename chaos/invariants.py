@@ -27,8 +27,8 @@ def _name(obj: Obj) -> str:
 def devices_held_twice(claims: Iterable[Obj]) -> list[str]:
     """Each device (or whole node) of ours allocated to more than one claim, in words.
 
-    >>> devices_held_twice([claim("a", "n1", "neurondevice0"), claim("b", "n1", "neurondevice0")])
-    ['n1/neurondevice0 held by default/a and default/b']
+    Claims ``default/a`` and ``default/b`` both allocated device ``neurondevice0`` of pool
+    ``n1`` give ``['n1/neurondevice0 held by default/a and default/b']``.
     """
     holders: dict[tuple[str, str], set[str]] = defaultdict(set)
     for claim in claims:
@@ -62,8 +62,8 @@ def devices_held_twice(claims: Iterable[Obj]) -> list[str]:
 def nodes_held_twice(workloads: Iterable[Obj]) -> list[str]:
     """Each UltraServer node in the allocations of more than one workload, in words.
 
-    >>> nodes_held_twice([workload("a", ["n1"]), workload("b", ["n1", "n2"])])
-    ['node n1 held by default/a and default/b']
+    Workloads ``default/a`` on node ``n1`` and ``default/b`` on ``n1`` and ``n2`` give
+    ``['node n1 held by default/a and default/b']``.
     """
     holders: dict[str, set[str]] = defaultdict(set)
     for workload in workloads:

@@ -27,17 +27,12 @@ import pytest
 from neuron_dra_common.bus import Bus, ConsumerSpec, Delivery, Handler, RunnerOptions
 from neuron_dra_common.events import AnyEvent, Event
 
-from tests.contracts.fuzz import check_fuzzed_dead_letters, fuzz_count, fuzz_seed, fuzzed_inputs
+from tests.contracts.fuzz import check_fuzzed_dead_letters, fuzz_run, patience
 from tests.contracts.malformed import CONTRACT_LIMITS, check_dead_letters, malformed_inputs
 from tests.contracts.support import dead_letters, running
 from tests.fixtures.nats import NatsServer
 
 __all__ = ["ConsumerContract"]
-
-
-def _patience(messages: int) -> float:
-    """Seconds to wait for ``messages`` to be handled: 10, more for a large fuzz run."""
-    return max(10.0, messages / 20)
 
 
 class ConsumerContract(abc.ABC):
@@ -206,20 +201,14 @@ class ConsumerContract(abc.ABC):
         # A seeded mix of malformed and good messages (NEURON_DRA_FUZZ_MESSAGES of them):
         # dead letters = malformed, every good one handled once, and the consumer still
         # handles what comes after.
-        seed = fuzz_seed()
-        good = list(self.fuzz_good) if self.fuzz_good is not None else None
-        last = self.sample_event(good.pop() if good else 999)
-        messages = fuzzed_inputs(
-            self.sample_event, count=fuzz_count(120), seed=seed, first=1000, good=good
-        )
+        seed, messages, last, malformed = fuzz_run(self.sample_event, self.fuzz_good)
         handler = await self.make_handler(contract_bus)
         runner = contract_bus.runner(self._spec(), handler, options=self.options)
         async with running(runner):
             for message in messages:
                 await contract_bus.js.publish(message.subject, message.payload)
             await self._publish(contract_bus, last)
-            malformed = sum(m.malformed for m in messages)
-            await dead_letters(contract_bus, at_least=malformed, within=_patience(malformed))
+            await dead_letters(contract_bus, at_least=malformed, within=patience(malformed))
             await self._effect(last)
             await self._settled(contract_bus)
             assert runner.ready, f"{self.spec.durable}: the runner stopped"

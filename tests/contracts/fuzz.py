@@ -57,12 +57,15 @@ from tests.contracts.malformed import CONTRACT_LIMITS, malformed_inputs
 __all__ = [
     "MUTATIONS",
     "SAMPLES",
+    "FuzzRun",
     "Fuzzed",
     "check_fuzzed_dead_letters",
     "fuzz_count",
+    "fuzz_run",
     "fuzz_seed",
     "fuzzed_inputs",
     "mutate",
+    "patience",
 ]
 
 
@@ -74,6 +77,31 @@ def fuzz_count(default: int) -> int:
 def fuzz_seed() -> int:
     """The seed of the mix (``NEURON_DRA_FUZZ_SEED``, default 15): a failure names it."""
     return int(os.environ.get("NEURON_DRA_FUZZ_SEED", 15))
+
+
+def patience(messages: int) -> float:
+    """Seconds to wait for ``messages`` to be handled: 10, more for a large fuzz run."""
+    return max(10.0, messages / 20)
+
+
+class FuzzRun(NamedTuple):
+    """What a contract's fuzz test sends: the seeded mix, then ``last`` (a good event whose
+    effect shows the consumer kept going)."""
+
+    seed: int
+    messages: list[Fuzzed]
+    last: Event
+    malformed: int
+
+
+def fuzz_run(sample: Callable[[int], Event], good: Sequence[int] | None) -> FuzzRun:
+    """The mix of ``NEURON_DRA_FUZZ_MESSAGES`` (default 120) messages built from ``sample``,
+    good ones only at the indices ``good`` names (``None``: any), and the last good event."""
+    seed = fuzz_seed()
+    indices = list(good) if good is not None else None
+    last = sample(indices.pop() if indices else 999)
+    messages = fuzzed_inputs(sample, count=fuzz_count(120), seed=seed, first=1000, good=indices)
+    return FuzzRun(seed, messages, last, sum(m.malformed for m in messages))
 
 
 class Fuzzed(NamedTuple):

@@ -23,17 +23,12 @@ import pytest
 from neuron_dra_common.bus import Bus, Follower
 from neuron_dra_common.events import Event
 
-from tests.contracts.fuzz import check_fuzzed_dead_letters, fuzz_count, fuzz_seed, fuzzed_inputs
+from tests.contracts.fuzz import check_fuzzed_dead_letters, fuzz_run, patience
 from tests.contracts.malformed import CONTRACT_LIMITS, check_dead_letters, malformed_inputs
 from tests.contracts.support import dead_letters, wait_until
 from tests.fixtures.nats import NatsServer
 
 __all__ = ["ReaderContract"]
-
-
-def _patience(messages: int) -> float:
-    """Seconds to wait for ``messages`` to be handled: 10, more for a large fuzz run."""
-    return max(10.0, messages / 20)
 
 
 class ReaderContract(abc.ABC):
@@ -135,24 +130,18 @@ class ReaderContract(abc.ABC):
         # A seeded mix (NEURON_DRA_FUZZ_MESSAGES of them), half stored before the reader
         # starts (its replay) and half after it caught up (following): dead letters =
         # malformed, every good one applied once, and the reader applies what comes after.
-        seed = fuzz_seed()
-        good = list(self.fuzz_good) if self.fuzz_good is not None else None
-        last = self.sample_event(good.pop() if good else 999)
-        messages = fuzzed_inputs(
-            self.sample_event, count=fuzz_count(120), seed=seed, first=1000, good=good
-        )
+        seed, messages, last, malformed = fuzz_run(self.sample_event, self.fuzz_good)
         half = len(messages) // 2
         for message in messages[:half]:
             await contract_bus.js.publish(message.subject, message.payload)
-        malformed = sum(m.malformed for m in messages)
-        async with self._following(contract_bus, within=_patience(half)) as reader:
+        async with self._following(contract_bus, within=patience(half)) as reader:
             for message in messages[half:]:
                 await contract_bus.js.publish(message.subject, message.payload)
             await contract_bus.publisher(source="/contract").publish(last)
             await self._applied(last)
             await wait_until(
                 lambda: reader.dead_lettered >= malformed,
-                within=_patience(malformed),
+                within=patience(malformed),
                 what="the dead letters of the reader",
             )
         check_fuzzed_dead_letters(

@@ -106,7 +106,6 @@ class Elector:
         #: Whether the last :meth:`run` ended because the Lease was lost.
         self.lost = False
         self._stop = asyncio.Event()
-        self._retry = lease_seconds / 3
 
     @property
     def lease(self) -> str:
@@ -191,9 +190,9 @@ class Elector:
             raise
         return True
 
-    async def _campaign(self) -> bool:
-        """Wait until this replica holds the Lease (True) or stop() was called (False)."""
-        retry = self._retry
+    async def _campaign(self, every: float) -> bool:
+        """Wait until this replica holds the Lease (True) or stop() was called (False),
+        asking every ``every`` seconds."""
         while not self._stop.is_set():
             try:
                 if await self.try_hold():
@@ -201,7 +200,7 @@ class Elector:
             except _TRANSIENT as exc:
                 log.warning("lease attempt failed", extra={"lease": self.lease, "error": repr(exc)})
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stop.wait(), timeout=retry)
+                await asyncio.wait_for(self._stop.wait(), timeout=every)
         return False
 
     async def run(self, lead: Lead, *, drain: Callable[[], object] | None = None) -> None:
@@ -214,10 +213,15 @@ class Elector:
         back. When the Lease is lost, ``lead`` is cancelled at once. An exception of ``lead``
         is raised here.
         """
+        await self._term(lead, drain=drain, campaign_every=self._lease / 3)
+
+    async def _term(
+        self, lead: Lead, *, drain: Callable[[], object] | None, campaign_every: float
+    ) -> None:
+        """:meth:`run`, campaigning at the pace given."""
         self.lost = False
-        if not await self._campaign():
+        if not await self._campaign(campaign_every):
             return
-        self._retry = self._lease / 3
         loop = asyncio.get_running_loop()
         retry = self._lease / 3
         self.leading = True
@@ -279,9 +283,10 @@ class Elector:
         this replica asks for the Lease every second (a candidate's usual pace is a third of
         the lease), so that it leads again within a second of the apiserver's return.
         """
+        campaign_every = self._lease / 3
         while True:
-            await self.run(lead, drain=drain)
+            await self._term(lead, drain=drain, campaign_every=campaign_every)
             if self._stop.is_set() or not self.lost:
                 return
-            self._retry = min(self._lease / 3, 1.0)
+            campaign_every = min(self._lease / 3, 1.0)
             log.info("campaigning again", extra={"identity": self.identity, "lease": self.lease})
