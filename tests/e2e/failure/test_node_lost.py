@@ -19,7 +19,6 @@ import json
 import logging
 import os
 import signal
-import textwrap
 import time
 from collections.abc import Callable
 from typing import Any
@@ -28,6 +27,7 @@ import pytest
 
 from tests.e2e.health.support import alerts, device_taints, fault
 from tests.e2e.health.support import condition as node_condition
+from tests.e2e.ultraserver.converged import deployment, workload
 from tests.fixtures.stack import KubectlFailed, KubeStack
 
 pytestmark = pytest.mark.stack
@@ -41,44 +41,13 @@ MOVED = 300
 
 
 def workload_yaml(name: str, strategy: str) -> str:
-    return textwrap.dedent(
-        f"""\
-        apiVersion: neuron.aws.com/v1beta1
-        kind: NeuronUltraServerWorkload
-        metadata:
-          name: {name}
-        spec:
-          instanceType: trn2u.48xlarge
-          topologySize: 4
-          serverCount: 1
-          allocationPolicy:
-            failureStrategy: {strategy}
-          resourceClaimTemplate:
-            name: {name}-rct
-        ---
-        apiVersion: apps/v1
-        kind: Deployment
-        metadata:
-          name: {name}
-        spec:
-          replicas: 4
-          selector:
-            matchLabels: {{app: {name}}}
-          template:
-            metadata:
-              labels: {{app: {name}}}
-            spec:
-              resourceClaims:
-                - name: neuron-claim
-                  resourceClaimTemplateName: {name}-rct
-              containers:
-                - name: training-container
-                  image: public.ecr.aws/docker/library/alpine:latest
-                  command: ["sleep", "infinity"]
-                  resources:
-                    claims:
-                      - name: neuron-claim
-        """
+    """A 1 x 4 workload and the Deployment of its four pods, as AWS's guide writes them."""
+    rct = f"{name}-rct"
+    return "---\n".join(
+        (
+            workload(name, size=4, strategy=strategy, template=rct),
+            deployment(name, template=rct, replicas=4),
+        )
     )
 
 

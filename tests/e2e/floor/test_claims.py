@@ -6,7 +6,6 @@ with UltraServer nodes published as one whole-node device each (node-only)."""
 from __future__ import annotations
 
 import json
-import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +14,7 @@ from neuron_dra_cli import kubebuild
 from neuron_dra_common.driver import NODE_DEVICE
 
 from tests.e2e.actuate.support import Actuate, guide_1x4_running, guide_lnc1_running
-from tests.e2e.ultraserver.converged import pod_env, wait_state, workload
+from tests.e2e.ultraserver.converged import deployment, pod_env, wait_state, workload
 from tests.e2e.upstream_driver import run_claim_lifecycle
 from tests.fixtures.stack import KubeStack
 
@@ -62,37 +61,6 @@ def test_all_devices_at_lnc_1_from_the_guide(floor_actuate: Actuate) -> None:
         guide_lnc1_running(actuate, timeout=180)
     finally:
         actuate.delete_pod("pod0")
-
-
-def deployment(name: str, *, template: str, replicas: int) -> str:
-    return textwrap.dedent(
-        f"""\
-        apiVersion: apps/v1
-        kind: Deployment
-        metadata:
-          name: {name}
-        spec:
-          replicas: {replicas}
-          selector:
-            matchLabels:
-              app: {name}
-          template:
-            metadata:
-              labels:
-                app: {name}
-            spec:
-              resourceClaims:
-                - name: neuron-claim
-                  resourceClaimTemplateName: {template}
-              containers:
-                - name: training-container
-                  image: public.ecr.aws/docker/library/alpine:latest
-                  command: ["sleep", "infinity"]
-                  resources:
-                    claims:
-                      - name: neuron-claim
-        """
-    )
 
 
 def test_ultraserver_workload_in_node_only_mode(floor_stack: KubeStack) -> None:

@@ -27,10 +27,15 @@ INSTANCE = "trn2u.48xlarge"
 ULTRASERVERS = 3
 
 
-def workload(name: str, *, size: int, count: int = 1, strategy: str = "NoOp") -> str:
-    """A NeuronUltraServerWorkload manifest, as a user writes it."""
-    return textwrap.dedent(
-        f"""\
+def workload(
+    name: str, *, size: int, count: int = 1, strategy: str = "NoOp", template: str | None = None
+) -> str:
+    """A NeuronUltraServerWorkload manifest, as a user writes it (``template``: the name of
+    the ResourceClaimTemplate it fills, when not the default)."""
+    named = f"\n  resourceClaimTemplate:\n    name: {template}" if template else ""
+    return (
+        textwrap.dedent(
+            f"""\
         apiVersion: neuron.aws.com/v1beta1
         kind: NeuronUltraServerWorkload
         metadata:
@@ -41,7 +46,42 @@ def workload(name: str, *, size: int, count: int = 1, strategy: str = "NoOp") ->
           topologySize: {size}
           serverCount: {count}
           allocationPolicy:
-            failureStrategy: {strategy}
+            failureStrategy: {strategy}"""
+        )
+        + named
+        + "\n"
+    )
+
+
+def deployment(name: str, *, template: str, replicas: int) -> str:
+    """A Deployment of ``replicas`` pods, each with a claim from ResourceClaimTemplate
+    ``template``, as AWS's guide writes them."""
+    return textwrap.dedent(
+        f"""\
+        apiVersion: apps/v1
+        kind: Deployment
+        metadata:
+          name: {name}
+        spec:
+          replicas: {replicas}
+          selector:
+            matchLabels:
+              app: {name}
+          template:
+            metadata:
+              labels:
+                app: {name}
+            spec:
+              resourceClaims:
+                - name: neuron-claim
+                  resourceClaimTemplateName: {template}
+              containers:
+                - name: training-container
+                  image: public.ecr.aws/docker/library/alpine:latest
+                  command: ["sleep", "infinity"]
+                  resources:
+                    claims:
+                      - name: neuron-claim
         """
     )
 
