@@ -261,3 +261,64 @@ def test_the_operator_changes_only_its_own_keys_on_nodes(kube_stack: KubeStack) 
         status, text = patch(body)
         assert status == 403, (body, text)
         assert says in text, (body, text)
+
+
+def _claim_object(kind: str, name: str, *, uid: str | None) -> str:
+    """A ResourceClaim or ResourceClaimTemplate (JSON), labelled with a workload binding
+    when ``uid`` is given."""
+    spec: dict[str, Any] = {"devices": {"requests": []}}
+    metadata: dict[str, Any] = {"name": name, "namespace": "default"}
+    if uid is not None:
+        metadata["labels"] = {
+            "neuron.aws.com/workload": "victim",
+            "neuron.aws.com/workload-uid": uid,
+        }
+    body = {"spec": spec} if kind == "ResourceClaimTemplate" else spec
+    return json.dumps(
+        {"apiVersion": "resource.k8s.io/v1", "kind": kind, "metadata": metadata, "spec": body}
+    )
+
+
+def test_only_the_operator_and_the_claim_controller_write_the_workload_binding(
+    kube_stack: KubeStack,
+) -> None:
+    # The plugin gives an UltraServer node's devices to claims carrying the workload's UID
+    # label; a user whom RBAC lets write claims and templates cannot forge that label.
+    user = sa("claim-writer", "default")
+    rbac = textwrap.dedent(
+        """\
+        apiVersion: rbac.authorization.k8s.io/v1
+        kind: Role
+        metadata: {name: test-claim-writer, namespace: default}
+        rules:
+          - apiGroups: [resource.k8s.io]
+            resources: [resourceclaims, resourceclaimtemplates]
+            verbs: [create, update, patch, get, list]
+        ---
+        apiVersion: rbac.authorization.k8s.io/v1
+        kind: RoleBinding
+        metadata: {name: test-claim-writer, namespace: default}
+        roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: test-claim-writer}
+        subjects: [{kind: ServiceAccount, name: claim-writer, namespace: default}]
+        """
+    )
+    kube_stack.kubectl("apply", "-f", "-", input=rbac)
+
+    def create(kind: str, name: str, uid: str | None) -> subprocess.CompletedProcess[str]:
+        return kube_stack.kubectl(
+            "create", "--dry-run=server", f"--as={user}", "-f", "-",
+            input=_claim_object(kind, name, uid=uid), check=False,
+        )  # fmt: skip
+
+    victim = "0b3c7a52-0000-4000-8000-000000000001"
+    forged = create("ResourceClaim", "forged-claim", victim)
+    assert forged.returncode != 0
+    assert "are created only from the workload's ResourceClaimTemplate for a pod" in forged.stderr
+    assert user in forged.stderr
+    template = create("ResourceClaimTemplate", "forged-template", victim)
+    assert template.returncode != 0
+    assert "written only by the neuron-dra UltraServer operator" in template.stderr
+    # The same user's claims without the binding are not the policy's business.
+    for kind in ("ResourceClaim", "ResourceClaimTemplate"):
+        plain = create(kind, "plain", None)
+        assert plain.returncode == 0, plain.stderr

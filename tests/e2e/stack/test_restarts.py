@@ -1,6 +1,6 @@
-"""NATS restarts under the running product (kill -9, a few seconds away), as in an upgrade
-or a crash: every service reconnects by itself, nothing of the stack stays down, and what a
-user does next works: a device fault still becomes a taint on its device (health probe ->
+"""NATS and the apiserver restart under the running product (kill -9, a few seconds away),
+as in an upgrade or a crash: every service reconnects by itself, nothing of the stack stays
+down, and what a user does next works: a device fault still becomes a taint on its device (health probe ->
 NATS -> slice publisher -> apiserver), and a pod asking for four connected devices is
 scheduled, prepared and Running.
 
@@ -87,3 +87,16 @@ def test_nats_restart(stack: KubeStack) -> None:
     pod = pod_runs(stack, done)
     all_up(stack)
     print(f"NATS back -> fault tainted {taint:.1f} s, connected-devices pod Ready {pod:.1f} s")
+
+
+def test_apiserver_restart(stack: KubeStack) -> None:
+    stack.wait_for("the node's pool", lambda: NAME in device_taints(stack, NODE), timeout=120)
+    # Back means /readyz answers (restarting it, as the kubelet would, if it exits meanwhile).
+    done = restart(stack, "kube-apiserver")
+    pod = pod_runs(stack, done)
+    taint = fault_becomes_taint(stack, done)
+    all_up(stack)
+    print(
+        f"apiserver back ({done.starts} start(s)) -> connected-devices pod Ready {pod:.1f} s, "
+        f"fault tainted {taint:.1f} s"
+    )

@@ -25,14 +25,33 @@ http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
 """
 
 
+# Exits at its first start (as an apiserver whose storage answered too late), serves after.
+FLAKY = (
+    """
+import os, pathlib, sys
+first = pathlib.Path(sys.argv[2])
+if not first.exists():
+    first.write_text("started once")
+    sys.exit(1)
+"""
+    + SERVER
+)
+
+# Never comes up.
+BROKEN = "import sys; print('no storage'); sys.exit(1)"
+
+
 def _fetch(port: int) -> str:
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=5) as answer:
         return bytes(answer.read()).decode()
 
 
-def _stack(tmp_path: Path, *, recorded: bool = True) -> tuple[Path, int, process.Running]:
+def _stack(
+    tmp_path: Path, *, recorded: bool = True, restarted_as: str = SERVER
+) -> tuple[Path, int, process.Running]:
     port = process.free_port()
     argv = (sys.executable, "-c", SERVER, str(port))
+    again = (sys.executable, "-c", restarted_as, str(port), str(tmp_path / "first"))
     env = {"MARK": "same environment"}
     log = tmp_path / "web.log"
     running = process.start(argv, log_path=log, env=env)
@@ -43,7 +62,7 @@ def _stack(tmp_path: Path, *, recorded: bool = True) -> tuple[Path, int, process
         start_ticks=running.start_ticks,
         log=str(log),
         ports={"http": port},
-        argv=argv if recorded else (),
+        argv=again if recorded else (),
         env=env if recorded else {},
     )
     state.save(
@@ -98,7 +117,7 @@ def test_restart_brings_the_component_back_as_it_was(tmp_path: Path, *, kill: bo
         [entry] = current.components
         assert entry.pid == done.pid
         assert entry.ready_seconds is not None
-        assert entry.argv[-1] == str(port)
+        assert entry.argv[3] == str(port)
         assert (tmp_path / "web.log").read_text().count("--- ") == 2
     finally:
         _stop_all(root)
@@ -123,3 +142,36 @@ def test_refusals_name_the_component_and_why(
         assert "no stack recorded under" in capsys.readouterr().err
     finally:
         process.stop([old])
+
+
+@pytest.mark.filterwarnings("ignore:subprocess .* is still running:ResourceWarning")
+def test_a_component_that_exits_while_starting_is_started_again(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root, port, _ = _stack(tmp_path, restarted_as=FLAKY)
+    _wait_open(port)
+    try:
+        done = restart_component(root, name="web", kill=True)
+        assert done.starts == 2
+        assert _fetch(port) == "same environment"
+        assert "web exited while starting" in capsys.readouterr().err
+        current = state.load(root)
+        assert current is not None
+        assert current.components[0].pid == done.pid
+    finally:
+        _stop_all(root)
+
+
+@pytest.mark.filterwarnings("ignore:subprocess .* is still running:ResourceWarning")
+def test_a_component_that_keeps_exiting_is_reported_once_the_timeout_passed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root, port, _ = _stack(tmp_path, restarted_as=BROKEN)
+    _wait_open(port)
+    try:
+        assert main(["dev", "restart", "web", "--timeout", "1", "--state-dir", str(root)]) != 0
+        err = capsys.readouterr().err
+        assert "web kept exiting while starting for 1 s" in err
+        assert "no storage" in err
+    finally:
+        _stop_all(root)

@@ -90,7 +90,11 @@ def test_the_admission_policies_are_bound_wherever_the_driver_runs(tree: str) ->
     docs = render(KUSTOMIZE / tree)
     policies = by_kind(docs, "ValidatingAdmissionPolicy")
     bindings = by_kind(docs, "ValidatingAdmissionPolicyBinding")
-    assert set(policies) == {"neuron-dra-resourceslices", "neuron-dra-operator-nodes"}
+    assert set(policies) == {
+        "neuron-dra-resourceslices",
+        "neuron-dra-operator-nodes",
+        "neuron-dra-workload-claims",
+    }
     assert {b["spec"]["policyName"] for b in bindings.values()} == set(policies)
     for binding in bindings.values():
         assert binding["spec"]["validationActions"] == ["Deny"]

@@ -102,8 +102,10 @@ def test_process_stack_overlay_is_cluster_objects_only() -> None:
         ("Namespace", "neuron-dra-driver"),
         ("ValidatingAdmissionPolicy", "neuron-dra-operator-nodes"),
         ("ValidatingAdmissionPolicy", "neuron-dra-resourceslices"),
+        ("ValidatingAdmissionPolicy", "neuron-dra-workload-claims"),
         ("ValidatingAdmissionPolicyBinding", "neuron-dra-operator-nodes"),
         ("ValidatingAdmissionPolicyBinding", "neuron-dra-resourceslices"),
+        ("ValidatingAdmissionPolicyBinding", "neuron-dra-workload-claims"),
     ]
 
 

@@ -4,13 +4,21 @@ What a platform engineer sees when NATS, the apiserver or one service is restart
 upgrade, a crash, an OOM kill): the component goes away, with SIGTERM or ``--kill``
 (SIGKILL, no goodbye), stays away ``--down`` seconds, and comes back with the same command
 line, environment, ports and data directory, so whoever talks to it must reconnect.
+
+A process that exits while starting is started again until ``--timeout``, as the kubelet
+restarts a control-plane static pod: a kube-apiserver whose storage answers too slowly exits
+from a post-start hook and comes up at the next try. The apiserver counts as back once its
+``/readyz`` answers (its port opens well before it can serve), every other component once
+its ports accept connections.
 """
 
 from __future__ import annotations
 
 import argparse
 import signal
+import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import msgspec
@@ -18,6 +26,7 @@ import msgspec
 from neuron_dra_cli import paths
 from neuron_dra_cli.errors import CliError
 from neuron_dra_cli.stack import probes, process, state
+from neuron_dra_cli.stack.layout import Layout
 
 __all__ = ["Restarted", "register", "restart_component"]
 
@@ -28,12 +37,14 @@ class Restarted(msgspec.Struct, frozen=True, kw_only=True):
     name: str
     old_pid: int
     pid: int
-    #: From the stop signal to the new process accepting connections on all its ports.
+    #: From the stop signal to the new process being ready.
     away_seconds: float
-    #: From the new process's start to all its ports accepting connections.
+    #: From the first new start to being ready.
     ready_seconds: float
-    #: Unix time at which it was back (all ports open).
+    #: Unix time at which it was back.
     back_at: float
+    #: How many times it was started (more than 1 when it exited while starting).
+    starts: int = 1
 
 
 def register(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -42,7 +53,9 @@ def register(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help="stop one component of the stack and start it again (NATS, the apiserver, ...)",
         description="Stop a component of the local stack (SIGTERM, or SIGKILL with --kill), "
         "keep it down --down seconds, and start it again with the command line, environment, "
-        "ports and data it had; returns once it accepts connections again. Names are those "
+        "ports and data it had; returns once it is ready again (the apiserver: /readyz; "
+        "others: their ports accept connections), starting it again if it exits meanwhile. "
+        "Names are those "
         "of `neuron-dra dev status` (for example nats, kube-apiserver, etcd, "
         "slice-publisher-0). A component the stack did not start itself (one started by a "
         "test) cannot be restarted here.",
@@ -61,7 +74,7 @@ def register(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         type=float,
         default=90.0,
         metavar="SECONDS",
-        help="how long the new process may take to accept connections (default 90)",
+        help="how long it may take to be ready again, restarts included (default 90)",
     )
     p.add_argument(
         "--state-dir",
@@ -84,8 +97,9 @@ def cmd_restart(args: argparse.Namespace) -> int:
     )
     print(
         f"{done.name}: pid {done.old_pid} stopped ({'SIGKILL' if args.kill else 'SIGTERM'}), "
-        f"pid {done.pid} accepting connections {done.ready_seconds:.1f} s after its start, "
-        f"{done.away_seconds:.1f} s away in all"
+        f"pid {done.pid} ready {done.ready_seconds:.1f} s after its start"
+        + (f" ({done.starts} starts: it exited while starting)" if done.starts > 1 else "")
+        + f", {done.away_seconds:.1f} s away in all"
     )
     return 0
 
@@ -126,25 +140,33 @@ def restart_component(
 
     log = Path(entry.log)
     started = time.monotonic()
-    running = process.start(entry.argv, log_path=log, env=entry.env)
-    # Recorded at once, so `dev down` stops the new process even if this command dies now.
-    fresh = msgspec.structs.replace(
-        entry,
-        pid=running.pid,
-        start_ticks=running.start_ticks,
-        started_at=time.time(),
-        ready_seconds=None,
-    )
-    _record(state_dir, fresh)
-    while not all(probes.tcp_open(port) for port in entry.ports.values()):
-        if not process.alive(running):
-            raise CliError(
-                f"{name} exited while starting again; last lines of {log}:\n"
-                + process.tail(log, lines=15)
+    ready = _readiness(state_dir, entry)
+    starts = 0
+    running: process.Running | None = None
+    while running is None or not ready():
+        if running is None or not process.alive(running):
+            if running is not None:
+                print(
+                    f"{name} exited while starting; last lines of {log}:\n" + process.tail(log),
+                    file=sys.stderr,
+                )
+            if time.monotonic() - started > timeout:
+                raise CliError(f"{name} kept exiting while starting for {timeout:.0f} s")
+            running = process.start(entry.argv, log_path=log, env=entry.env)
+            starts += 1
+            # Recorded at once, so `dev down` stops the new process even if this command
+            # dies now.
+            fresh = msgspec.structs.replace(
+                entry,
+                pid=running.pid,
+                start_ticks=running.start_ticks,
+                started_at=time.time(),
+                ready_seconds=None,
             )
-        if time.monotonic() - started > timeout:
+            _record(state_dir, fresh)
+        elif time.monotonic() - started > timeout:
             raise CliError(
-                f"{name} did not accept connections {timeout:.0f} s after its start; last lines "
+                f"{name} was not ready {timeout:.0f} s after its start; last lines "
                 f"of {log}:\n" + process.tail(log, lines=15)
             )
         time.sleep(0.05)
@@ -157,7 +179,28 @@ def restart_component(
         away_seconds=back - stopped,
         ready_seconds=back - started,
         back_at=time.time(),
+        starts=starts,
     )
+
+
+def _readiness(state_dir: Path, entry: state.ComponentState) -> Callable[[], bool]:
+    """When ``entry`` counts as back: the apiserver answering /readyz to the stack's admin,
+    anything else accepting connections on all its ports."""
+
+    def ports_open() -> bool:
+        return all(probes.tcp_open(port) for port in entry.ports.values())
+
+    if entry.kind != "kube-apiserver":
+        return ports_open
+    pki = Layout(state_dir).pki
+    url = f"https://127.0.0.1:{entry.ports['https']}/readyz"
+
+    def answers() -> bool:
+        return ports_open() and probes.https_ok(
+            url, ca=pki / "ca.crt", cert=pki / "admin.crt", key=pki / "admin.key"
+        )
+
+    return answers
 
 
 def _record(state_dir: Path, entry: state.ComponentState) -> None:

@@ -1,0 +1,64 @@
+"""A bounded chaos run, as a user runs it: ``python -m chaos`` against a stack of its fleet,
+with pods and UltraServer workloads churned while neuron-dra processes, NATS and the
+apiserver are killed; nothing may be held twice, and everything converges afterwards."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import pytest
+
+from tests.fixtures.stack import REPO, KubeStack, start_stack, stop_stack
+
+pytestmark = pytest.mark.stack
+
+FLEET = REPO / "tests" / "fleets" / "chaos.yaml"
+SEED = 20261126
+
+
+@pytest.fixture(scope="package")
+def chaos_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeStack]:
+    state_dir = tmp_path_factory.mktemp("chaos-stack")
+    stack = start_stack(state_dir, fleet=FLEET)
+    try:
+        yield stack
+    finally:
+        stop_stack(state_dir)
+
+
+def test_two_minutes_of_churn_and_kills_hold_nothing_twice_and_converge(
+    chaos_stack: KubeStack,
+) -> None:
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "chaos",
+            "--minutes",
+            "2",
+            "--seed",
+            str(SEED),
+            "--state-dir",
+            str(chaos_stack.state_dir),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    print(proc.stdout)
+    assert proc.returncode == 0, f"{proc.stdout}\n{proc.stderr}"
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["ok"] is True
+    assert result["seed"] == SEED
+    assert result["violations"] == []
+    assert result["failures"] == []
+    assert result["checks"] > 10
+    assert result["convergedSeconds"] is not None
+    steps = result["steps"]
+    assert any("SIGKILL" in s or "SIGTERM" in s for s in steps), steps
+    assert any(s.startswith("pod of") for s in steps), steps
+    assert any(s.startswith("workload of") for s in steps), steps
