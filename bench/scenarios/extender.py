@@ -12,9 +12,10 @@ lowest free set on the first node that fits, working out every node afresh on ev
 extender keeps each node's verdict until the node or its allocations change, and one bind
 changes one node).
 
-Then the same pods through the real kube-scheduler on a bare control plane, with the extender
-service (over HTTP, binding) and without it: pods/s, see :mod:`bench.scenarios.extender_scheduler`
-(``--quick``: 200 nodes and 200 pods; else 1,000 of each).
+Then pods of the same mix through the real kube-scheduler on a bare control plane, with the
+extender service (over HTTP, binding) and without it: pods/s, see
+:mod:`bench.scenarios.extender_scheduler` (``--quick``: 200 nodes and 200 pods; else 1,000 of
+each).
 
 Goals (issue 17): p99 per decision at most 5 ms at 1,000 nodes; kube-scheduler's pods/s with
 the extender at least 0.5x its pods/s without it.
@@ -48,6 +49,11 @@ TYPES = (("trn2.48xlarge", 0.5), ("trn1.32xlarge", 0.25), ("inf2.48xlarge", 0.25
 DEVICE_COUNTS = (1, 2, 3, 4, 8, 16)
 CORE_COUNTS = (1, 2, 4, 9)
 TARGET = 0.7
+#: Nodes, and pods, of the runs through kube-scheduler (quick, full). As many pods as nodes:
+#: every pod of the mix finds a connected set under the extender (the counts only inf2 serves,
+#: 2 and 3 devices and 9 cores, fill its nodes first).
+SCHEDULED_QUICK = 200
+SCHEDULED = 1_000
 
 
 def _pod(i: int, resource: str, count: int) -> dict[str, Any]:
@@ -211,9 +217,7 @@ def run(*, quick: bool = False) -> Report:
     script = _script(n, seed=1)
     ours = asyncio.run(_ours(fleet, script))
     theirs = _theirs(fleet, script)
-    # As many pods as nodes: every pod of the mix finds a connected set under the extender
-    # (the counts only inf2 serves, 2 and 3 devices and 9 cores, fill its nodes first).
-    through = 200 if quick else 1_000
+    through = SCHEDULED_QUICK if quick else SCHEDULED
     scheduled, scheduled_notes = extender_scheduler.measure(
         _fleet(through), _script(through, seed=1)
     )
