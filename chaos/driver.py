@@ -5,13 +5,15 @@ seeded random generator (the same seed and stack draw the same steps): a pod ask
 8 or 16 connected trn2 devices created or deleted; a ``NeuronUltraServerWorkload`` of 1, 2 or
 4 nodes with a random failure strategy created or deleted; one neuron-dra process killed
 (SIGKILL or SIGTERM) and started again after up to two seconds, as Kubernetes restarts a
-container; and, with ``servers``, NATS or the apiserver killed and started again.
+container; a device of any node failing (an uncorrectable SRAM, HBM or NeuronCore error, or a
+repairable HBM error, as ``neuron-dra dev fault`` makes them) or a failed one repaired; and,
+with ``servers``, NATS or the apiserver killed and started again.
 
 After every step the invariants (``chaos.invariants``) are checked on what the apiserver
 shows; a check the apiserver cannot answer (it is being restarted) is counted as skipped.
-When the churn time is over the faults stop and the run waits until the stack converged:
-every component up, every pod whose claim is allocated Running, every workload ``Allocated``
-or ``Pending``.
+When the churn time is over the faults stop, every failed device is repaired, and the run
+waits until the stack converged: every component up, every pod whose claim is allocated
+Running, every workload ``Allocated`` or ``Pending``, and no device of ours tainted.
 """
 
 from __future__ import annotations
@@ -26,8 +28,10 @@ from pathlib import Path
 from typing import Any
 
 from neuron_dra_cli.errors import CliError
+from neuron_dra_cli.fault_cmd import apply_fault
 from neuron_dra_cli.restart_cmd import restart_component
 from neuron_dra_cli.stack import kubectl, lifecycle, state
+from neuron_dra_common.driver import DRIVER_NAME
 from neuron_dra_common.ultraserver import FAILURE_STRATEGIES, TOPOLOGY_SIZES
 
 from chaos.invariants import devices_held_twice, nodes_held_twice
@@ -50,6 +54,10 @@ SERVICE_KINDS = (
     "discovery",
 )
 SERVERS = ("nats", "kube-apiserver")
+#: The device faults a step makes (the repairable one taints NoSchedule, the rest NoExecute).
+DEVICE_FAULTS = ("sram", "hbm", "nc", "hbm-repairable")
+#: Devices per node the faults choose from (every Trainium2 node has 16).
+DEVICES = 16
 
 
 @dataclass(frozen=True)
@@ -235,6 +243,8 @@ class Driver:
         self.stack = Stack(options.state_dir)
         self.out = Outcome(seed=options.seed, seconds=options.seconds)
         self.serial = 0
+        #: (node, device) of every fault made and not yet repaired.
+        self.faulted: set[tuple[str, int]] = set()
 
     # --- steps -------------------------------------------------------------------------
     def _names(self, kind: str) -> list[str]:
@@ -250,6 +260,8 @@ class Driver:
             ("workload created", 2),
             ("workload deleted", 1.5),
             ("service killed", 2),
+            ("device failed", 1),
+            ("device repaired", 1),
         ]
         if self.o.servers:
             choices.append(("server restarted", 0.4))
@@ -317,6 +329,34 @@ class Driver:
         kind = next(c.kind for c in self.stack.components() if c.name == victim)
         return f"{kind} {'SIGKILL' if kill else 'SIGTERM'}"
 
+    def _device_failed(self) -> str | None:
+        nodes = sorted(n["metadata"]["name"] for n in self.stack.items("nodes") or ())
+        if not nodes:
+            return None
+        node, device = self.rng.choice(nodes), self.rng.randrange(DEVICES)
+        fault = self.rng.choice(DEVICE_FAULTS)
+        try:
+            apply_fault(self.o.state_dir, node=node, fault=fault, device=device)
+        except CliError as exc:
+            self.out.failures.append(f"fault {fault} on {node} device {device}: {exc}")
+            return None
+        self.faulted.add((node, device))
+        return f"device failed ({fault})"
+
+    def _device_repaired(self) -> str | None:
+        if not self.faulted:
+            return None
+        node, device = self.rng.choice(sorted(self.faulted))
+        self._repair(node, device)
+        return "device repaired"
+
+    def _repair(self, node: str, device: int) -> None:
+        try:
+            apply_fault(self.o.state_dir, node=node, fault="repair", device=device)
+        except CliError as exc:
+            self.out.failures.append(f"repair of {node} device {device}: {exc}")
+        self.faulted.discard((node, device))
+
     def _server_restarted(self) -> str | None:
         server = self.rng.choice(SERVERS)
         done = restart_component(
@@ -371,6 +411,16 @@ class Driver:
                 problems.append(f"pod {name} still terminating")
             elif name in allocated and phase != "Running":
                 problems.append(f"pod {name} allocated but {phase}")
+        slices = self.stack.items(
+            "resourceslices", "--field-selector", f"spec.driver={DRIVER_NAME}"
+        )
+        for piece in slices or ():
+            for device in (piece.get("spec") or {}).get("devices") or ():
+                for taint in device.get("taints") or ():
+                    problems.append(
+                        f"{piece['spec'].get('nodeName') or piece['spec']['pool']['name']}/"
+                        f"{device['name']} still tainted {taint['key']}:{taint['effect']}"
+                    )
         for w in workloads:
             st = (w.get("status") or {}).get("state")
             if w["metadata"].get("deletionTimestamp"):
@@ -387,8 +437,10 @@ class Driver:
         while time.monotonic() < deadline:
             self.check(self.step())
             time.sleep(self.rng.uniform(0.5, 3.0))
-        self.o.say("churn over: waiting for the stack to converge")
+        self.o.say("churn over: repairing the failed devices, waiting for the stack to converge")
         stopped = time.monotonic()
+        for node, device in sorted(self.faulted):
+            self._repair(node, device)
         problems = self.unconverged()
         while problems and time.monotonic() - stopped < self.o.converge_within:
             time.sleep(1.0)

@@ -1,6 +1,7 @@
 """A bounded chaos run, as a user runs it: ``python -m chaos`` against a stack of its fleet,
 with pods and UltraServer workloads churned while neuron-dra processes, NATS and the
-apiserver are killed; nothing may be held twice, and everything converges afterwards."""
+apiserver are killed and devices fail; nothing may be held twice, and everything converges
+afterwards, every failed device repaired and untainted."""
 
 from __future__ import annotations
 
@@ -62,3 +63,4 @@ def test_two_minutes_of_churn_and_kills_hold_nothing_twice_and_converge(
     assert any("SIGKILL" in s or "SIGTERM" in s for s in steps), steps
     assert any(s.startswith("pod of") for s in steps), steps
     assert any(s.startswith("workload of") for s in steps), steps
+    assert any(s.startswith("device failed") for s in steps), steps

@@ -26,6 +26,8 @@ __all__ = ["PACKAGES", "Warmup", "is_warm", "python_env", "start_warmup"]
 
 #: The packages the stack runs as services (and what they share).
 PACKAGES: Final = (
+    "neuron_dra_alerts",
+    "neuron_dra_audit",
     "neuron_dra_common",
     "neuron_dra_discovery",
     "neuron_dra_health_monitor",
