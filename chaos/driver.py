@@ -13,7 +13,8 @@ After every step the invariants (``chaos.invariants``) are checked on what the a
 shows; a check the apiserver cannot answer (it is being restarted) is counted as skipped.
 When the churn time is over the faults stop, every failed device is repaired, and the run
 waits until the stack converged: every component up, every pod whose claim is allocated
-Running, every workload ``Allocated`` or ``Pending``, and no device of ours tainted.
+Running, every workload ``Allocated`` or ``Pending``, and no device of ours tainted. Then
+the audit file must reconcile with the claims prepared (``chaos.invariants``).
 """
 
 from __future__ import annotations
@@ -31,10 +32,11 @@ from neuron_dra_cli.errors import CliError
 from neuron_dra_cli.fault_cmd import apply_fault
 from neuron_dra_cli.restart_cmd import restart_component
 from neuron_dra_cli.stack import kubectl, lifecycle, state
+from neuron_dra_cli.stack.alerting import audit_file
 from neuron_dra_common.driver import DRIVER_NAME
 from neuron_dra_common.ultraserver import FAILURE_STRATEGIES, TOPOLOGY_SIZES
 
-from chaos.invariants import devices_held_twice, nodes_held_twice
+from chaos.invariants import audit_mismatches, devices_held_twice, nodes_held_twice
 
 __all__ = ["Options", "Outcome", "run"]
 
@@ -58,6 +60,8 @@ SERVERS = ("nats", "kube-apiserver")
 DEVICE_FAULTS = ("sram", "hbm", "nc", "hbm-repairable")
 #: Devices per node the faults choose from (every Trainium2 node has 16).
 DEVICES = 16
+#: Seconds the audit may take to show what happened once the stack converged.
+AUDIT_PATIENCE = 60.0
 
 
 @dataclass(frozen=True)
@@ -89,10 +93,17 @@ class Outcome:
     server_returns: list[tuple[str, float]] = field(default_factory=list)
     converged_seconds: float | None = None
     not_converged: list[str] = field(default_factory=list)
+    #: How the audit differs from the claims prepared once converged (``chaos.invariants``).
+    audit_mismatches: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
-        return not self.violations and not self.failures and self.converged_seconds is not None
+        return (
+            not self.violations
+            and not self.failures
+            and not self.audit_mismatches
+            and self.converged_seconds is not None
+        )
 
     def table(self) -> str:
         rows = [(name, str(n)) for name, n in sorted(self.steps.items())]
@@ -105,6 +116,7 @@ class Outcome:
                 "faults stopped -> converged",
                 f"{self.converged_seconds:.1f} s" if self.converged_seconds is not None else "NO",
             ),
+            ("audit mismatches", str(len(self.audit_mismatches))),
         ]
         width = max(len(r[0]) for r in rows)
         lines = [f"== chaos (seed {self.seed}, {self.seconds:.0f} s of churn)"]
@@ -112,6 +124,7 @@ class Outcome:
         lines += [f"VIOLATION {v}" for v in self.violations]
         lines += [f"FAILURE {v}" for v in self.failures]
         lines += [f"NOT CONVERGED {v}" for v in self.not_converged]
+        lines += [f"AUDIT {v}" for v in self.audit_mismatches]
         return "\n".join(lines)
 
     def json_line(self) -> str:
@@ -128,6 +141,7 @@ class Outcome:
                 "serverReturns": [{"server": n, "seconds": s} for n, s in self.server_returns],
                 "convergedSeconds": self.converged_seconds,
                 "notConverged": self.not_converged,
+                "auditMismatches": self.audit_mismatches,
                 "ok": self.ok,
             },
             sort_keys=True,
@@ -429,6 +443,24 @@ class Driver:
                 problems.append(f"workload {w['metadata']['name']} {st}")
         return problems
 
+    def audit_problems(self) -> list[str]:
+        """How the audit file differs from the claims of the pods running now."""
+        pods = self.stack.items("pods", "-n", NAMESPACE)
+        claims = self.stack.items("resourceclaims", "-n", NAMESPACE)
+        if pods is None or claims is None:
+            return ["the apiserver does not answer"]
+        uids = {c["metadata"]["name"]: c["metadata"]["uid"] for c in claims}
+        running: dict[tuple[str, str], str] = {}
+        for pod in pods:
+            status = pod.get("status") or {}
+            if status.get("phase") != "Running" or pod["metadata"].get("deletionTimestamp"):
+                continue
+            for ref in status.get("resourceClaimStatuses") or ():
+                name = ref.get("resourceClaimName")
+                if name in uids:
+                    running[(pod["spec"]["nodeName"], uids[name])] = f"{NAMESPACE}/{name}"
+        return audit_mismatches(_audit_lines(self.o.state_dir), running, namespace=NAMESPACE)
+
     # --- the run -----------------------------------------------------------------------
     def run(self) -> Outcome:
         self.stack.kubectl("create", "namespace", NAMESPACE, check=False)
@@ -451,7 +483,28 @@ class Driver:
         else:
             self.out.converged_seconds = time.monotonic() - stopped
         self.check("convergence")
+        # The audit trails the stack by up to the audit consumer's ack wait (30 s) when its
+        # process was killed with events in flight.
+        deadline = time.monotonic() + AUDIT_PATIENCE
+        self.out.audit_mismatches = self.audit_problems()
+        while self.out.audit_mismatches and time.monotonic() < deadline:
+            time.sleep(1.0)
+            self.out.audit_mismatches = self.audit_problems()
         return self.out
+
+
+def _audit_lines(state_dir: Path) -> list[Obj]:
+    """The audit's CloudEvents, oldest first (rotated files before the current one)."""
+    current = audit_file(state_dir)
+    files = sorted(
+        current.parent.glob(current.name + ".*"),
+        key=lambda f: -int(f.suffix[1:]) if f.suffix[1:].isdigit() else 0,
+    )
+    lines: list[Obj] = []
+    for path in [*files, current]:
+        if path.exists():
+            lines += [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return lines
 
 
 def run(options: Options) -> Outcome:

@@ -4,17 +4,23 @@
   a node's whole-node device (``neuronnode``) holds every device of that node's pool.
 * **No UltraServer node held twice**: no node is in the allocations of two
   NeuronUltraServerWorkloads.
+* **The audit reconciles** (once the stack converged): no event is written twice, and the
+  claims the audit shows prepared (a ``ClaimPrepared`` not followed by a ``ClaimUnprepared``
+  on the same node) are exactly the claims of the pods running now, on their nodes.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from neuron_dra_common.driver import DRIVER_NAME, NODE_DEVICE
 
-__all__ = ["devices_held_twice", "nodes_held_twice"]
+__all__ = ["audit_mismatches", "devices_held_twice", "nodes_held_twice"]
+
+PREPARED = "claim.prepared.v1"
+UNPREPARED = "claim.unprepared.v1"
 
 Obj = dict[str, Any]
 
@@ -75,3 +81,45 @@ def nodes_held_twice(workloads: Iterable[Obj]) -> list[str]:
         for node, names in sorted(holders.items())
         if len(names) > 1
     ]
+
+
+def audit_mismatches(
+    lines: Iterable[Obj], running: Mapping[tuple[str, str], str], *, namespace: str
+) -> list[str]:
+    """How the audit (its CloudEvents, in the order written) differs from the claims prepared
+    now, in words. ``running`` maps (node, claim UID) to the claim's ``namespace/name`` for
+    every running pod's claim in ``namespace``; only claims of ``namespace`` are compared.
+
+    A pod ``chaos/p1`` running on ``n1`` with claim UID ``u1`` and an audit holding only
+    ``ClaimPrepared`` of ``u1`` on ``n1`` give ``[]``; without that event, ``['claim chaos/p1-c
+    (u1) runs on n1 but the audit never showed it prepared there']``.
+    """
+    problems: list[str] = []
+    seen: set[str] = set()
+    prepared: dict[tuple[str, str], str] = {}
+    for line in lines:
+        ident = str(line.get("id", ""))
+        if ident in seen:
+            problems.append(f"event {ident} written twice")
+        seen.add(ident)
+        data = line.get("data") or {}
+        kind = data.get("type")
+        claim = data.get("claim") or {}
+        if kind not in (PREPARED, UNPREPARED) or claim.get("namespace") != namespace:
+            continue
+        key = (str(data.get("node")), str(claim.get("uid")))
+        if kind == PREPARED:
+            prepared[key] = f"{claim.get('namespace')}/{claim.get('name')}"
+        else:
+            prepared.pop(key, None)
+    for (node, uid), name in sorted(running.items()):
+        if (node, uid) not in prepared:
+            problems.append(
+                f"claim {name} ({uid}) runs on {node} but the audit never showed it prepared there"
+            )
+    for (node, uid), name in sorted(prepared.items()):
+        if (node, uid) not in running:
+            problems.append(
+                f"claim {name} ({uid}) is prepared on {node} by the audit, but no pod of it runs"
+            )
+    return problems

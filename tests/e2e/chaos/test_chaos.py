@@ -57,6 +57,7 @@ def test_two_minutes_of_churn_and_kills_hold_nothing_twice_and_converge(
     assert result["seed"] == SEED
     assert result["violations"] == []
     assert result["failures"] == []
+    assert result["auditMismatches"] == []
     assert result["checks"] > 10
     assert result["convergedSeconds"] is not None
     steps = result["steps"]

@@ -6,7 +6,7 @@ from typing import Any
 
 from neuron_dra_common.driver import DRIVER_NAME, NODE_DEVICE
 
-from chaos.invariants import devices_held_twice, nodes_held_twice
+from chaos.invariants import audit_mismatches, devices_held_twice, nodes_held_twice
 
 
 def claim(name: str, *held: tuple[str, str], driver: str = DRIVER_NAME) -> dict[str, Any]:
@@ -59,3 +59,40 @@ def test_an_ultraserver_node_in_two_workloads() -> None:
         "node u2 held by chaos/a and chaos/b"
     ]
     assert nodes_held_twice([{"metadata": {"name": "new"}}]) == []
+
+
+def event(
+    ident: str, kind: str, node: str, name: str, uid: str, ns: str = "chaos"
+) -> dict[str, Any]:
+    claim = {"namespace": ns, "name": name, "uid": uid}
+    return {"id": ident, "data": {"type": f"claim.{kind}.v1", "node": node, "claim": claim}}
+
+
+def test_the_audit_reconciles_with_the_running_claims() -> None:
+    lines = [
+        event("1", "prepared", "n1", "a", "u1"),
+        event("2", "prepared", "n1", "b", "u2"),
+        event("3", "unprepared", "n1", "b", "u2"),
+        event("4", "prepared", "n2", "c", "u3"),
+        # Prepared again after the plugin restarted: the same claim, still one claim.
+        event("5", "prepared", "n2", "c", "u3"),
+        # Another namespace is not the run's.
+        event("6", "prepared", "n2", "x", "u9", ns="default"),
+        {"id": "7", "data": {"type": "node.heartbeat.v1", "node": "n1"}},
+    ]
+    running = {("n1", "u1"): "chaos/a", ("n2", "u3"): "chaos/c"}
+    assert audit_mismatches(lines, running, namespace="chaos") == []
+
+
+def test_audit_mismatches_name_the_claim_node_and_what_is_wrong() -> None:
+    lines = [
+        event("1", "prepared", "n1", "a", "u1"),
+        event("1", "prepared", "n1", "a", "u1"),
+        event("2", "prepared", "n2", "gone", "u2"),
+    ]
+    running = {("n1", "u1"): "chaos/a", ("n1", "u3"): "chaos/new"}
+    assert audit_mismatches(lines, running, namespace="chaos") == [
+        "event 1 written twice",
+        "claim chaos/new (u3) runs on n1 but the audit never showed it prepared there",
+        "claim chaos/gone (u2) is prepared on n2 by the audit, but no pod of it runs",
+    ]
