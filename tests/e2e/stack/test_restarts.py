@@ -5,7 +5,10 @@ NATS -> slice publisher -> apiserver), and a pod asking for four connected devic
 scheduled, prepared and Running.
 
 The seconds from the component's return to each of these are printed (the issue's goal is
-10 s; speed is judged in benchmarks, not here)."""
+10 s; speed is judged in benchmarks, not here).
+
+A node's discovery restarted with SIGTERM (as a DaemonSet rolling update does) says goodbye:
+the failure detector waits for it instead of declaring the node lost."""
 
 from __future__ import annotations
 
@@ -87,3 +90,34 @@ def test_nats_restart(stack: KubeStack) -> None:
     pod = pod_runs(stack, done)
     all_up(stack)
     print(f"NATS back -> fault tainted {taint:.1f} s, connected-devices pod Ready {pod:.1f} s")
+
+
+def node_events(stack: KubeStack, node: str, reason: str) -> list[str]:
+    items = stack.get_json(
+        "events",
+        "-n",
+        "default",
+        "--field-selector",
+        f"involvedObject.kind=Node,involvedObject.name={node},reason={reason}",
+    )["items"]
+    return [str(e["message"]) for e in items]
+
+
+def test_discovery_restart_on_a_node_is_not_a_lost_node(stack: KubeStack) -> None:
+    """`neuron-dra dev restart discovery-NODE` (SIGTERM, away longer than three heartbeats):
+    the failure detector waits for the agent, so no NodeLost and no node-lost taint."""
+    stack.wait_for("the node's pool", lambda: NAME in device_taints(stack, NODE), timeout=120)
+    done = restart_component(
+        stack.state_dir, name=f"discovery-{NODE}", down_seconds=AWAY_SECONDS + 2
+    )
+    print(f"\ndiscovery-{NODE}: away {done.away_seconds:.1f} s")
+    assert done.away_seconds > 3  # longer than the detector's usual window
+    back = stack.wait_for(
+        "the detector hearing the agent again",
+        lambda: node_events(stack, NODE, "NodeAgentRestarted"),
+        timeout=120,
+    )
+    assert node_events(stack, NODE, "NodeAgentRestarting")
+    assert node_events(stack, NODE, "NodeLost") == [], back
+    assert not any(device_taints(stack, NODE).values()), device_taints(stack, NODE)
+    all_up(stack)

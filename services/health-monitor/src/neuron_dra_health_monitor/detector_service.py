@@ -81,14 +81,20 @@ class FailureDetector:
             last_per_subject=True,
         ):
             if isinstance(event, NodeHeartbeat):
-                self.detector.known(event.node, now=now, interval=event.interval_seconds)
+                self.detector.known(
+                    event.node, now=now, interval=event.interval_seconds, stopping=event.stopping
+                )
         if self._notes is not None:
             for node in await self._notes.held_nodes():
                 self.detector.hold(node, now=now)
         self.detector.resume(now=self._clock())
         log.info(
             "failure detector ready",
-            extra={"known": len(self.detector.nodes), "lost": self.detector.lost()},
+            extra={
+                "known": len(self.detector.nodes),
+                "lost": self.detector.lost(),
+                "restarting": self.detector.restarting(),
+            },
         )
 
     async def handle(self, event: AnyEvent, delivery: Delivery) -> None:
@@ -101,6 +107,8 @@ class FailureDetector:
                 sequence=event.sequence,
                 boot_id=event.boot_id,
                 sent_at=event.sent_at,
+                instance=event.instance,
+                stopping=event.stopping,
             )
 
     async def judge_forever(self, *, tick: float, stop: asyncio.Event) -> None:
@@ -163,6 +171,24 @@ class FailureDetector:
                 message = f"heartbeats again after {verdict.lost_for:.1f} s lost"
                 await self._notes.event(
                     verdict.node, reason="NodeRecovered", message=message, warning=False
+                )
+        elif verdict.kind == "restarting":
+            log.info(
+                "node agent restarting", extra={"node": verdict.node, "reason": verdict.reason}
+            )
+            if self._notes is not None:
+                await self._notes.event(
+                    verdict.node,
+                    reason="NodeAgentRestarting",
+                    message=verdict.reason,
+                    warning=False,
+                )
+        elif verdict.kind == "restarted":
+            away = f"heartbeats again after its agent was away {verdict.lost_for:.1f} s"
+            log.info("node agent back", extra={"node": verdict.node, "away": verdict.lost_for})
+            if self._notes is not None:
+                await self._notes.event(
+                    verdict.node, reason="NodeAgentRestarted", message=away, warning=False
                 )
         elif self._notes is not None:
             try:
