@@ -69,27 +69,26 @@ async def test_a_restart_within_the_grace_declares_nothing(
     hw_root: Path,  # noqa: F811
     tmp_path: Path,
 ) -> None:
-    dlog, alog = tmp_path / "detector.log", tmp_path / "discovery.log"
+    detector_log, agent_log = tmp_path / "detector.log", tmp_path / "discovery.log"
     # A grace far above the restart, so a slow start on a busy machine stays inside it.
-    detector = start_detector(nats_server, dlog, NEURON_DRA_RESTART_GRACE_SECONDS="90")
-    agent = await agent_running(nats_server, nats_bus, hw_root, alog, first=True)
+    detector = start_detector(nats_server, detector_log, NEURON_DRA_RESTART_GRACE_SECONDS="90")
+    agent = await agent_running(nats_server, nats_bus, hw_root, agent_log, first=True)
     try:
-        await started(dlog)
-        stop(agent, alog)  # SIGTERM: the goodbye
+        await started(detector_log)
+        stop(agent, agent_log)  # SIGTERM: the goodbye
         stopped_at = time.monotonic()
-        await asyncio.sleep(2 * WINDOW)
-        agent = await agent_running(nats_server, nats_bus, hw_root, alog)
-        away = time.monotonic() - stopped_at
+        await asyncio.sleep(2 * WINDOW)  # silent for longer than the usual rule allows
+        agent = await agent_running(nats_server, nats_bus, hw_root, agent_log)
+        print(f"goodbye -> the next agent's first heartbeat: {time.monotonic() - stopped_at:.1f} s")
         await asyncio.sleep(WINDOW)
         events = await node_events(nats_bus)
-        text = dlog.read_text()
+        text = detector_log.read_text()
         assert verdicts_text(events) == [], text[-3000:]
-        assert away > 2 * WINDOW  # silent for longer than the usual rule allows
         assert "node agent restarting" in text
         assert "node agent back" in text
     finally:
-        stopped(agent, alog)
-        stop_detector(detector, dlog)
+        stopped(agent, agent_log)
+        stop_detector(detector, detector_log)
 
 
 async def test_a_goodbye_without_a_return_is_lost_when_the_grace_runs_out(
@@ -99,13 +98,15 @@ async def test_a_goodbye_without_a_return_is_lost_when_the_grace_runs_out(
     hw_root: Path,  # noqa: F811
     tmp_path: Path,
 ) -> None:
-    dlog, alog = tmp_path / "detector.log", tmp_path / "discovery.log"
+    detector_log, agent_log = tmp_path / "detector.log", tmp_path / "discovery.log"
     grace = 12.0
-    detector = start_detector(nats_server, dlog, NEURON_DRA_RESTART_GRACE_SECONDS=str(grace))
-    agent = await agent_running(nats_server, nats_bus, hw_root, alog, first=True)
+    detector = start_detector(
+        nats_server, detector_log, NEURON_DRA_RESTART_GRACE_SECONDS=str(grace)
+    )
+    agent = await agent_running(nats_server, nats_bus, hw_root, agent_log, first=True)
     try:
-        await started(dlog)
-        stop(agent, alog)
+        await started(detector_log)
+        stop(agent, agent_log)
         stopped_at = time.monotonic()
         declared = await wait_for_event(nats_bus, NodeLost, NODE, within=grace + 30)
         print(f"goodbye -> NodeLost: {declared - stopped_at:.1f} s (grace {grace:g} s)")
@@ -114,8 +115,8 @@ async def test_a_goodbye_without_a_return_is_lost_when_the_grace_runs_out(
         assert isinstance(lost, NodeLost)
         assert "said it was stopping" in lost.reason
     finally:
-        stopped(agent, alog)
-        stop_detector(detector, dlog)
+        stopped(agent, agent_log)
+        stop_detector(detector, detector_log)
 
 
 async def test_an_agent_killed_without_a_goodbye_is_lost_as_before_and_recovers(
@@ -125,25 +126,27 @@ async def test_an_agent_killed_without_a_goodbye_is_lost_as_before_and_recovers(
     hw_root: Path,  # noqa: F811
     tmp_path: Path,
 ) -> None:
-    dlog, alog = tmp_path / "detector.log", tmp_path / "discovery.log"
+    detector_log, agent_log = tmp_path / "detector.log", tmp_path / "discovery.log"
     grace = 90.0
-    detector = start_detector(nats_server, dlog, NEURON_DRA_RESTART_GRACE_SECONDS=str(grace))
-    agent = await agent_running(nats_server, nats_bus, hw_root, alog, first=True)
+    detector = start_detector(
+        nats_server, detector_log, NEURON_DRA_RESTART_GRACE_SECONDS=str(grace)
+    )
+    agent = await agent_running(nats_server, nats_bus, hw_root, agent_log, first=True)
     try:
-        await started(dlog)
+        await started(detector_log)
         agent.send_signal(signal.SIGKILL)
         agent.wait(timeout=10)
         killed = time.monotonic()
         declared = await wait_for_event(nats_bus, NodeLost, NODE, within=30)
         print(f"kill -9 -> NodeLost: {declared - killed:.1f} s")
-        assert "node agent restarting" not in dlog.read_text()
+        assert "node agent restarting" not in detector_log.read_text()
         # The next process numbers its heartbeats from 1 again: heard, so the node recovers.
-        agent = await agent_running(nats_server, nats_bus, hw_root, alog)
+        agent = await agent_running(nats_server, nats_bus, hw_root, agent_log)
         await wait_for_event(nats_bus, NodeRecovered, NODE, within=30)
         assert verdicts_text(await node_events(nats_bus)) == [
             ("NodeLost", NODE),
             ("NodeRecovered", NODE),
         ]
     finally:
-        stopped(agent, alog)
-        stop_detector(detector, dlog)
+        stopped(agent, agent_log)
+        stop_detector(detector, detector_log)

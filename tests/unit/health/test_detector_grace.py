@@ -6,6 +6,8 @@ judged by the usual three missed heartbeats."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from neuron_dra_health_monitor.detector import Detector, DetectorRules
 
 GRACE = 30.0
@@ -121,7 +123,8 @@ def test_a_goodbye_without_a_return_is_lost_when_the_grace_runs_out() -> None:
     assert agents.kinds("n3") == ["restarting"]
     agents.run(5)
     assert agents.kinds("n3") == ["restarting", "lost"]
-    assert stopped + GRACE < agents.when("lost", "n3") <= stopped + GRACE + 0.5
+    # One heartbeat interval past the grace, while the others are heard: the bus works.
+    assert stopped + GRACE + 1 <= agents.when("lost", "n3") <= stopped + GRACE + 1.25
     assert "said it was stopping" in agents.reasons["lost/n3"]
     assert agents.detector.restarting() == []
 
@@ -217,6 +220,46 @@ def test_a_bus_outage_during_a_rolling_update_is_still_blamed_on_the_bus() -> No
     assert [k for _, k, _ in agents.verdicts if k not in ("restarting", "restarted")] == []
 
 
+def test_a_bus_outage_as_the_grace_ends_does_not_cost_a_node_that_is_back() -> None:
+    """The agent is back just inside its grace, but the bus carries nothing for two seconds
+    just then (shorter than a window for the others): the node is not lost."""
+    agents = Agents(6)
+    agents.run(1)
+    agents.stop("n0")
+    agents.run(GRACE - 2)
+    agents.start("n0")
+    agents.run(1, bus=False)
+    agents.run(2, bus=False)
+    agents.run(10)
+    assert agents.kinds("n0") == ["restarting", "restarted"]
+
+
+def test_an_agent_restarted_twice_gets_the_grace_from_its_last_goodbye() -> None:
+    """The second agent's heartbeats were not heard (a bus outage), but its goodbye was: it
+    was alive then, so the grace starts again from that goodbye."""
+    agents = Agents(6)
+    agents.run(2)
+    agents.stop("n0")
+    agents.run(20)
+    agents.start("n0")
+    agents.up.discard("n0")  # its heartbeats are lost on the way
+    agents.run(2)
+    agents.stop("n0")
+    agents.run(GRACE - 5)
+    agents.start("n0")
+    agents.run(5)
+    assert agents.kinds("n0") == ["restarting", "restarting", "restarted"]
+
+
+def test_a_lone_node_is_lost_when_its_grace_runs_out() -> None:
+    """Nobody else to prove the bus works: the grace alone decides."""
+    agents = Agents(1)
+    agents.run(3)
+    agents.stop("n0")
+    agents.run(GRACE + 2)
+    assert agents.kinds("n0") == ["restarting", "lost"]
+
+
 def test_a_goodbye_read_back_at_start_gives_the_node_its_grace_from_then() -> None:
     """The detector restarts while an agent is away: the stream's last heartbeat of that node
     is its goodbye, so the node is waited for, and lost only after the grace."""
@@ -235,3 +278,57 @@ def test_a_goodbye_read_back_at_start_gives_the_node_its_grace_from_then() -> No
         verdicts += [(t, v.kind, v.node) for v in detector.judge(now=t)]
     assert [(k, n) for _, k, n in verdicts] == [("lost", "n0")]
     assert verdicts[0][0] > 100.0 + GRACE
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    restarts=st.lists(
+        st.tuples(st.integers(0, 5), st.floats(0, 60), st.floats(0.5, GRACE - 1.5)), max_size=8
+    ),
+    kills=st.lists(st.tuples(st.integers(0, 5), st.floats(0, 60), st.floats(0.5, 20)), max_size=3),
+    bus_gaps=st.lists(st.tuples(st.floats(0, 80), st.floats(0.5, 15)), max_size=3),
+)
+def test_restarts_within_the_grace_never_lose_a_node_whatever_else_happens(
+    restarts: list[tuple[int, float, float]],
+    kills: list[tuple[int, float, float]],
+    bus_gaps: list[tuple[float, float]],
+) -> None:
+    """Random agent restarts shorter than the grace (some overlapping), kills and whole-bus
+    gaps: a node whose agent only ever restarted with a goodbye is never lost; lost and
+    recovered alternate for every node."""
+    agents = Agents(6)
+
+    def quarter(x: float) -> float:
+        return round(x * 4) / 4
+
+    plan: dict[float, list[tuple[str, str]]] = {}
+    busy: dict[str, list[tuple[float, float]]] = {}
+    for kind, events in (("restart", restarts), ("kill", kills)):
+        for n, start, away in events:
+            name, s, e = f"n{n}", quarter(start), quarter(start + away)
+            if any(s <= b and a <= e + 1 for a, b in busy.get(name, [])):
+                continue  # one outage at a time per node, a beat between two
+            busy.setdefault(name, []).append((s, e))
+            plan.setdefault(s, []).append((kind, name))
+            plan.setdefault(e, []).append(("start", name))
+    gaps = [(quarter(s), quarter(s + d)) for s, d in bus_gaps]
+    killed = {name for acts in plan.values() for kind, name in acts if kind == "kill"}
+    while agents.now < 100:
+        bus = not any(s <= agents.now < e for s, e in gaps)
+        for kind, name in plan.get(agents.now, []):
+            if kind == "restart" and bus:
+                agents.stop(name)
+            elif kind == "restart":  # the goodbye cannot be sent: as good as a kill
+                agents.kill(name)
+                killed.add(name)
+            elif kind == "kill":
+                agents.kill(name)
+            else:
+                agents.start(name)
+        t = agents.now + 0.25
+        agents.run(0.25, bus=not any(s <= t < e for s, e in gaps))
+    for name in agents.names:
+        kinds = [k for k in agents.kinds(name) if k in ("lost", "recovered")]
+        assert kinds == ["lost", "recovered"] * (len(kinds) // 2) + ["lost"] * (len(kinds) % 2)
+        if name not in killed:
+            assert kinds == [], (name, agents.verdicts)

@@ -12,8 +12,9 @@ A timeout with hysteresis, per node:
 - **restarting** once its agent said goodbye (a heartbeat marked ``stopping``: discovery was
   stopped in an orderly way, for a rolling update or a restart): the next heartbeat may take
   up to ``restart_grace`` seconds, not one window. A heartbeat ends the grace; a grace that
-  runs out without one makes the node lost as above. An agent killed outright says nothing
-  and is judged by the usual window.
+  runs out without one makes the node lost as above, once some heartbeat arrived a full
+  interval after the grace (proof that the bus carries them). An agent killed outright says
+  nothing and is judged by the usual window.
 
 What the detector cannot see is never taken for a dead node. After :meth:`Detector.resume`
 (its own start, a reconnect to the bus, taking over leadership) it judges nobody until a
@@ -122,6 +123,8 @@ class Detector:
         self._judging_from: float | None = None
         #: restarting / restarted transitions heard since the last judgement
         self._heard: list[Verdict] = []
+        #: when the last heartbeat of any node arrived (proof that the bus carries them)
+        self._heard_at = float("-inf")
 
     # --- inputs --------------------------------------------------------------------------
 
@@ -176,15 +179,19 @@ class Detector:
         if same_process and 0 < sequence <= state.sequence:
             return
         gap = now - state.last
+        # A goodbye from another process than the one that said it before: that one came
+        # back unheard and is leaving in its turn; the grace starts again.
+        again = state.stopping_since is not None and instance != state.instance
         state.boot_id, state.instance, state.sequence = boot_id, instance, sequence
         state.interval = interval or state.interval
         state.last = now
         state.last_wall = sent_at or state.last_wall
+        self._heard_at = max(self._heard_at, now)
         if stopping and self.rules.restart_grace > 0:
             if state.lost:
                 # Lost and leaving again: its recovery starts over with the next agent.
                 state.streak = 0
-            elif state.stopping_since is None:
+            elif state.stopping_since is None or again:
                 self._restarting(node, state, now=now)
             return
         if state.stopping_since is not None:
@@ -221,7 +228,8 @@ class Detector:
             for name, s in self.nodes.items()
             if not s.lost and not self.in_grace(s, now=now)
         }
-        quiet = [name for name, s in judged.items() if now - s.last > self.window(s)]
+        alone = sum(1 for s in self.nodes.values() if not s.lost) <= 1
+        quiet = [name for name, s in judged.items() if self._quiet(s, now=now, alone=alone)]
         alive = len(judged)
         waiting = sum(1 for s in self.nodes.values() if not s.lost) - alive
         rules = self.rules
@@ -258,6 +266,18 @@ class Detector:
         return sorted(n for n, s in self.nodes.items() if s.stopping_since is not None)
 
     # --- pieces ----------------------------------------------------------------------------
+
+    def _quiet(self, state: NodeState, *, now: float, alone: bool) -> bool:
+        """Silent past its deadline. For a node whose restart grace ran out, only once the bus
+        has carried some heartbeat a full interval after the grace: a bus outage just as the
+        grace ends would otherwise cost a node that is back, and this node alone (its grace
+        ends when nobody else's deadline does)."""
+        if now - state.last <= self.window(state):
+            return False
+        if state.stopping_since is None or alone:
+            return True
+        proof = state.stopping_since + self.rules.restart_grace + state.interval
+        return self._heard_at >= proof
 
     def _restarting(self, name: str, state: NodeState, *, now: float) -> None:
         state.stopping_since = now

@@ -7,7 +7,9 @@ runner: ack, dead letter for what does not decode), judges every ``tick`` with
 the audit stream see them. Before judging it reads back what it declared before (the last
 event of each node's subject), the nodes the heartbeat stream knows, and the nodes held as
 flapping, then waits one full window of fresh heartbeats. A reconnect to the bus starts that
-wait again: what the detector could not hear is never a node's fault.
+wait again: what the detector could not hear is never a node's fault. A node whose agent said
+goodbye (a heartbeat marked ``stopping``) is waited for up to the restart grace; that is
+logged and shown as Events on the Node, not published.
 """
 
 from __future__ import annotations
