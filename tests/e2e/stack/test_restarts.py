@@ -1,11 +1,14 @@
 """NATS and the apiserver restart under the running product (kill -9, a few seconds away),
 as in an upgrade or a crash: every service reconnects by itself, nothing of the stack stays
-down, and what a user does next works: a device fault still becomes a taint on its device (health probe ->
-NATS -> slice publisher -> apiserver), and a pod asking for four connected devices is
-scheduled, prepared and Running.
+down, and what a user does next works: a device fault still becomes a taint on its device
+(health probe -> NATS -> slice publisher -> apiserver), and a pod asking for four connected
+devices is scheduled, prepared and Running.
 
 The seconds from the component's return to each of these are printed (the issue's goal is
-10 s; speed is judged in benchmarks, not here)."""
+10 s; speed is judged in benchmarks, not here).
+
+A node's discovery restarted with SIGTERM (as a DaemonSet rolling update does) says goodbye:
+the failure detector waits for it instead of declaring the node lost."""
 
 from __future__ import annotations
 
@@ -100,3 +103,34 @@ def test_apiserver_restart(stack: KubeStack) -> None:
         f"apiserver back ({done.starts} start(s)) -> connected-devices pod Ready {pod:.1f} s, "
         f"fault tainted {taint:.1f} s"
     )
+
+
+def node_events(stack: KubeStack, node: str, reason: str) -> list[str]:
+    items = stack.get_json(
+        "events",
+        "-n",
+        "default",
+        "--field-selector",
+        f"involvedObject.kind=Node,involvedObject.name={node},reason={reason}",
+    )["items"]
+    return [str(e["message"]) for e in items]
+
+
+def test_discovery_restart_on_a_node_is_not_a_lost_node(stack: KubeStack) -> None:
+    """`neuron-dra dev restart discovery-NODE` (SIGTERM, away longer than three heartbeats):
+    the failure detector waits for the agent, so no NodeLost and no node-lost taint."""
+    stack.wait_for("the node's pool", lambda: NAME in device_taints(stack, NODE), timeout=120)
+    done = restart_component(
+        stack.state_dir, name=f"discovery-{NODE}", down_seconds=AWAY_SECONDS + 2
+    )
+    print(f"\ndiscovery-{NODE}: away {done.away_seconds:.1f} s")
+    assert done.away_seconds > 3  # longer than the detector's usual window
+    back = stack.wait_for(
+        "the detector hearing the agent again",
+        lambda: node_events(stack, NODE, "NodeAgentRestarted"),
+        timeout=120,
+    )
+    assert node_events(stack, NODE, "NodeAgentRestarting")
+    assert node_events(stack, NODE, "NodeLost") == [], back
+    assert not any(device_taints(stack, NODE).values()), device_taints(stack, NODE)
+    all_up(stack)

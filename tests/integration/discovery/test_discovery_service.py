@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from neuron_dra_common.bus import Bus
+from neuron_dra_common.bus import Bus, replay
 from neuron_dra_common.bus.declarations import HEARTBEAT, INVENTORY
 from neuron_dra_common.events import NodeHeartbeat, NodeInventory, decode
 from neuron_dra_common.hardware.simulate import write_node
@@ -150,3 +150,54 @@ def test_bad_settings_exit_with_the_variable_named(tmp_path: Path) -> None:
     )
     assert proc.returncode == 2
     assert "NEURON_DRA_POLL_SECONDS='-1'" in proc.stderr
+
+
+async def last_heartbeat(bus: Bus) -> NodeHeartbeat | None:
+    """The stream's heartbeat of NODE (it keeps the latest), if any."""
+    subject = f"neuron.heartbeat.{NODE}"
+    stored = await replay(bus, name="test-reader", stream=HEARTBEAT.name, subject=subject)
+    beats = [e for e in stored if isinstance(e, NodeHeartbeat)]
+    return beats[-1] if beats else None
+
+
+async def next_agent_heartbeat(bus: Bus, *, after: NodeHeartbeat | None) -> NodeHeartbeat:
+    """The stream's heartbeat of NODE once one from a process other than ``after``'s is there."""
+    for _ in range(300):
+        beat = await last_heartbeat(bus)
+        if beat is not None and (after is None or beat.instance != after.instance):
+            return beat
+        await asyncio.sleep(0.2)
+    raise AssertionError("no heartbeat from a new discovery process within 60 s")
+
+
+async def test_a_stopped_agent_says_goodbye_and_a_killed_one_does_not(
+    nats_server: NatsServer, nats_bus: Bus, hw_root: Path, tmp_path: Path
+) -> None:
+    """SIGTERM: the last heartbeat is marked ``stopping``. The next process has an instance of
+    its own and numbers from 1. SIGKILL: the last heartbeat is an ordinary one."""
+    log = tmp_path / "discovery.log"
+    proc = start(nats_server, hw_root, log)
+    try:
+        running = await next_agent_heartbeat(nats_bus, after=None)
+        assert not running.stopping
+        assert running.instance
+    finally:
+        stop(proc, log)
+    goodbye = await last_heartbeat(nats_bus)
+    assert goodbye is not None
+    assert goodbye.stopping
+    assert goodbye.instance == running.instance
+    assert goodbye.sequence > running.sequence
+
+    proc = start(nats_server, hw_root, log)
+    try:
+        second = await next_agent_heartbeat(nats_bus, after=goodbye)
+        assert not second.stopping
+        assert second.sequence < goodbye.sequence
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=20)
+    killed = await last_heartbeat(nats_bus)
+    assert killed is not None
+    assert killed.instance == second.instance
+    assert not killed.stopping

@@ -49,13 +49,14 @@ class Nodes:
             await asyncio.sleep(1.0)
 
 
-def start_detector(nats: NatsServer, log: Path) -> subprocess.Popen[bytes]:
+def start_detector(nats: NatsServer, log: Path, **extra: str) -> subprocess.Popen[bytes]:
     env = {
         **os.environ,
         "NEURON_DRA_NATS_SERVERS": nats.url,
         "NEURON_DRA_KUBERNETES": "false",
         "NEURON_DRA_HTTP_HOST": "127.0.0.1",
         "NEURON_DRA_HTTP_PORT": "0",
+        **extra,
     }
     with log.open("ab") as out:
         return subprocess.Popen(

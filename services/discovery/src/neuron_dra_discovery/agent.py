@@ -117,6 +117,10 @@ class Heartbeat:
     Alive means this process runs and, when ``probe`` is given, the node's kubelet answers
     its health check: a node whose kubelet died runs no pods, so its heartbeats stop and the
     failure detector declares it lost (as it would a node that lost power).
+
+    Stopped in an orderly way (:meth:`stop`, on SIGTERM), it sends one last heartbeat marked
+    ``stopping``, so the detector takes the silence of a rolling update or a restart for what
+    it is; a process killed outright sends nothing and its node is judged by the usual rule.
     """
 
     def __init__(
@@ -153,6 +157,22 @@ class Heartbeat:
         if self._held:
             log.warning("kubelet healthy again: heartbeats resume", extra={"node": self._node})
             self._held = False
+        return await self._send(stopping=False)
+
+    async def goodbye(self) -> bool:
+        """The last heartbeat, marked ``stopping``; True when it was sent.
+
+        Not sent while heartbeats are held: a node whose kubelet is down is not alive, and a
+        goodbye would buy it the detector's restart grace.
+        """
+        if self._held:
+            return False
+        sent = await self._send(stopping=True)
+        if sent:
+            log.info("stopping: goodbye heartbeat sent", extra={"node": self._node})
+        return sent
+
+    async def _send(self, *, stopping: bool) -> bool:
         now = datetime.now(UTC)
         self._sequence += 1
         try:
@@ -163,11 +183,13 @@ class Heartbeat:
                     sequence=self._sequence,
                     sent_at=now,
                     interval_seconds=self._interval,
+                    instance=self._instance,
+                    stopping=stopping,
                 ),
                 msg_id=f"heartbeat/{self._node}/{self._instance}/{self._sequence}",
             )
         except PublishError as exc:
-            log.warning("heartbeat not sent", extra={"error": str(exc)})
+            log.warning("heartbeat not sent", extra={"error": str(exc), "stopping": stopping})
             return False
         self.sent += 1
         return True
@@ -183,6 +205,7 @@ class Heartbeat:
                 await asyncio.wait_for(self._stop.wait(), timeout=next_at - loop.time())
             except TimeoutError:
                 continue
+        await self.goodbye()
 
 
 def kubelet_probe(url: str, *, timeout: float = 0.5) -> Callable[[], Awaitable[bool]]:

@@ -8,15 +8,24 @@ A timeout with hysteresis, per node:
 - **recovered** once it sent ``recover_beats`` heartbeats in a row again, none more than a
   window apart (one stray heartbeat does not bring a node back);
 - **flapping** when it was declared lost ``flap_count`` times within ``flap_seconds``: it is
-  held unschedulable until it stayed up for ``stable_seconds``.
+  held unschedulable until it stayed up for ``stable_seconds``;
+- **restarting** once its agent said goodbye (a heartbeat marked ``stopping``: discovery was
+  stopped in an orderly way, for a rolling update or a restart): the next heartbeat may take
+  up to ``restart_grace`` seconds, not one window. A heartbeat ends the grace; a grace that
+  runs out without one makes the node lost as above, once some heartbeat arrived a full
+  interval after the grace (proof that the bus carries them). An agent killed outright says
+  nothing and is judged by the usual window.
 
 What the detector cannot see is never taken for a dead node. After :meth:`Detector.resume`
 (its own start, a reconnect to the bus, taking over leadership) it judges nobody until a
 full window of fresh heartbeats has had time to arrive; and when most of the fleet goes
 quiet at once (more than ``quiet_fraction`` of at least ``quiet_min_nodes``, or every node of
 two or more: the bus, not the nodes, is the likely cause) it declares nobody and starts that
-wait again, as the node lifecycle controller stops evicting in a full disruption. Nodes it declared lost before a restart are restored with
-:meth:`Detector.restore` and stay lost until they recover by the rule above.
+wait again, as the node lifecycle controller stops evicting in a full disruption. A node
+within its restart grace is expected to be silent: it is neither quiet nor counted among the
+nodes heard, so nodes restarting during a bus outage do not hide the outage. Nodes it
+declared lost before a restart are restored with :meth:`Detector.restore` and stay lost until
+they recover by the rule above.
 
 Times are seconds on a monotonic clock the caller supplies (``now``); wall-clock times
 (``datetime``) only travel along for the events.
@@ -28,6 +37,17 @@ Times are seconds on a monotonic clock the caller supplies (``now``); wall-clock
 []
 >>> [v.kind for v in d.judge(now=4.5)]
 ['lost']
+
+A goodbye buys the node ``restart_grace`` seconds:
+
+>>> d = Detector(DetectorRules(misses=3, min_window=1.0, restart_grace=30.0))
+>>> d.resume(now=0.0)
+>>> d.heard("n1", now=0.0, interval=1.0, sequence=9, boot_id="b", instance="i1", stopping=True)
+>>> [v.kind for v in d.judge(now=0.0)], d.judge(now=20.0)
+(['restarting'], [])
+>>> d.heard("n1", now=21.0, interval=1.0, sequence=1, boot_id="b", instance="i2")
+>>> [v.kind for v in d.judge(now=21.0)]
+['restarted']
 """
 
 from __future__ import annotations
@@ -56,17 +76,22 @@ class DetectorRules(msgspec.Struct, frozen=True, kw_only=True):
     quiet_fraction: float = 0.5
     #: ... but only once at least this many nodes are known (a fleet of 2 can lose 1)
     quiet_min_nodes: int = 4
+    #: seconds a node whose agent said goodbye may stay silent (0: no grace, the usual rule)
+    restart_grace: float = 30.0
 
 
 class Verdict(msgspec.Struct, frozen=True, kw_only=True):
     """A transition the detector decided, to publish (lost/recovered) or act on (hold)."""
 
-    kind: Literal["lost", "recovered", "hold", "release"]
+    #: lost/recovered: published; hold/release: the flapping taint; restarting/restarted:
+    #: the node's agent said goodbye / was heard again within its grace (shown, not published)
+    kind: Literal["lost", "recovered", "hold", "release", "restarting", "restarted"]
     node: str
     reason: str = ""
     #: lost: the wall time of the last heartbeat heard from it (None: none since start)
     last_heartbeat_at: datetime | None = None
-    #: recovered: how long it was lost (monotonic seconds, or since the restored event)
+    #: recovered: how long it was lost (monotonic seconds, or since the restored event);
+    #: restarted: how long its agent was away
     lost_for: float = 0.0
 
 
@@ -76,7 +101,10 @@ class NodeState:
     last: float
     last_wall: datetime | None = None
     boot_id: str = ""
+    instance: str = ""
     sequence: int = 0
+    #: when its agent said goodbye (None: not restarting); the grace runs from here
+    stopping_since: float | None = None
     lost: bool = False
     lost_since: float = 0.0
     #: heartbeats in a row since it was declared lost
@@ -93,6 +121,10 @@ class Detector:
         self.rules = rules or DetectorRules()
         self.nodes: dict[str, NodeState] = {}
         self._judging_from: float | None = None
+        #: restarting / restarted transitions heard since the last judgement
+        self._heard: list[Verdict] = []
+        #: when the last heartbeat of any node arrived (proof that the bus carries them)
+        self._heard_at = float("-inf")
 
     # --- inputs --------------------------------------------------------------------------
 
@@ -111,10 +143,15 @@ class Detector:
         state.streak = 0
         state.lost_since = now - lost_for if lost else 0.0
 
-    def known(self, node: str, *, now: float, interval: float) -> None:
+    def known(self, node: str, *, now: float, interval: float, stopping: bool = False) -> None:
         """``node`` sent heartbeats before the detector started (the stream's last one): it
-        is expected to send more, and is judged from ``now`` on like any other."""
-        self._state(node, now=now, interval=interval)
+        is expected to send more, and is judged from ``now`` on like any other. ``stopping``:
+        that last one was a goodbye, so its agent is restarting; it gets the whole grace from
+        ``now`` (when it said goodbye is the node's clock, not ours)."""
+        state = self._state(node, now=now, interval=interval)
+        if stopping and not state.lost and self.rules.restart_grace > 0:
+            # Already told before the restart: no second "restarting".
+            state.stopping_since = now
 
     def hold(self, node: str, *, now: float) -> None:
         """``node`` is held unschedulable already (seen on the cluster at start)."""
@@ -131,17 +168,36 @@ class Detector:
         sequence: int,
         boot_id: str,
         sent_at: datetime | None = None,
+        instance: str = "",
+        stopping: bool = False,
     ) -> None:
         """A heartbeat of ``node`` arrived. A repeat (same boot and process, a sequence not
-        newer than one heard) is ignored: a redelivery says nothing about now."""
+        newer than one heard) is ignored: a redelivery says nothing about now. ``stopping``:
+        the agent's goodbye; the node is restarting until its next heartbeat."""
         state = self._state(node, now=now, interval=interval)
-        if boot_id == state.boot_id and 0 < sequence <= state.sequence:
+        same_process = boot_id == state.boot_id and instance == state.instance
+        if same_process and 0 < sequence <= state.sequence:
             return
         gap = now - state.last
-        state.boot_id, state.sequence = boot_id, sequence
+        # A goodbye from another process than the one that said it before: that one came
+        # back unheard and is leaving in its turn; the grace starts again.
+        again = state.stopping_since is not None and instance != state.instance
+        state.boot_id, state.instance, state.sequence = boot_id, instance, sequence
         state.interval = interval or state.interval
         state.last = now
         state.last_wall = sent_at or state.last_wall
+        self._heard_at = max(self._heard_at, now)
+        if stopping and self.rules.restart_grace > 0:
+            if state.lost:
+                # Lost and leaving again: its recovery starts over with the next agent.
+                state.streak = 0
+            elif state.stopping_since is None or again:
+                self._restarting(node, state, now=now)
+            return
+        if state.stopping_since is not None:
+            away = now - state.stopping_since
+            state.stopping_since = None
+            self._heard.append(Verdict(kind="restarted", node=node, lost_for=away))
         if state.lost:
             state.streak = state.streak + 1 if gap <= self.window(state) else 1
 
@@ -150,25 +206,39 @@ class Detector:
     def window(self, state: NodeState) -> float:
         return max(self.rules.misses * state.interval, self.rules.min_window)
 
+    def in_grace(self, state: NodeState, *, now: float) -> bool:
+        """Whether ``state``'s agent said goodbye and its restart grace still runs."""
+        return (
+            state.stopping_since is not None
+            and now - state.stopping_since <= self.rules.restart_grace
+        )
+
     def judging(self, *, now: float) -> bool:
         return self._judging_from is not None and now >= self._judging_from
 
     def judge(self, *, now: float) -> list[Verdict]:
         """The verdicts due at ``now``, each given once."""
+        out, self._heard = self._heard, []
         if not self.judging(now=now):
-            return []
-        quiet = [
-            name for name, s in self.nodes.items() if not s.lost and now - s.last > self.window(s)
-        ]
-        alive = sum(1 for s in self.nodes.values() if not s.lost)
+            return out
+        # A node in its restart grace is silent by announcement: it is not judged, and it
+        # does not count among the nodes whose silence at once would blame the bus.
+        judged = {
+            name: s
+            for name, s in self.nodes.items()
+            if not s.lost and not self.in_grace(s, now=now)
+        }
+        alone = sum(1 for s in self.nodes.values() if not s.lost) <= 1
+        quiet = [name for name, s in judged.items() if self._quiet(s, now=now, alone=alone)]
+        alive = len(judged)
+        waiting = sum(1 for s in self.nodes.values() if not s.lost) - alive
         rules = self.rules
-        everyone = alive >= 2 and len(quiet) == alive
+        everyone = alive >= 1 and alive + waiting >= 2 and len(quiet) == alive
         most = alive >= rules.quiet_min_nodes and len(quiet) > rules.quiet_fraction * alive
         if everyone or most:
             # Most of the fleet at once: the bus or this process stalled, not the nodes.
             self.resume(now=now)
-            return []
-        out: list[Verdict] = []
+            return out
         for name in quiet:
             out += self._lose(name, now=now)
         for name, state in self.nodes.items():
@@ -191,17 +261,52 @@ class Detector:
     def held(self) -> list[str]:
         return sorted(n for n, s in self.nodes.items() if s.held)
 
+    def restarting(self) -> list[str]:
+        """Nodes whose agent said goodbye and was not heard since (nor declared lost)."""
+        return sorted(n for n, s in self.nodes.items() if s.stopping_since is not None)
+
     # --- pieces ----------------------------------------------------------------------------
+
+    def _quiet(self, state: NodeState, *, now: float, alone: bool) -> bool:
+        """Silent past its deadline. For a node whose restart grace ran out, only once the bus
+        has carried some heartbeat a full interval after the grace: a bus outage just as the
+        grace ends would otherwise cost a node that is back, and this node alone (its grace
+        ends when nobody else's deadline does)."""
+        if now - state.last <= self.window(state):
+            return False
+        if state.stopping_since is None or alone:
+            return True
+        proof = state.stopping_since + self.rules.restart_grace + state.interval
+        return self._heard_at >= proof
+
+    def _restarting(self, name: str, state: NodeState, *, now: float) -> None:
+        state.stopping_since = now
+        self._heard.append(
+            Verdict(
+                kind="restarting",
+                node=name,
+                reason=f"its agent is stopping; waiting up to {self.rules.restart_grace:g} s "
+                "for its next heartbeat",
+            )
+        )
 
     def _lose(self, name: str, *, now: float) -> list[Verdict]:
         state = self.nodes[name]
         silent = now - state.last
+        if state.stopping_since is not None:
+            reason = (
+                f"no heartbeat for {silent:.1f} s since its agent said it was stopping "
+                f"(restart grace {self.rules.restart_grace:g} s)"
+            )
+        else:
+            reason = f"no heartbeat for {silent:.1f} s (every {state.interval:g} s expected)"
         state.lost, state.lost_since, state.streak = True, now, 0
+        state.stopping_since = None
         out = [
             Verdict(
                 kind="lost",
                 node=name,
-                reason=f"no heartbeat for {silent:.1f} s (every {state.interval:g} s expected)",
+                reason=reason,
                 last_heartbeat_at=state.last_wall,
             )
         ]

@@ -28,6 +28,7 @@ def rules(settings: DetectorSettings) -> DetectorRules:
         flap_count=settings.flap_count,
         flap_seconds=settings.flap_seconds,
         stable_seconds=settings.stable_seconds,
+        restart_grace=settings.restart_grace_seconds,
     )
 
 

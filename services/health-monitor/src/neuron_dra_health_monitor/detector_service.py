@@ -7,7 +7,9 @@ runner: ack, dead letter for what does not decode), judges every ``tick`` with
 the audit stream see them. Before judging it reads back what it declared before (the last
 event of each node's subject), the nodes the heartbeat stream knows, and the nodes held as
 flapping, then waits one full window of fresh heartbeats. A reconnect to the bus starts that
-wait again: what the detector could not hear is never a node's fault.
+wait again: what the detector could not hear is never a node's fault. A node whose agent said
+goodbye (a heartbeat marked ``stopping``) is waited for up to the restart grace; that is
+logged and shown as Events on the Node, not published.
 """
 
 from __future__ import annotations
@@ -81,14 +83,20 @@ class FailureDetector:
             last_per_subject=True,
         ):
             if isinstance(event, NodeHeartbeat):
-                self.detector.known(event.node, now=now, interval=event.interval_seconds)
+                self.detector.known(
+                    event.node, now=now, interval=event.interval_seconds, stopping=event.stopping
+                )
         if self._notes is not None:
             for node in await self._notes.held_nodes():
                 self.detector.hold(node, now=now)
         self.detector.resume(now=self._clock())
         log.info(
             "failure detector ready",
-            extra={"known": len(self.detector.nodes), "lost": self.detector.lost()},
+            extra={
+                "known": len(self.detector.nodes),
+                "lost": self.detector.lost(),
+                "restarting": self.detector.restarting(),
+            },
         )
 
     async def handle(self, event: AnyEvent, delivery: Delivery) -> None:
@@ -101,6 +109,8 @@ class FailureDetector:
                 sequence=event.sequence,
                 boot_id=event.boot_id,
                 sent_at=event.sent_at,
+                instance=event.instance,
+                stopping=event.stopping,
             )
 
     async def judge_forever(self, *, tick: float, stop: asyncio.Event) -> None:
@@ -163,6 +173,24 @@ class FailureDetector:
                 message = f"heartbeats again after {verdict.lost_for:.1f} s lost"
                 await self._notes.event(
                     verdict.node, reason="NodeRecovered", message=message, warning=False
+                )
+        elif verdict.kind == "restarting":
+            log.info(
+                "node agent restarting", extra={"node": verdict.node, "reason": verdict.reason}
+            )
+            if self._notes is not None:
+                await self._notes.event(
+                    verdict.node,
+                    reason="NodeAgentRestarting",
+                    message=verdict.reason,
+                    warning=False,
+                )
+        elif verdict.kind == "restarted":
+            away = f"heartbeats again after its agent was away {verdict.lost_for:.1f} s"
+            log.info("node agent back", extra={"node": verdict.node, "away": verdict.lost_for})
+            if self._notes is not None:
+                await self._notes.event(
+                    verdict.node, reason="NodeAgentRestarted", message=away, warning=False
                 )
         elif self._notes is not None:
             try:

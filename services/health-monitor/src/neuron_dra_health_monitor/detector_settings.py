@@ -45,6 +45,15 @@ class DetectorSettings(LeaderElectedSettings, frozen=True, kw_only=True):
             gt=0, description="Seconds up without a loss before a flapping node is released"
         ),
     ] = 300.0
+    restart_grace_seconds: Annotated[
+        float,
+        msgspec.Meta(
+            ge=0,
+            le=600,
+            description="Seconds a node whose discovery said goodbye (stopped for a rolling "
+            "update or a restart) may stay silent before it is lost; 0: no grace",
+        ),
+    ] = 30.0
     tick_seconds: Annotated[
         float, msgspec.Meta(gt=0, le=5, description="Seconds between judgements")
     ] = 0.25

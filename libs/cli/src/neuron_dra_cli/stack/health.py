@@ -2,7 +2,9 @@
 
 Discovery on every node sends a heartbeat each second while the node's kubelet answers its
 health check (see ``services.product_components``); the detector declares a node lost about
-3 s after they stop (a kubelet killed, a node stopped) and recovered when they come back.
+3 s after they stop (a kubelet killed, a node stopped) and recovered when they come back. A
+discovery restarted with SIGTERM (``neuron-dra dev restart discovery-<node>``) says goodbye and
+is waited for up to the detector's restart grace (30 s).
 """
 
 from __future__ import annotations

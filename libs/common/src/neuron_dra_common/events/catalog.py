@@ -79,13 +79,24 @@ class NodeInventory(Event, frozen=True, kw_only=True, tag="node.inventory.v1"):
 
 
 class NodeHeartbeat(Event, frozen=True, kw_only=True, tag="node.heartbeat.v1"):
-    """A node's discovery is alive; a missing run of these marks the node lost."""
+    """A node's discovery is alive; a missing run of these marks the node lost.
+
+    ``stopping`` marks a process's last heartbeat, sent when it is stopped in an orderly way
+    (SIGTERM: a rolling update, a restart): the silence that follows is a restart, not a dead
+    node, and the failure detector waits longer for the next heartbeat. A process killed
+    without warning sends none.
+    """
 
     node: str
     boot_id: str
     sequence: int
     sent_at: datetime
     interval_seconds: float = 10.0
+    #: The sending process (random per process start): a restarted process numbers its
+    #: heartbeats from 1 again, and they are not repeats of its predecessor's.
+    instance: str = ""
+    #: True on the goodbye: the process is stopping and sends no more heartbeats.
+    stopping: bool = False
 
     @property
     def subject(self) -> str:
