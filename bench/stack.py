@@ -6,9 +6,11 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from types import FrameType
@@ -49,7 +51,11 @@ def local_stack(tmp: Path, *, fleet: str) -> Iterator[dict[str, Any]]:
             raise RuntimeError(f"dev up failed:\n{up.stdout}\n{up.stderr}")
         recorded: dict[str, Any] = json.loads((state / "state.json").read_text())
         recorded["state_dir"] = str(state)
-        yield recorded
+        try:
+            yield recorded
+        except BaseException:
+            _keep_logs(state)
+            raise
     finally:
         # A second Ctrl-C must not cut the tear-down short and leave the stack running.
         old_int = signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -61,3 +67,13 @@ def local_stack(tmp: Path, *, fleet: str) -> Iterator[dict[str, Any]]:
         finally:
             signal.signal(signal.SIGINT, old_int)
             signal.signal(signal.SIGTERM, previous)
+
+
+def _keep_logs(state: Path) -> None:
+    """Copy the failed run's component logs out of its temporary directory, and say where."""
+    logs = state / "logs"
+    if not logs.is_dir():
+        return
+    kept = Path(tempfile.mkdtemp(prefix="bench-logs-"))
+    shutil.copytree(logs, kept, dirs_exist_ok=True)
+    print(f"the stack's logs are kept in {kept}", file=sys.stderr)
