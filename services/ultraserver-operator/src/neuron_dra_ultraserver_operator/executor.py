@@ -146,20 +146,29 @@ class Executor:
         """
         # The state as the API showed it, then as this call wrote it (several writes a call).
         self._states[workload.metadata.uid] = str(workload.reported.get("state") or "")
-        for action in actions:
-            try:
-                facts = await self._perform(workload, action, facts)
-            except _Refused as exc:
-                log.warning(
-                    "write refused",
-                    extra={
-                        "workload": workload.key,
-                        "kind": exc.refusal.kind,
-                        "object": exc.refusal.name,
-                        "holder": exc.refusal.holder,
-                    },
-                )
-                return msgspec.structs.replace(facts, refused=exc.refusal)
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        took: list[tuple[float, str]] = []
+        try:
+            for action in actions:
+                started = loop.time()
+                try:
+                    facts = await self._perform(workload, action, facts)
+                finally:
+                    took.append((loop.time() - started, type(action).__name__))
+        except _Refused as exc:
+            log.warning(
+                "write refused",
+                extra={
+                    "workload": workload.key,
+                    "kind": exc.refusal.kind,
+                    "object": exc.refusal.name,
+                    "holder": exc.refusal.holder,
+                },
+            )
+            return msgspec.structs.replace(facts, refused=exc.refusal)
+        finally:
+            _report_slow(workload, took, total=loop.time() - began)
         return facts
 
     async def _perform(self, wl: Workload, action: Action, facts: Facts) -> Facts:
@@ -614,6 +623,27 @@ class Executor:
         except ApiException as exc:
             # An Event is for people; losing one must not stall the reconcile.
             log.warning("event not recorded", extra={"workload": wl.key, "error": str(exc)})
+
+
+#: A reconcile slower than this is logged with what its actions took.
+SLOW_RECONCILE_SECONDS = 1.0
+
+
+def _report_slow(wl: Workload, took: Sequence[tuple[float, str]], *, total: float) -> None:
+    """Log a slow reconcile with its slowest actions, so that a slow recovery can be read off
+    the operator's log."""
+    if total < SLOW_RECONCILE_SECONDS:
+        return
+    slowest = sorted(took, reverse=True)[:5]
+    log.info(
+        "slow reconcile",
+        extra={
+            "workload": wl.key,
+            "seconds": round(total, 3),
+            "actions": len(took),
+            "slowest": ", ".join(f"{name} {seconds:.3f} s" for seconds, name in slowest),
+        },
+    )
 
 
 def owned(obj: Obj, wl: Workload) -> bool:
