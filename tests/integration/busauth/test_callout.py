@@ -7,6 +7,9 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -23,7 +26,7 @@ from neuron_dra_bus_auth.permissions import (
     Role,
 )
 from neuron_dra_common.bus import Bus, BusCredentials, consumer, replay, request
-from neuron_dra_common.bus.declarations import INVENTORY
+from neuron_dra_common.bus.declarations import INVENTORY, STREAMS
 from neuron_dra_common.events import (
     AllocationDecided,
     AllocationRequested,
@@ -294,3 +297,34 @@ async def test_discovery_publishes_its_own_nodes_inventory_and_cannot_pose_as_an
     async with _bus(bus, admin, name="admin") as reader:
         with pytest.raises(NotFoundError):
             await reader.js.get_last_msg(INVENTORY.name, other_subject)
+
+
+def test_only_the_admin_declares_the_streams(authenticated_bus: AuthenticatedBus) -> None:
+    """``neuron-dra-bus-declare``, the install step: as a service it fails naming the first
+    stream; as the admin it creates every stream, and a second run changes nothing."""
+    bus = authenticated_bus
+
+    def declare(token: Path) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "neuron_dra_bus_auth.declare"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={
+                **os.environ,
+                "NEURON_DRA_NATS_SERVERS": bus.url,
+                "NEURON_DRA_NATS_TOKEN_FILE": str(token),
+                "NEURON_DRA_WAIT_SECONDS": "10",
+            },
+        )
+
+    service = declare(bus.token_file(service_account_of("slice-publisher")))
+    assert service.returncode == 1
+    assert f"stream {STREAMS[0].name}: not declared" in service.stderr
+
+    admin = bus.token_file(service_account_of("admin"))
+    first = declare(admin)
+    assert first.returncode == 0, first.stderr
+    assert {f"{s.name}: created" for s in STREAMS} <= set(first.stdout.splitlines())
+    again = declare(admin)
+    assert {f"{s.name}: unchanged" for s in STREAMS} <= set(again.stdout.splitlines())

@@ -36,6 +36,7 @@ class DeclareSettings(ServiceSettings, frozen=True, kw_only=True):
 async def declare(settings: DeclareSettings) -> dict[str, str]:
     """Connect (retrying until ``wait_seconds``), reconcile every stream, return the changes."""
     from neuron_dra_common.bus import Bus, credentials_of, limits_of
+    from neuron_dra_common.bus.declarations import STREAMS
 
     deadline = time.monotonic() + settings.wait_seconds
     while True:
@@ -54,11 +55,21 @@ async def declare(settings: DeclareSettings) -> dict[str, str]:
                     f"{settings.wait_seconds:.0f} s: {exc}"
                 ) from None
             await asyncio.sleep(1.0)
+    changes: dict[str, str] = {}
     try:
-        changes = await bus.reconcile(replicas=settings.stream_replicas)
+        for stream in STREAMS:
+            try:
+                changes.update(
+                    await bus.reconcile(streams=[stream], replicas=settings.stream_replicas)
+                )
+            except Exception as exc:  # the server's silence or refusal, named by stream
+                raise RuntimeError(
+                    f"stream {stream.name}: not declared ({exc or type(exc).__name__}); only "
+                    "the bus's admin identity may create or update streams"
+                ) from None
     finally:
         await bus.close()
-    return dict(changes)
+    return changes
 
 
 def main(argv: Sequence[str] | None = None) -> int:
