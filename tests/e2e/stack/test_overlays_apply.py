@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.fixtures.stack import KubeStack
+from tests.unit.deploy.test_bus_auth_component import eks_with_bus_auth, with_bus_auth
 from tests.unit.deploy.test_kustomize import KUSTOMIZE
 
 pytestmark = pytest.mark.stack
@@ -81,6 +82,24 @@ def test_the_apiserver_accepts_the_optional_components(stack: KubeStack, tmp_pat
     assert "servicemonitor.monitoring.coreos.com/neuron-dra" in applied
     assert "prometheusrule.monitoring.coreos.com/neuron-dra" in applied
     assert "deployment.apps/otel-collector" in applied
+
+
+def test_the_apiserver_accepts_the_authenticated_bus(stack: KubeStack, tmp_path: Path) -> None:
+    (tmp_path / "eks").mkdir()
+    (tmp_path / "local").mkdir()
+    with_bus_auth(tmp_path / "local", "overlays/local")
+    for tree in (eks_with_bus_auth(tmp_path / "eks"), tmp_path / "local"):
+        applied = dry_run(stack, tree)
+        assert {
+            "deployment.apps/neuron-dra-bus-auth",
+            "serviceaccount/neuron-dra-bus-auth",
+            "clusterrole.rbac.authorization.k8s.io/neuron-dra-bus-auth",
+            "clusterrolebinding.rbac.authorization.k8s.io/neuron-dra-bus-auth",
+            "serviceaccount/neuron-dra-bus-admin",
+            "job.batch/neuron-dra-bus-declare",
+            "statefulset.apps/nats",
+            "daemonset.apps/neuron-dra-discovery",
+        } <= applied, tree
 
 
 def test_a_refused_manifest_is_reported(stack: KubeStack, tmp_path: Path) -> None:

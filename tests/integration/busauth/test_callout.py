@@ -7,13 +7,15 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import nats
 import nats.errors
 import pytest
-from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js.errors import NotFoundError
 from neuron_dra_bus_auth.identities import NODE_NAME_EXTRA, service_account_of
@@ -24,7 +26,7 @@ from neuron_dra_bus_auth.permissions import (
     Role,
 )
 from neuron_dra_common.bus import Bus, BusCredentials, consumer, replay, request
-from neuron_dra_common.bus.declarations import INVENTORY
+from neuron_dra_common.bus.declarations import INVENTORY, STREAMS
 from neuron_dra_common.events import (
     AllocationDecided,
     AllocationRequested,
@@ -35,25 +37,10 @@ from neuron_dra_common.events import (
 from neuron_dra_common.events.codec import decode
 from neuron_dra_common.hardware.simulate import write_node
 
+from tests.fixtures.natsclients import client, refused, reported, violated
 from tests.integration.busauth.conftest import AuthenticatedBus
 
 pytestmark = pytest.mark.stack
-
-
-def _violated(errors: list[str], what: str) -> bool:
-    """Whether the server reported a permissions violation for ``what`` (the client reports
-    the server's error in lower case)."""
-    return any(f"permissions violation for {what.lower()}" in e.lower() for e in errors)
-
-
-async def _reported(errors: list[str], what: str, *, within: float = 5) -> bool:
-    """Whether the violation for ``what`` is reported within ``within`` seconds (the server's error
-    reaches the client's callback a little after the refused operation)."""
-    for _ in range(int(within / 0.1)):
-        if _violated(errors, what):
-            return True
-        await asyncio.sleep(0.1)
-    return False
 
 
 async def _stored(reader: Bus, subject: str, *, within: float = 15) -> bytes:
@@ -81,45 +68,6 @@ async def _bus(bus: AuthenticatedBus, token: Path, *, name: str) -> AsyncIterato
         yield connected
     finally:
         await connected.close()
-
-
-async def _client(url: str, *, token: str | None, errors: list[str]) -> Client:
-    async def on_error(exc: Exception) -> None:
-        errors.append(str(exc))
-
-    return await nats.connect(
-        url,
-        token=token,
-        allow_reconnect=False,
-        max_reconnect_attempts=0,
-        connect_timeout=5,
-        error_cb=on_error,
-    )
-
-
-async def _refused(url: str, *, token: str | None) -> str:
-    """Why the server turned the client away (the connect error and what it reported)."""
-    errors: list[str] = []
-
-    async def on_error(exc: Exception) -> None:
-        errors.append(str(exc))
-
-    nc = Client()
-    try:
-        await nc.connect(
-            url,
-            token=token,
-            allow_reconnect=False,
-            max_reconnect_attempts=0,
-            connect_timeout=5,
-            error_cb=on_error,
-        )
-    except Exception as exc:  # the client's error type for a refusal varies by version
-        return " ".join([str(exc), *errors]).lower()
-    finally:
-        # A refused client keeps its socket until closed.
-        await nc.close()
-    raise AssertionError(f"the server admitted a client with token {token!r}")
 
 
 async def _declared(bus: AuthenticatedBus) -> Path:
@@ -150,7 +98,7 @@ async def test_a_node_agent_publishes_its_own_inventory_and_not_another_nodes(
             await agent.js.publish(other_subject, b"{}", timeout=2)
     bus.callout_says(f"discovery@{own}")
     violations = [getattr(r, "error", "") for r in caplog.records]
-    assert _violated(violations, f'publish to "{other_subject}"'), violations
+    assert violated(violations, f'publish to "{other_subject}"'), violations
 
     async with _bus(bus, admin, name="admin") as reader:
         stored = await reader.js.get_last_msg(INVENTORY.name, own_subject)
@@ -159,20 +107,20 @@ async def test_a_node_agent_publishes_its_own_inventory_and_not_another_nodes(
             await reader.js.get_last_msg(INVENTORY.name, other_subject)
 
 
-async def test_a_node_agent_without_a_pod_bound_token_is_refused(
+async def test_a_node_agent_without_a_pod_bound_token_isrefused(
     authenticated_bus: AuthenticatedBus,
 ) -> None:
     bus = authenticated_bus
     token = bus.token_file(service_account_of("kubelet-plugin")).read_text()
-    assert "authorization violation" in await _refused(bus.url, token=token)
+    assert "authorization violation" in await refused(bus.url, token=token)
     bus.callout_says(f"token carries no {NODE_NAME_EXTRA}")
 
 
-async def test_a_bad_token_and_no_token_are_refused(authenticated_bus: AuthenticatedBus) -> None:
+async def test_a_bad_token_and_no_token_arerefused(authenticated_bus: AuthenticatedBus) -> None:
     bus = authenticated_bus
-    assert "authorization violation" in await _refused(bus.url, token="not-a-token")
+    assert "authorization violation" in await refused(bus.url, token="not-a-token")
     bus.callout_says("token not authenticated")
-    assert "authorization violation" in await _refused(bus.url, token=None)
+    assert "authorization violation" in await refused(bus.url, token=None)
     bus.callout_says("no token: connect with the pod's projected ServiceAccount token")
 
 
@@ -183,14 +131,14 @@ async def test_a_workload_cannot_call_the_allocator_and_the_operator_can(
     await _declared(bus)
     # A workload's own ServiceAccount has no bus identity at all.
     workload = bus.token_file("default").read_text()
-    assert "authorization violation" in await _refused(bus.url, token=workload)
+    assert "authorization violation" in await refused(bus.url, token=workload)
     bus.callout_says(f"ServiceAccount {bus.namespace}/default has no bus identity")
 
     async def answer(msg: Msg) -> None:
         await msg.respond(b"decided")
 
     allocator_errors: list[str] = []
-    allocator = await _client(
+    allocator = await client(
         bus.url,
         token=bus.token_file(service_account_of("topology-allocator")).read_text(),
         errors=allocator_errors,
@@ -200,17 +148,17 @@ async def test_a_workload_cannot_call_the_allocator_and_the_operator_can(
 
     # A client with a bus identity, but not the operator's: neither asks nor answers.
     errors: list[str] = []
-    reader = await _client(
+    reader = await client(
         bus.url, token=bus.token_file(service_account_of("reader")).read_text(), errors=errors
     )
     with pytest.raises((nats.errors.TimeoutError, nats.errors.NoRespondersError)):
         await reader.request(ALLOCATOR_SUBJECT, b"release someone else's UltraServer", timeout=1)
     await reader.subscribe(ALLOCATOR_SUBJECT, queue=ALLOCATOR_QUEUE)
-    assert await _reported(errors, f'subscription to "{ALLOCATOR_SUBJECT}'), errors
+    assert await reported(errors, f'subscription to "{ALLOCATOR_SUBJECT}'), errors
     await reader.close()
-    assert _violated(errors, f'publish to "{ALLOCATOR_SUBJECT}"'), errors
+    assert violated(errors, f'publish to "{ALLOCATOR_SUBJECT}"'), errors
 
-    operator = await _client(
+    operator = await client(
         bus.url,
         token=bus.token_file(service_account_of("ultraserver-operator")).read_text(),
         errors=[],
@@ -237,15 +185,15 @@ async def test_no_service_purges_or_deletes_a_stream_and_admin_does(
     tokens = [bus.token_file(service_account_of(role)) for role in roles]
     for token in (agent_token, *tokens):
         errors: list[str] = []
-        client = await _client(bus.url, token=token.read_text(), errors=errors)
-        js = client.jetstream(timeout=1)
+        service = await client(bus.url, token=token.read_text(), errors=errors)
+        js = service.jetstream(timeout=1)
         with pytest.raises(nats.errors.TimeoutError):
             await js.purge_stream(INVENTORY.name)
         with pytest.raises(nats.errors.TimeoutError):
             await js.delete_stream(INVENTORY.name)
-        await client.close()
-        assert _violated(errors, f'publish to "$JS.API.STREAM.PURGE.{INVENTORY.name}"'), errors
-        assert _violated(errors, f'publish to "$JS.API.STREAM.DELETE.{INVENTORY.name}"'), errors
+        await service.close()
+        assert violated(errors, f'publish to "$JS.API.STREAM.PURGE.{INVENTORY.name}"'), errors
+        assert violated(errors, f'publish to "$JS.API.STREAM.DELETE.{INVENTORY.name}"'), errors
 
     async with _bus(bus, admin, name="admin") as connected:
         assert (await connected.js.stream_info(INVENTORY.name)).state.messages == 1
@@ -345,7 +293,38 @@ async def test_discovery_publishes_its_own_nodes_inventory_and_cannot_pose_as_an
         pass
     other_subject = f"neuron.inventory.{subject_token(other)}"
     errors = [json.loads(line).get("error", "") for line in liar.read_text().splitlines()]
-    assert _violated(errors, f'publish to "{other_subject}"'), liar.read_text()[-2000:]
+    assert violated(errors, f'publish to "{other_subject}"'), liar.read_text()[-2000:]
     async with _bus(bus, admin, name="admin") as reader:
         with pytest.raises(NotFoundError):
             await reader.js.get_last_msg(INVENTORY.name, other_subject)
+
+
+def test_only_the_admin_declares_the_streams(authenticated_bus: AuthenticatedBus) -> None:
+    """``neuron-dra-bus-declare``, the install step: as a service it fails naming the first
+    stream; as the admin it creates every stream, and a second run changes nothing."""
+    bus = authenticated_bus
+
+    def declare(token: Path) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "neuron_dra_bus_auth.declare"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={
+                **os.environ,
+                "NEURON_DRA_NATS_SERVERS": bus.url,
+                "NEURON_DRA_NATS_TOKEN_FILE": str(token),
+                "NEURON_DRA_WAIT_SECONDS": "10",
+            },
+        )
+
+    service = declare(bus.token_file(service_account_of("slice-publisher")))
+    assert service.returncode == 1
+    assert f"stream {STREAMS[0].name}: not declared" in service.stderr
+
+    admin = bus.token_file(service_account_of("admin"))
+    first = declare(admin)
+    assert first.returncode == 0, first.stderr
+    assert {f"{s.name}: created" for s in STREAMS} <= set(first.stdout.splitlines())
+    again = declare(admin)
+    assert {f"{s.name}: unchanged" for s in STREAMS} <= set(again.stdout.splitlines())

@@ -24,9 +24,15 @@ def base() -> list[dict[str, Any]]:
 
 
 def test_every_container_is_locked_down(base: list[dict[str, Any]]) -> None:
+    seen = locked_down(base)
+    assert {"nats", "neuron-dra-discovery", "neuron-dra-kubelet-plugin"} <= seen
+
+
+def locked_down(docs: list[dict[str, Any]]) -> set[str]:
+    """Check every workload's containers; return the workloads' names."""
     seen = set()
-    for kind in ("Deployment", "DaemonSet", "StatefulSet"):
-        for name, workload in by_kind(base, kind).items():
+    for kind in ("Deployment", "DaemonSet", "StatefulSet", "Job"):
+        for name, workload in by_kind(docs, kind).items():
             pod = workload["spec"]["template"]["spec"]
             pod_ctx = pod.get("securityContext", {})
             for container in pod["containers"]:
@@ -43,7 +49,7 @@ def test_every_container_is_locked_down(base: list[dict[str, Any]]) -> None:
                     assert ctx["runAsNonRoot"] is True, name
                     assert ctx["runAsUser"] != 0, name
                 seen.add(name)
-    assert {"nats", "neuron-dra-discovery", "neuron-dra-kubelet-plugin"} <= seen
+    return seen
 
 
 #: The only pods on the host's network: discovery asks the kubelet's health endpoint, which

@@ -72,6 +72,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         action="store_true",
         help="also run Jaeger, send every neuron-dra service's spans to it, print its UI",
     )
+    p.add_argument(
+        "--bus-auth",
+        action="store_true",
+        help="authenticate the bus: NATS admits each service through the auth callout "
+        "(neuron-dra-bus-auth) by a token of its own ServiceAccount, grants only its "
+        "subjects, and only neuron-dra-bus-admin declares the streams",
+    )
     _add_state_dir(p)
     p.set_defaults(handler=cmd_up)
 
@@ -140,6 +147,7 @@ def cmd_up(args: argparse.Namespace) -> int:
             k8s_version=version,
             state_dir=state_dir,
             tracing=args.tracing,
+            bus_auth=args.bus_auth,
         ),
         progress=_progress,
     )
@@ -207,6 +215,7 @@ def summary(current: state.StackState, *, state_dir: Path, seconds: float, detac
         "",
         f"  API server   {current.apiserver}",
         f"  NATS         {current.nats_url}",
+        *_bus_auth_lines(current, state_dir=state_dir),
         f"  logs         {state_dir / 'logs'}",
         *_traces_line(current),
         *_alerts_lines(current, state_dir=state_dir),
@@ -222,6 +231,18 @@ def summary(current: state.StackState, *, state_dir: Path, seconds: float, detac
     else:
         lines.append("Press Ctrl-C to stop everything.")
     return "\n".join(lines)
+
+
+def _bus_auth_lines(current: state.StackState, *, state_dir: Path) -> list[str]:
+    from neuron_dra_cli.stack import busauth
+
+    if not any(c.kind == busauth.KIND for c in current.components):
+        return []
+    admin = busauth.BusAuth(state_dir / "bus-auth").token(busauth.ADMIN)
+    return [
+        f"  bus auth     every client needs a token (audience {busauth.AUDIENCE}); "
+        f"the admin's: {admin}"
+    ]
 
 
 def _traces_line(current: state.StackState) -> list[str]:

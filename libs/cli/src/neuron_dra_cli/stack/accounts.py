@@ -57,15 +57,16 @@ def username(account: str) -> str:
     return f"system:serviceaccount:{NAMESPACE}:{account}"
 
 
-def rbac_objects(admin_kubeconfig: Path) -> list[dict[str, object]]:
-    """The base's ServiceAccounts, roles and bindings, rendered with the stack's kubectl."""
-    out = kubectl.run(admin_kubeconfig, ["kustomize", str(BASE)]).stdout
+def rbac_objects(admin_kubeconfig: Path, tree: Path = BASE) -> list[dict[str, object]]:
+    """The ServiceAccounts, roles and bindings of ``tree`` (the base, or the base with the
+    bus-auth component), rendered with the stack's kubectl."""
+    out = kubectl.run(admin_kubeconfig, ["kustomize", str(tree)]).stdout
     return [d for d in yaml.safe_load_all(out) if d and d.get("kind") in RBAC_KINDS]
 
 
-def apply_accounts(admin_kubeconfig: Path) -> None:
-    """Apply every service's ServiceAccount and RBAC from the base (the namespace exists)."""
-    docs = rbac_objects(admin_kubeconfig)
+def apply_accounts(admin_kubeconfig: Path, tree: Path = BASE) -> None:
+    """Apply every service's ServiceAccount and RBAC from ``tree`` (the namespace exists)."""
+    docs = rbac_objects(admin_kubeconfig, tree)
     kubectl.run(admin_kubeconfig, ["apply", "-f", "-"], input=yaml.safe_dump_all(docs))
 
 
@@ -75,9 +76,12 @@ def _server_and_ca(admin_kubeconfig: Path) -> tuple[str, str]:
     return str(cluster["server"]), str(cluster["certificate-authority"])
 
 
-def service_kubeconfig(layout: Layout, admin_kubeconfig: Path, kind: str) -> Path:
-    """A kubeconfig for the service ``kind`` with a fresh token of its ServiceAccount."""
-    account = ACCOUNTS[kind]
+def service_kubeconfig(
+    layout: Layout, admin_kubeconfig: Path, kind: str, *, account: str = ""
+) -> Path:
+    """A kubeconfig for the service ``kind`` with a fresh token of its ServiceAccount
+    (``account``, or the one :data:`ACCOUNTS` names)."""
+    account = account or ACCOUNTS[kind]
     token = kubectl.run(
         admin_kubeconfig,
         ["create", "token", account, "-n", NAMESPACE, f"--duration={TOKEN_DURATION}"],
@@ -105,8 +109,8 @@ def service_kubeconfig(layout: Layout, admin_kubeconfig: Path, kind: str) -> Pat
 
 
 def service_kubeconfigs(
-    layout: Layout, admin_kubeconfig: Path, kinds: Iterable[str] = ACCOUNTS
+    layout: Layout, admin_kubeconfig: Path, kinds: Iterable[str] = ACCOUNTS, *, tree: Path = BASE
 ) -> dict[str, Path]:
-    """:func:`apply_accounts`, then a kubeconfig per service kind."""
-    apply_accounts(admin_kubeconfig)
+    """:func:`apply_accounts` of ``tree``, then a kubeconfig per service kind."""
+    apply_accounts(admin_kubeconfig, tree)
     return {kind: service_kubeconfig(layout, admin_kubeconfig, kind) for kind in kinds}

@@ -64,7 +64,16 @@ def python_service(
     )
 
 
-def nats(*, state_dir: Path, port: int, monitor_port: int) -> Component:
+def nats(
+    *,
+    state_dir: Path,
+    port: int,
+    monitor_port: int,
+    config: Path | None = None,
+    env: dict[str, str] | None = None,
+) -> Component:
+    """``config``: a config file read besides the flags (the auth callout's), with ``env``
+    the variables it refers to."""
     store = state_dir / "nats"
     return Component(
         name="nats",
@@ -82,9 +91,11 @@ def nats(*, state_dir: Path, port: int, monitor_port: int) -> Component:
             str(monitor_port),
             "--server_name",
             "neuron-dra-local",
+            *(["--config", str(config)] if config is not None else []),
         ],
         ports={"client": port, "monitor": monitor_port},
         ready=lambda: probes.tcp_open(port) and probes.tcp_open(monitor_port),
+        env=dict(env or {}),
     )
 
 

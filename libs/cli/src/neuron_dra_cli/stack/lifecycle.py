@@ -25,6 +25,7 @@ from neuron_dra_cli.errors import CliError
 from neuron_dra_cli.stack import (
     accounts,
     alerting,
+    busauth,
     bytecode,
     healthprobe,
     kubectl,
@@ -53,6 +54,8 @@ class UpOptions:
     k8s_version: str
     state_dir: Path
     tracing: bool = False  # start Jaeger and point every neuron-dra service at it
+    #: NATS admits clients through the auth callout; every service presents its own token.
+    bus_auth: bool = False
 
 
 def _running(c: state.ComponentState) -> process.Running:
@@ -211,11 +214,16 @@ def up(opts: UpOptions, *, progress: Progress = print) -> state.StackState:
             return services.write_fleet_hardware(fleet=opts.fleet, layout=layout)
 
         hardware = background.submit(_timed, write_hardware)
+        auth = busauth.prepare(layout) if opts.bus_auth else None
         progress("neuron-dra: starting the control plane and NATS")
         launcher.start(
             [
                 comp.nats(
-                    state_dir=layout.root, port=ports["nats"], monitor_port=ports["nats_monitor"]
+                    state_dir=layout.root,
+                    port=ports["nats"],
+                    monitor_port=ports["nats_monitor"],
+                    config=auth.config if auth else None,
+                    env=auth.nats_env() if auth else None,
                 ),
                 comp.etcd(
                     binary=bins.etcd,
@@ -244,7 +252,7 @@ def up(opts: UpOptions, *, progress: Progress = print) -> state.StackState:
         )
 
         def apply_objects() -> dict[str, Path]:
-            return _apply_cluster_objects(layout)
+            return _apply_cluster_objects(layout, auth)
 
         service_kubeconfigs = background.submit(_timed, apply_objects)
         kcm_cfg = write_kubeconfig(
@@ -341,6 +349,14 @@ def up(opts: UpOptions, *, progress: Progress = print) -> state.StackState:
         # own and then mostly waits (for NATS, the apiserver, its kubelet's registration).
         # Two per core made every plugin take about 1.2 s instead of about 1 s, for 3 s less
         # in all on the default fleet.
+        if auth is not None:
+            agents = _authenticated(
+                agents,
+                launcher=launcher,
+                auth=auth,
+                nats_url=current.nats_url,
+                kubeconfig=own_kubeconfigs[busauth.KIND],
+            )
         launcher.start(agents, timeout=60.0, parallel=os.cpu_count() or 2)
         progress("neuron-dra: waiting for every node to be Ready")
         t_nodes = time.monotonic()
@@ -368,11 +384,45 @@ def _timed(work: Callable[[], T]) -> tuple[T, float]:
     return work(), time.monotonic() - t0
 
 
-def _apply_cluster_objects(layout: Layout) -> dict[str, Path]:
-    """The local overlay, then every service's ServiceAccount and RBAC from the base; returns
-    each API-calling service's own kubeconfig (a token of its ServiceAccount), by kind."""
+def _apply_cluster_objects(layout: Layout, auth: busauth.BusAuth | None) -> dict[str, Path]:
+    """The local overlay, then every service's ServiceAccount and RBAC from the base (with
+    the bus-auth component's, with ``auth``); returns each API-calling service's own
+    kubeconfig (a token of its ServiceAccount), by kind."""
     services.apply_cluster_objects(layout.kubeconfig)
-    return accounts.service_kubeconfigs(layout, layout.kubeconfig)
+    if auth is None:
+        return accounts.service_kubeconfigs(layout, layout.kubeconfig)
+    found = accounts.service_kubeconfigs(layout, layout.kubeconfig, tree=auth.kustomization)
+    found[busauth.KIND] = accounts.service_kubeconfig(
+        layout, layout.kubeconfig, busauth.KIND, account=busauth.CALLOUT_ACCOUNT
+    )
+    return found
+
+
+def _authenticated(
+    agents: list[comp.Component],
+    *,
+    launcher: Launcher,
+    auth: busauth.BusAuth,
+    nats_url: str,
+    kubeconfig: Path,
+) -> list[comp.Component]:
+    """Start the auth callout, declare the streams as the bus's admin, and return ``agents``
+    each with a bus token of its own ServiceAccount."""
+    launcher.start(
+        [busauth.callout_component(files=auth, nats_url=nats_url, kubeconfig=kubeconfig)]
+    )
+    t0 = time.monotonic()
+    busauth.declare_streams(
+        files=auth, nats_url=nats_url, admin_kubeconfig=launcher.layout.kubeconfig
+    )
+    with_tokens = busauth.with_tokens(
+        agents, files=auth, admin_kubeconfig=launcher.layout.kubeconfig
+    )
+    launcher.progress(
+        f"  streams declared as {busauth.ADMIN} and bus tokens issued in "
+        f"{time.monotonic() - t0:.1f} s"
+    )
+    return with_tokens
 
 
 def wait_nodes_ready(kubeconfig: Path, names: Sequence[str], *, timeout: float) -> None:

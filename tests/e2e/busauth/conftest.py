@@ -1,0 +1,19 @@
+"""One local stack with the authenticated bus (``neuron-dra dev up --bus-auth``)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from tests.fixtures.stack import KubeStack, start_stack, stop_stack
+
+
+@pytest.fixture(scope="session")
+def bus_auth_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeStack]:
+    state_dir = tmp_path_factory.mktemp("bus-auth-stack")
+    stack = start_stack(state_dir, extra=["--bus-auth"])
+    try:
+        yield stack
+    finally:
+        stop_stack(state_dir)
