@@ -37,8 +37,9 @@ if not first.exists():
     + SERVER
 )
 
-# Never comes up.
-BROKEN = "import sys; print('no storage'); sys.exit(1)"
+# Never comes up, and says why at once (a shell, so that even a loaded machine runs it many
+# times within the test's timeout).
+BROKEN = ("/bin/sh", "-c", "echo no storage; exit 1")
 
 
 def _fetch(port: int) -> str:
@@ -47,11 +48,15 @@ def _fetch(port: int) -> str:
 
 
 def _stack(
-    tmp_path: Path, *, recorded: bool = True, restarted_as: str = SERVER
+    tmp_path: Path, *, recorded: bool = True, restarted_as: str | tuple[str, ...] = SERVER
 ) -> tuple[Path, int, process.Running]:
     port = process.free_port()
     argv = (sys.executable, "-c", SERVER, str(port))
-    again = (sys.executable, "-c", restarted_as, str(port), str(tmp_path / "first"))
+    again = (
+        restarted_as
+        if isinstance(restarted_as, tuple)
+        else (sys.executable, "-c", restarted_as, str(port), str(tmp_path / "first"))
+    )
     env = {"MARK": "same environment"}
     log = tmp_path / "web.log"
     running = process.start(argv, log_path=log, env=env)
@@ -169,9 +174,9 @@ def test_a_component_that_keeps_exiting_is_reported_once_the_timeout_passed(
     root, port, _ = _stack(tmp_path, restarted_as=BROKEN)
     _wait_open(port)
     try:
-        assert main(["dev", "restart", "web", "--timeout", "1", "--state-dir", str(root)]) != 0
+        assert main(["dev", "restart", "web", "--timeout", "2", "--state-dir", str(root)]) != 0
         err = capsys.readouterr().err
-        assert "web kept exiting while starting for 1 s" in err
+        assert "web kept exiting while starting for 2 s" in err
         assert "no storage" in err
     finally:
         _stop_all(root)

@@ -30,6 +30,10 @@ from neuron_dra_cli.stack.layout import Layout
 
 __all__ = ["Restarted", "register", "restart_component"]
 
+#: The pause before the second start of a component that exited while starting; it doubles
+#: with each start after that, up to 5 s.
+_BACKOFF_SECONDS = 0.2
+
 
 class Restarted(msgspec.Struct, frozen=True, kw_only=True):
     """One restart: the new process and how long the component was away."""
@@ -150,8 +154,12 @@ def restart_component(
                     f"{name} exited while starting; last lines of {log}:\n" + process.tail(log),
                     file=sys.stderr,
                 )
+                # Backing off as the kubelet does for a container that keeps exiting.
+                time.sleep(min(_BACKOFF_SECONDS * 2 ** (starts - 1), 5.0))
             if time.monotonic() - started > timeout:
-                raise CliError(f"{name} kept exiting while starting for {timeout:.0f} s")
+                raise CliError(
+                    f"{name} kept exiting while starting for {timeout:.0f} s ({starts} starts)"
+                )
             running = process.start(entry.argv, log_path=log, env=entry.env)
             starts += 1
             # Recorded at once, so `dev down` stops the new process even if this command
