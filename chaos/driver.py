@@ -502,8 +502,13 @@ def _audit_lines(state_dir: Path) -> list[Obj]:
     )
     lines: list[Obj] = []
     for path in [*files, current]:
-        if path.exists():
-            lines += [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        if not path.exists():
+            continue
+        for line in path.read_text().splitlines():
+            try:
+                lines.append(json.loads(line))
+            except ValueError:
+                continue  # the line the audit is writing right now; read again later
     return lines
 
 
