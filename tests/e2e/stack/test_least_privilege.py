@@ -322,3 +322,24 @@ def test_only_the_operator_and_the_claim_controller_write_the_workload_binding(
     for kind in ("ResourceClaim", "ResourceClaimTemplate"):
         plain = create(kind, "plain", None)
         assert plain.returncode == 0, plain.stderr
+    # A labelled claim (made here by an administrator, whom the policy leaves alone): the user
+    # may annotate it, but not move it to another workload or drop the binding.
+    kube_stack.kubectl(
+        "apply", "-f", "-", input=_claim_object("ResourceClaim", "bound-claim", uid=victim)
+    )
+    try:
+
+        def as_user(verb: str, *changes: str) -> subprocess.CompletedProcess[str]:
+            return kube_stack.kubectl(
+                verb, "resourceclaim", "bound-claim", *changes, "--dry-run=server",
+                f"--as={user}", check=False,
+            )  # fmt: skip
+
+        noted = as_user("annotate", "example.com/note=x")
+        assert noted.returncode == 0, noted.stderr
+        for change in ("neuron.aws.com/workload-uid=mine", "neuron.aws.com/workload-uid-"):
+            moved = as_user("label", change, "--overwrite")
+            assert moved.returncode != 0, change
+            assert "cannot be added, changed or removed" in moved.stderr, moved.stderr
+    finally:
+        kube_stack.kubectl("delete", "resourceclaim", "bound-claim", "--ignore-not-found")
