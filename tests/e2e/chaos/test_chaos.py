@@ -20,7 +20,7 @@ FLEET = REPO / "tests" / "fleets" / "chaos.yaml"
 SEED = 20261126
 
 
-@pytest.fixture(scope="package")
+@pytest.fixture(scope="module")
 def chaos_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeStack]:
     state_dir = tmp_path_factory.mktemp("chaos-stack")
     stack = start_stack(state_dir, fleet=FLEET)
