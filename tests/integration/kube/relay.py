@@ -23,7 +23,7 @@ class Cuttable:
     def __init__(self, host: str, port: int) -> None:
         self.target = (host, port)
         self.server: asyncio.Server | None = None
-        self.writers: list[asyncio.StreamWriter] = []
+        self.relays: set[asyncio.Task[None]] = set()
 
     async def start(self, port: int = 0) -> int:
         self.server = await asyncio.start_server(self._relay, "127.0.0.1", port)
@@ -31,25 +31,39 @@ class Cuttable:
         return bound
 
     async def _relay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        up_reader, up_writer = await asyncio.open_connection(*self.target)
-        self.writers += [writer, up_writer]
+        this = asyncio.current_task()
+        assert this is not None
+        self.relays.add(this)
+        ends = [writer]
+        try:
+            up_reader, up_writer = await asyncio.open_connection(*self.target)
+            ends.append(up_writer)
 
-        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
-            with contextlib.suppress(OSError):
-                while data := await src.read(65536):
-                    dst.write(data)
-                    await dst.drain()
-            dst.close()
+            async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+                with contextlib.suppress(OSError):
+                    while data := await src.read(65536):
+                        dst.write(data)
+                        await dst.drain()
+                dst.close()
 
-        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+            await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+        except OSError:
+            pass  # the apiserver did not answer: the client sees its connection dropped
+        finally:
+            # Both sockets are closed here, whichever way the relay ended, so none is left
+            # for the garbage collector (and its ResourceWarning) to find.
+            for end in ends:
+                end.transport.abort()
+            self.relays.discard(this)
 
     async def cut(self) -> None:
         """Stop answering and drop every open connection mid-stream."""
         assert self.server is not None
         self.server.close()
-        for writer in self.writers:
-            writer.transport.abort()
-        self.writers.clear()
+        relays = list(self.relays)
+        for relay in relays:
+            relay.cancel()
+        await asyncio.gather(*relays, return_exceptions=True)
         await self.server.wait_closed()
 
 
