@@ -4,8 +4,10 @@ by the running server, and each refusal is in the callout's or the server's log.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
+import ssl
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -22,7 +24,7 @@ from neuron_dra_common.events.codec import decode
 
 from tests.e2e.actuate.pods import claim_pod
 from tests.fixtures.natsclients import client, refused, reported
-from tests.fixtures.stack import KubeStack
+from tests.fixtures.stack import KubeStack, neuron_dra
 
 pytestmark = pytest.mark.stack
 
@@ -31,6 +33,11 @@ DRIVER = "neuron.aws.com"
 
 def _files(stack: KubeStack) -> busauth.BusAuth:
     return busauth.BusAuth(stack.state_dir / "bus-auth")
+
+
+def _tls(stack: KubeStack) -> ssl.SSLContext:
+    """Trust the stack's CA, which signed NATS's certificate."""
+    return ssl.create_default_context(cafile=str(_files(stack).tls_ca))
 
 
 def _trn2_nodes(stack: KubeStack) -> list[str]:
@@ -57,7 +64,9 @@ def _logged(stack: KubeStack, name: str, text: str, *, timeout: float = 30) -> s
 async def _admin(stack: KubeStack) -> AsyncIterator[Bus]:
     token = _files(stack).token(busauth.ADMIN)
     bus = await Bus.connect(
-        [stack.nats_url], name="test-admin", credentials=BusCredentials(token_file=str(token))
+        [stack.nats_url],
+        name="test-admin",
+        credentials=BusCredentials(token_file=str(token), tls_ca=str(_files(stack).tls_ca)),
     )
     try:
         yield bus
@@ -120,7 +129,7 @@ async def test_a_node_agent_cannot_publish_another_nodes_inventory(
     # The token the stack gave discovery on `own`, bound to its pod there.
     token = _files(stack).token("neuron-dra-discovery", own).read_text()
     errors: list[str] = []
-    agent = await client(stack.nats_url, token=token, errors=errors)
+    agent = await client(stack.nats_url, token=token, errors=errors, tls=_tls(stack))
     forged = b'{"forged": true}'
     await agent.publish(other_subject, forged)
     await agent.flush()
@@ -162,12 +171,14 @@ async def test_a_workload_cannot_call_the_allocator(bus_auth_stack: KubeStack) -
         "--bound-object-kind=Pod",
         f"--bound-object-name={pod}",
     ).stdout.strip()
-    assert "authorization violation" in await refused(stack.nats_url, token=token)
+    assert "authorization violation" in await refused(stack.nats_url, token=token, tls=_tls(stack))
     _logged(stack, busauth.KIND, "ServiceAccount default/default has no bus identity")
 
     # Nor with its token for the apiserver.
     api_token = stack.kubectl("create", "token", "default").stdout.strip()
-    assert "authorization violation" in await refused(stack.nats_url, token=api_token)
+    assert "authorization violation" in await refused(
+        stack.nats_url, token=api_token, tls=_tls(stack)
+    )
     _logged(stack, busauth.KIND, "token not authenticated")
 
     # A node agent's identity, admitted, may not ask the allocator either.
@@ -176,6 +187,7 @@ async def test_a_workload_cannot_call_the_allocator(bus_auth_stack: KubeStack) -
         stack.nats_url,
         token=_files(stack).token("neuron-dra-discovery", node).read_text(),
         errors=errors,
+        tls=_tls(stack),
     )
     with pytest.raises((nats.errors.TimeoutError, nats.errors.NoRespondersError)):
         await agent.request(ALLOCATOR_SUBJECT, b"release someone else's UltraServer", timeout=1)
@@ -198,7 +210,9 @@ async def test_no_service_can_purge_a_stream(bus_auth_stack: KubeStack) -> None:
     assert len(services) >= 9
     for token in services:
         errors: list[str] = []
-        service = await client(stack.nats_url, token=token.read_text(), errors=errors)
+        service = await client(
+            stack.nats_url, token=token.read_text(), errors=errors, tls=_tls(stack)
+        )
         js = service.jetstream(timeout=1)
         with pytest.raises(nats.errors.TimeoutError):
             await js.purge_stream(INVENTORY.name)
@@ -209,9 +223,94 @@ async def test_no_service_can_purge_a_stream(bus_auth_stack: KubeStack) -> None:
         await service.close()
         # The server logs it under the identity the callout granted (role, or role@node).
         identity = token.name.removeprefix("neuron-dra-").removesuffix(".token")
+        identity = identity.removeprefix("bus-")  # the reader's identity is `reader`
         purge = f"$JS.API.STREAM.PURGE.{INVENTORY.name}"
         _logged(stack, "nats", f'user:{identity}" - Publish Violation - Subject "{purge}"')
     async with _admin(stack) as admin:
         after = (await admin.js.stream_info(INVENTORY.name)).state.messages
     # Nothing was taken away (discovery keeps adding heartbeats and inventories meanwhile).
     assert after >= counts[INVENTORY.name]
+
+
+async def _plain_exchange(url: str, line: bytes) -> tuple[dict[str, object], bytes]:
+    """The server's INFO, then what it answers to ``line`` sent without TLS."""
+    host, _, port = url.removeprefix("nats://").rpartition(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    try:
+        info = json.loads((await reader.readline()).removeprefix(b"INFO "))
+        writer.write(line)
+        await writer.drain()
+        try:
+            answer = await asyncio.wait_for(reader.read(4096), 10)
+        except ConnectionResetError:  # the server wanted a TLS handshake and hung up
+            answer = b""
+    finally:
+        writer.close()
+    return info, answer
+
+
+async def test_the_bus_speaks_only_tls_so_no_token_crosses_in_clear(
+    bus_auth_stack: KubeStack,
+) -> None:
+    stack = bus_auth_stack
+    token = _files(stack).token("neuron-dra-slice-publisher").read_text()
+    info, answer = await _plain_exchange(
+        stack.nats_url, b'CONNECT {"auth_token":"' + token.encode() + b'"}\r\nPING\r\n'
+    )
+    assert info["tls_required"] is True
+    # Not admitted: no PONG, the connection dropped, and the server says why in its log.
+    assert b"PONG" not in answer, answer
+    _logged(stack, "nats", "TLS handshake error")
+    # The handshake succeeds only for a client that trusts the stack's CA.
+    assert await _handshake(stack.nats_url, _tls(stack)) == ""
+    assert "certificate verify failed" in await _handshake(
+        stack.nats_url, ssl.create_default_context()
+    )
+
+
+async def _handshake(url: str, context: ssl.SSLContext) -> str:
+    """Read the server's INFO and upgrade to TLS with ``context``: '' or why it failed."""
+    host, _, port = url.removeprefix("nats://").rpartition(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    try:
+        await reader.readline()
+        await asyncio.wait_for(writer.start_tls(context, server_hostname=host), 10)
+    except ssl.SSLError as exc:
+        return str(exc)
+    finally:
+        writer.transport.abort()
+    return ""
+
+
+def test_events_reads_the_audit_stream_as_the_reader_who_may_not_write(
+    bus_auth_stack: KubeStack,
+) -> None:
+    stack = bus_auth_stack
+    node = _trn2_nodes(stack)[0]
+    # On this stack the command finds its reader's token and the CA by itself.
+    out = neuron_dra(
+        "events", "--state-dir", str(stack.state_dir), "--node", node, "-o", "json", timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    events = [json.loads(line) for line in out.stdout.splitlines()]
+    inventories = [e for e in events if e["type"] == "com.aws.neuron.node.inventory.v1"]
+    assert inventories, events[:3]
+    assert {e["subject"] for e in inventories} == {f"nodes/{node}"}
+    _logged(stack, busauth.KIND, '"identity":"reader"')
+
+    async def write_as_reader() -> list[str]:
+        errors: list[str] = []
+        reader = await client(
+            stack.nats_url,
+            token=_files(stack).token(busauth.READER).read_text(),
+            errors=errors,
+            tls=_tls(stack),
+        )
+        await reader.publish(f"neuron.inventory.{subject_token(node)}", b"{}")
+        await reader.flush()
+        await reported(errors, "publish to")
+        await reader.close()
+        return errors
+
+    errors = asyncio.run(write_as_reader())
+    assert any("permissions violation for publish" in e.lower() for e in errors), errors

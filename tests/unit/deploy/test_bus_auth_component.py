@@ -82,6 +82,15 @@ def test_every_bus_client_presents_its_own_accounts_bus_token(docs: Docs) -> Non
     assert "neuron-dra-bus-admin" in by_kind(docs, "ServiceAccount")
 
 
+def test_a_reader_identity_exists_for_people_and_runs_nothing(docs: Docs) -> None:
+    reader = service_account_of("reader")
+    assert reader == "neuron-dra-bus-reader"
+    assert by_kind(docs, "ServiceAccount")[reader]["automountServiceAccountToken"] is False
+    for kind in WORKLOAD_KINDS:
+        for name, workload in by_kind(docs, kind).items():
+            assert workload["spec"]["template"]["spec"].get("serviceAccountName") != reader, name
+
+
 def test_the_callout_and_the_declare_job_run_locked_down(docs: Docs) -> None:
     assert {"neuron-dra-bus-auth", "neuron-dra-bus-declare"} <= locked_down(docs)
 
@@ -126,13 +135,15 @@ def test_server_and_callout_read_the_keys_from_the_secret(docs: Docs) -> None:
 
     callout = by_kind(docs, "Deployment")["neuron-dra-bus-auth"]
     env = _env(_container(callout))
-    [secret] = [v["secret"] for v in callout["spec"]["template"]["spec"]["volumes"]]
-    assert secret["secretName"] == keys.SECRET_NAME
-    [mount] = _container(callout)["volumeMounts"]
-    files = {f"{mount['mountPath']}/{i['path']}": i["key"] for i in secret["items"]}
     # The seed reaches the callout only, the password both; the server never sees the seed.
-    assert files[env["NEURON_DRA_ISSUER_SEED_FILE"]] == keys.SEED
-    assert files[env["NEURON_DRA_NATS_PASSWORD_FILE"]] == keys.PASSWORD
+    assert _mounted_secret_file(callout, env["NEURON_DRA_ISSUER_SEED_FILE"]) == (
+        keys.SECRET_NAME,
+        keys.SEED,
+    )
+    assert _mounted_secret_file(callout, env["NEURON_DRA_NATS_PASSWORD_FILE"]) == (
+        keys.SECRET_NAME,
+        keys.PASSWORD,
+    )
     assert env["NEURON_DRA_NAMESPACE"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
 
 
@@ -176,3 +187,51 @@ def test_on_eks_every_client_reaches_the_server_and_streams_get_three_copies(
     assert "auth.conf" in next(
         c["data"] for n, c in by_kind(docs, "ConfigMap").items() if n.startswith("nats-config")
     )
+
+
+def _mounted_secret_file(workload: dict[str, Any], path: str) -> tuple[str, str]:
+    """The (Secret, key) the file at ``path`` of the workload's container comes from."""
+    pod = workload["spec"]["template"]["spec"]
+    for mount in _container(workload).get("volumeMounts", ()):
+        folder = mount["mountPath"].rstrip("/") + "/"
+        if not path.startswith(folder):
+            continue
+        name = path.removeprefix(folder)
+        [volume] = [v for v in pod["volumes"] if v["name"] == mount["name"]]
+        sources = [{"secret": volume["secret"]}] if "secret" in volume else []
+        sources += volume.get("projected", {}).get("sources", [])
+        for source in sources:
+            secret: dict[str, Any] = source.get("secret") or {}
+            for item in secret.get("items", ()):
+                if item["path"] == name:
+                    return secret.get("secretName") or secret["name"], item["key"]
+    return "", ""
+
+
+def test_every_bus_client_checks_the_servers_certificate(docs: Docs) -> None:
+    clients = 0
+    for kind in WORKLOAD_KINDS:
+        for name, workload in by_kind(docs, kind).items():
+            env = _env(_container(workload))
+            if "NEURON_DRA_NATS_SERVERS" not in env:
+                continue
+            clients += 1
+            assert _mounted_secret_file(workload, env["NEURON_DRA_NATS_TLS_CA"]) == (
+                "neuron-dra-nats-tls",
+                "ca.crt",
+            ), name
+    assert clients >= 10
+
+
+def test_the_server_speaks_tls_with_the_secrets_certificate(docs: Docs) -> None:
+    nats = by_kind(docs, "StatefulSet")["nats"]
+    config = by_kind(docs, "ConfigMap")
+    [files] = [c["data"] for c in config.values() if "auth.conf" in c.get("data", {})]
+    assert "include ./tls.conf" in files["auth.conf"]
+    paths = dict(
+        line.strip().replace('"', "").split(": ", 1)
+        for line in files["tls.conf"].splitlines()
+        if line.strip().startswith(("cert_file", "key_file"))
+    )
+    assert _mounted_secret_file(nats, paths["cert_file"]) == ("neuron-dra-nats-tls", "tls.crt")
+    assert _mounted_secret_file(nats, paths["key_file"]) == ("neuron-dra-nats-tls", "tls.key")

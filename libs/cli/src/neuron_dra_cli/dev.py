@@ -77,7 +77,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         action="store_true",
         help="authenticate the bus: NATS admits each service through the auth callout "
         "(neuron-dra-bus-auth) by a token of its own ServiceAccount, grants only its "
-        "subjects, and only neuron-dra-bus-admin declares the streams",
+        "subjects, and only neuron-dra-bus-admin declares the streams; clients speak TLS "
+        "to NATS (a certificate of the stack's CA)",
     )
     _add_state_dir(p)
     p.set_defaults(handler=cmd_up)
@@ -238,10 +239,11 @@ def _bus_auth_lines(current: state.StackState, *, state_dir: Path) -> list[str]:
 
     if not any(c.kind == busauth.KIND for c in current.components):
         return []
-    admin = busauth.BusAuth(state_dir / "bus-auth").token(busauth.ADMIN)
+    files = busauth.BusAuth(state_dir / "bus-auth")
     return [
-        f"  bus auth     every client needs a token (audience {busauth.AUDIENCE}); "
-        f"the admin's: {admin}"
+        f"  bus auth     every client needs a token (audience {busauth.AUDIENCE}) and TLS "
+        f"trusting {files.tls_ca}; the admin's token: {files.token(busauth.ADMIN)}, "
+        f"a reader's: {files.token(busauth.READER)}"
     ]
 
 

@@ -26,7 +26,7 @@ import sys
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from neuron_dra_common.events import (
     AlertStateChanged,
@@ -47,6 +47,9 @@ from neuron_dra_common.events import (
 
 from neuron_dra_cli import paths
 from neuron_dra_cli.errors import CliError
+
+if TYPE_CHECKING:
+    from neuron_dra_common.bus import BusCredentials
 
 __all__ = ["Filter", "describe", "matches", "parse_since", "register"]
 
@@ -206,15 +209,37 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         default="",
         help="NATS URLs, comma-separated (env NEURON_DRA_NATS_SERVERS; default: the local stack's)",
     )
+    p.add_argument(
+        "--nats-token-file",
+        default="",
+        help="on an authenticated bus: a file holding a bus token, e.g. of the "
+        "neuron-dra-bus-reader ServiceAccount (`kubectl -n neuron-dra-driver create token "
+        "neuron-dra-bus-reader --audience neuron-dra-bus`) (env NEURON_DRA_NATS_TOKEN_FILE; "
+        "default on a local stack started with --bus-auth: its reader's token)",
+    )
+    p.add_argument(
+        "--nats-tls-ca",
+        default="",
+        help="trust this CA bundle for NATS's TLS certificate (env NEURON_DRA_NATS_TLS_CA; "
+        "default on a local stack started with --bus-auth: its CA)",
+    )
     p.add_argument("--state-dir", default=None, help="the local stack's state directory")
     p.set_defaults(handler=cmd_events)
 
 
-def _servers(args: argparse.Namespace) -> list[str]:
+def _connection(args: argparse.Namespace) -> tuple[list[str], BusCredentials]:
+    """The servers and credentials to read with: the flags, their env twins, else the local
+    stack's (its reader's token and its CA when it runs the authenticated bus)."""
+    from neuron_dra_common.bus import BusCredentials
+
+    given = BusCredentials(
+        token_file=args.nats_token_file or os.environ.get("NEURON_DRA_NATS_TOKEN_FILE", ""),
+        tls_ca=args.nats_tls_ca or os.environ.get("NEURON_DRA_NATS_TLS_CA", ""),
+    )
     text = args.nats_servers or os.environ.get("NEURON_DRA_NATS_SERVERS", "")
     if text:
-        return [s.strip() for s in text.split(",") if s.strip()]
-    from neuron_dra_cli.stack import state
+        return [s.strip() for s in text.split(",") if s.strip()], given
+    from neuron_dra_cli.stack import busauth, state
 
     state_dir = Path(args.state_dir).expanduser() if args.state_dir else paths.default_state_dir()
     current = state.load(state_dir)
@@ -222,7 +247,13 @@ def _servers(args: argparse.Namespace) -> list[str]:
         raise CliError(
             f"no local stack in {state_dir} and no --nats-servers (or NEURON_DRA_NATS_SERVERS)"
         )
-    return [current.nats_url]
+    if any(c.kind == busauth.KIND for c in current.components):
+        files = busauth.BusAuth(state_dir / "bus-auth")
+        given = BusCredentials(
+            token_file=given.token_file or str(files.token(busauth.READER)),
+            tls_ca=given.tls_ca or str(files.tls_ca),
+        )
+    return [current.nats_url], given
 
 
 def cmd_events(args: argparse.Namespace) -> int:
@@ -232,10 +263,17 @@ def cmd_events(args: argparse.Namespace) -> int:
         claim=_ref(args.claim, "--claim") if args.claim else None,
     )
     since = parse_since(args.since) if args.since else None
-    servers = _servers(args)
+    servers, credentials = _connection(args)
     try:
         return asyncio.run(
-            _read(servers, keep=keep, since=since, follow=args.follow, json=args.output == "json")
+            _read(
+                servers,
+                keep=keep,
+                since=since,
+                follow=args.follow,
+                json=args.output == "json",
+                credentials=credentials,
+            )
         )
     except KeyboardInterrupt:
         return 0
@@ -249,6 +287,7 @@ async def _read(
     follow: bool,
     json: bool,
     out: TextIO | None = None,
+    credentials: BusCredentials | None = None,
 ) -> int:
     from neuron_dra_common.bus import Bus, encode_line, structured
     from neuron_dra_common.bus.declarations import AUDIT
@@ -257,7 +296,9 @@ async def _read(
     # The connection's reconnect and drain messages are for services' logs, not this output.
     logging.getLogger("neuron_dra_common.bus").setLevel(logging.ERROR)
     try:
-        bus = await asyncio.wait_for(Bus.connect(servers, name="neuron-dra-events"), 10)
+        bus = await asyncio.wait_for(
+            Bus.connect(servers, name="neuron-dra-events", credentials=credentials), 10
+        )
     except Exception as exc:
         raise CliError(f"cannot reach NATS at {', '.join(servers)}: {exc}") from exc
     emit: Callable[[str], object] = stream.write

@@ -30,12 +30,14 @@ from neuron_dra_cli.errors import CliError
 from neuron_dra_cli.stack import accounts, bytecode, kubectl
 from neuron_dra_cli.stack.components import Component, python_service
 from neuron_dra_cli.stack.layout import Layout
+from neuron_dra_cli.stack.pki import Pki
 
 __all__ = [
     "ADMIN",
     "AUDIENCE",
     "COMPONENT",
     "KIND",
+    "READER",
     "BusAuth",
     "callout_component",
     "declare_streams",
@@ -48,6 +50,8 @@ COMPONENT: Final = accounts.REPO / "deploy" / "kustomize" / "components" / "bus-
 #: The audience of every bus token (the component's projected volumes ask for the same).
 AUDIENCE: Final = "neuron-dra-bus"
 ADMIN: Final = "neuron-dra-bus-admin"
+#: The identity of a person reading the bus (``neuron-dra events``): every stream, no writes.
+READER: Final = "neuron-dra-bus-reader"
 CALLOUT_ACCOUNT: Final = "neuron-dra-bus-auth"
 #: The services with a bus identity, by the stack's component kind; a node agent's token is
 #: bound to its node.
@@ -87,6 +91,15 @@ class BusAuth:
         """The base with the component: the ServiceAccounts and RBAC the stack applies."""
         return self.root / "kustomize"
 
+    @property
+    def tls_ca(self) -> Path:
+        """The CA that signed NATS's certificate: what every client of the stack trusts."""
+        return Layout(self.root.parent).pki / "ca.crt"
+
+    def client_env(self) -> dict[str, str]:
+        """What a client of the stack's bus needs besides its token: TLS to the server."""
+        return {"NEURON_DRA_NATS_TLS_CA": str(self.tls_ca)}
+
     def token(self, account: str, node: str = "") -> Path:
         return self.tokens / (f"{account}@{node}.token" if node else f"{account}.token")
 
@@ -112,9 +125,14 @@ def prepare(layout: Layout) -> BusAuth:
     if made.returncode != 0:
         raise CliError(f"neuron-dra-bus-auth-keys failed: {made.stderr.strip()}")
     shutil.copyfile(COMPONENT / "auth.conf", files.config)
-    # auth.conf includes the overlay's server config; here the command line is that config.
+    # auth.conf includes the overlay's server config (here the command line sets listen,
+    # JetStream and storage) and tls.conf, here with the stack's own certificate for NATS.
     (files.root / "nats.conf").write_text(
         "# The local stack sets listen, JetStream and storage by nats-server's flags.\n"
+    )
+    cert = Pki(layout.pki).nats()
+    (files.root / "tls.conf").write_text(
+        f'tls {{\n  cert_file: "{cert.cert}"\n  key_file: "{cert.key}"\n  timeout: 5\n}}\n'
     )
     files.kustomization.mkdir(exist_ok=True)
     to_repo = os.path.relpath(accounts.REPO / "deploy" / "kustomize", files.kustomization)
@@ -202,7 +220,14 @@ def with_tokens(
     with ThreadPoolExecutor(max_workers=4, thread_name_prefix="bus-tokens") as pool:
         list(pool.map(issue, wanted.items()))
     return [
-        dataclasses.replace(c, env={**c.env, "NEURON_DRA_NATS_TOKEN_FILE": str(wanted[_key(c)])})
+        dataclasses.replace(
+            c,
+            env={
+                **c.env,
+                **files.client_env(),
+                "NEURON_DRA_NATS_TOKEN_FILE": str(wanted[_key(c)]),
+            },
+        )
         if _key(c) in wanted
         else c
         for c in components
@@ -228,6 +253,7 @@ def callout_component(*, files: BusAuth, nats_url: str, kubeconfig: Path) -> Com
             "NEURON_DRA_ISSUER_SEED_FILE": str(files.keys / "issuer.nk"),
             "NEURON_DRA_NATS_PASSWORD_FILE": str(files.keys / "password"),
             "NEURON_DRA_TOKEN_AUDIENCES": AUDIENCE,
+            **files.client_env(),
         },
     )
 
@@ -236,6 +262,8 @@ def declare_streams(*, files: BusAuth, nats_url: str, admin_kubeconfig: Path) ->
     """Declare every stream as the bus's admin (a token of ``neuron-dra-bus-admin``, kept
     for the stack's operator); returns what the command printed."""
     token = _write_token(files.token(ADMIN), _create_token(admin_kubeconfig, ADMIN))
+    # A reader's token too, for `neuron-dra events` on this stack.
+    _write_token(files.token(READER), _create_token(admin_kubeconfig, READER))
     proc = subprocess.run(
         [sys.executable, "-m", "neuron_dra_bus_auth.declare"],
         capture_output=True,
@@ -246,6 +274,7 @@ def declare_streams(*, files: BusAuth, nats_url: str, admin_kubeconfig: Path) ->
             **bytecode.python_env(),
             "NEURON_DRA_NATS_SERVERS": nats_url,
             "NEURON_DRA_NATS_TOKEN_FILE": str(token),
+            **files.client_env(),
             "NEURON_DRA_WAIT_SECONDS": "60",
         },
     )

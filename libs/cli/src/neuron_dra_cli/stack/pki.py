@@ -153,6 +153,16 @@ class Pki:
             client=False,
         )
 
+    def nats(self) -> CertPair:
+        """NATS's server certificate (the authenticated bus speaks TLS)."""
+        return self._issue(
+            "nats",
+            common_name="neuron-dra-nats",
+            server_names=("localhost",),
+            server_ips=("127.0.0.1",),
+            client=False,
+        )
+
     def client(self, stem: str, *, user: str, groups: tuple[str, ...] = ()) -> CertPair:
         """A client certificate for ``user`` in ``groups`` (file stem ``stem``)."""
         return self._issue(stem, common_name=user, organizations=groups)
