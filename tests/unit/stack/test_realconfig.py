@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 from neuron_dra_cli.main import build_parser
-from neuron_dra_cli.stack import realconfig
+from neuron_dra_cli.stack import realconfig, realnodes
 from neuron_dra_cli.toolbuild import CONTAINERD
 
 REPO = Path(__file__).resolve().parents[3]
@@ -140,3 +140,17 @@ def test_dev_up_takes_a_count_of_real_nodes(capsys: pytest.CaptureFixture[str]) 
     assert (
         "'-1' (from --real-nodes or NEURON_DRA_REAL_NODES) is negative" in capsys.readouterr().err
     )
+
+
+def test_real_nodes_without_runc_or_cni_plugins_are_refused_naming_each(tmp_path: Path) -> None:
+    (tmp_path / "bridge").write_text("")  # there, but not executable
+    with pytest.raises(realnodes.RealNodeError) as refused:
+        realnodes.check_requirements(1, runc=tmp_path / "runc", cni_bin_dir=tmp_path)
+    message = str(refused.value)
+    assert message.startswith("--real-nodes 1 needs: ")
+    assert f"runc at {tmp_path / 'runc'} (Debian: apt-get install runc)" in message
+    for plugin in ("bridge", "host-local", "loopback"):
+        assert f"the CNI plugin {tmp_path / plugin} (Debian: apt-get install " in message
+    assert message.endswith("run the stack with simulated nodes only (--real-nodes 0).")
+    # No real node asked for: nothing is required.
+    realnodes.check_requirements(0, runc=tmp_path / "runc", cni_bin_dir=tmp_path)

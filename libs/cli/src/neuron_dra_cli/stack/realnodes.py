@@ -44,17 +44,20 @@ class RealNodeError(CliError):
     """A real node cannot run here, or one of its steps failed."""
 
 
-def missing_requirements() -> list[str]:
-    """What this machine lacks to run a real node, each said with how to get it."""
+def missing_requirements(
+    *, runc: Path = realconfig.RUNC, cni_bin_dir: Path = realconfig.CNI_BIN_DIR
+) -> list[str]:
+    """What this machine lacks to run a real node, each said with how to get it (``runc``
+    and ``cni_bin_dir``: where containerd's config says they are)."""
     missing = []
     if os.geteuid() != 0:
         missing.append("root (containerd mounts filesystems and creates network namespaces)")
-    if not os.access(realconfig.RUNC, os.X_OK):
-        missing.append(f"runc at {realconfig.RUNC} (Debian: apt-get install runc)")
+    if not os.access(runc, os.X_OK):
+        missing.append(f"runc at {runc} (Debian: apt-get install runc)")
     for name in _CNI_PLUGINS:
-        if not os.access(realconfig.CNI_BIN_DIR / name, os.X_OK):
+        if not os.access(cni_bin_dir / name, os.X_OK):
             missing.append(
-                f"the CNI plugin {realconfig.CNI_BIN_DIR / name} "
+                f"the CNI plugin {cni_bin_dir / name} "
                 "(Debian: apt-get install containernetworking-plugins)"
             )
     for tool in ("gcc", "podman", "ip"):
@@ -63,10 +66,14 @@ def missing_requirements() -> list[str]:
     return missing
 
 
-def check_requirements(count: int) -> None:
+def check_requirements(
+    count: int, *, runc: Path = realconfig.RUNC, cni_bin_dir: Path = realconfig.CNI_BIN_DIR
+) -> None:
     """Raise, naming everything missing at once, if ``count`` real nodes cannot run here."""
-    missing = missing_requirements()
-    if count > 0 and missing:
+    if count <= 0:
+        return
+    missing = missing_requirements(runc=runc, cni_bin_dir=cni_bin_dir)
+    if missing:
         raise RealNodeError(
             f"--real-nodes {count} needs: " + "; ".join(missing) + ". Without them run the "
             "stack with simulated nodes only (--real-nodes 0)."
