@@ -1,7 +1,8 @@
 """A real node runs a user's pod as a real container, and `dev down` leaves nothing of it.
 
-The pod's image is the local Debian base (nothing can be pulled), imported into the real
-node's containerd the way a user would: `podman save` then `ctr images import`.
+Nothing can be pulled there: the pods' images (the local Debian base, the product's own
+image) are imported into the real node's containerd with `neuron-dra dev import-image`,
+the way a user would.
 """
 
 from __future__ import annotations
@@ -12,9 +13,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from neuron_dra_cli import imagebuild, toolbuild
+from neuron_dra_cli import imagebuild
 from neuron_dra_cli.stack import realconfig, realnodes
 from neuron_dra_cli.stack.layout import Layout
+from neuron_dra_common.driver import package_version
 
 from tests.e2e.realnode.conftest import REAL_NODE
 from tests.fixtures.stack import KubeStack, neuron_dra
@@ -45,12 +47,18 @@ def _pod(name: str, *, image: str, script: str) -> str:
     )
 
 
+def import_image(stack: KubeStack, ref: str) -> None:
+    """``neuron-dra dev import-image REF``, as a user runs it."""
+    proc = neuron_dra("dev", "import-image", ref, "--state-dir", str(stack.state_dir))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == f"imported {ref} into {REAL_NODE}\n"
+
+
 @pytest.fixture(scope="module")
 def base_image(real_stack: KubeStack) -> str:
     """The local Debian base, imported into the real node's containerd."""
     ref = imagebuild.ensure_base(progress=lambda _m: None)
-    paths = realnodes.node_paths(Layout(real_stack.state_dir), REAL_NODE)
-    realnodes.import_podman_image(toolbuild.ensure_containerd(progress=lambda _m: None), paths, ref)
+    import_image(real_stack, ref)
     real_stack.create_namespace(NAMESPACE)
     return ref
 
@@ -109,6 +117,34 @@ def test_a_pod_that_exits_succeeds_with_its_output(real_stack: KubeStack, base_i
 
     real_stack.wait_for("pod once Succeeded", lambda: phase() == "Succeeded", timeout=120)
     assert real_stack.kubectl("logs", "once", "-n", NAMESPACE).stdout == "done 42\n"
+
+
+def test_the_products_image_runs_on_the_real_node(
+    real_stack: KubeStack, base_image: str, image: str
+) -> None:
+    """``image``: this checkout's image (tests/fixtures/image.py), as deploy/ runs it."""
+    import_image(real_stack, image)
+    pod = json.loads(_pod("product", image=image, script=""))
+    pod["spec"]["containers"][0]["command"] = ["neuron-dra", "--version"]
+    real_stack.kubectl("apply", "-f", "-", input=json.dumps(pod))
+
+    def phase() -> str:
+        got = real_stack.get_json("pod", "product", "-n", NAMESPACE)
+        return str(got["status"].get("phase", ""))
+
+    real_stack.wait_for("pod product Succeeded", lambda: phase() == "Succeeded", timeout=120)
+    version = real_stack.kubectl("logs", "product", "-n", NAMESPACE).stdout
+    assert version == f"neuron-dra {package_version('neuron-dra-cli')}\n"
+
+
+def test_import_image_names_a_node_that_is_not_real(real_stack: KubeStack) -> None:
+    proc = neuron_dra(
+        "dev", "import-image", "localhost/x:1", "--node", "bare-trn2-0",
+        "--state-dir", str(real_stack.state_dir),
+    )  # fmt: skip
+    assert proc.returncode != 0
+    assert "bare-trn2-0: not a running real node of the stack under " in proc.stderr
+    assert f"(real nodes: {REAL_NODE})" in proc.stderr
 
 
 def test_dev_status_lists_the_real_node(real_stack: KubeStack) -> None:

@@ -12,7 +12,7 @@ from types import FrameType
 
 import msgspec
 
-from neuron_dra_cli import env_cmd, fault_cmd, paths, restart_cmd
+from neuron_dra_cli import env_cmd, fault_cmd, image_cmd, paths, restart_cmd
 from neuron_dra_cli.errors import CliError
 from neuron_dra_cli.output import add_output_option
 from neuron_dra_cli.stack import lifecycle, process, realconfig, realnodes, state
@@ -123,6 +123,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.set_defaults(handler=cmd_build)
     env_cmd.register(verbs)
     fault_cmd.register(verbs)
+    image_cmd.register(verbs)
     restart_cmd.register(verbs)
 
 

@@ -19,11 +19,9 @@ import shutil
 import signal
 import socket
 import subprocess
-import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from neuron_dra_cli import imagebuild
 from neuron_dra_cli.errors import CliError
 from neuron_dra_cli.stack import probes, process, realconfig, state
 from neuron_dra_cli.stack.components import Component
@@ -211,17 +209,6 @@ def import_archive(
 ) -> None:
     """Import an OCI archive's images into the node's containerd (for the kubelet)."""
     ctr(binaries, paths, "images", "import", "--local", str(archive))
-
-
-def import_podman_image(
-    binaries: ContainerdBinaries, paths: realconfig.NodePaths, ref: str
-) -> None:
-    """Copy the podman image ``ref`` (a local one: nothing can be pulled) into the node's
-    containerd under the same name, so a pod's ``image: <ref>`` runs it."""
-    with tempfile.TemporaryDirectory(prefix="ndra-image-") as tmp:
-        archive = Path(tmp) / "image.oci.tar"
-        imagebuild.podman("save", "--format", "oci-archive", "--output", str(archive), ref)
-        import_archive(binaries, paths, archive)
 
 
 def node_names(count: int) -> list[str]:
