@@ -12,14 +12,15 @@ from types import FrameType
 
 import msgspec
 
-from neuron_dra_cli import env_cmd, fault_cmd, paths, restart_cmd
+from neuron_dra_cli import env_cmd, fault_cmd, image_cmd, paths, restart_cmd
 from neuron_dra_cli.errors import CliError
 from neuron_dra_cli.output import add_output_option
-from neuron_dra_cli.stack import lifecycle, process, state
+from neuron_dra_cli.stack import lifecycle, process, realconfig, realnodes, state
 from neuron_dra_cli.stack.fleet import FleetError, load_fleet
 
 K8S_VERSION_ENV = "NEURON_DRA_K8S_VERSION"
 FLEET_ENV = "NEURON_DRA_FLEET"
+REAL_NODES_ENV = "NEURON_DRA_REAL_NODES"
 
 
 def _state_dir(args: argparse.Namespace) -> Path:
@@ -80,6 +81,21 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "subjects, and only neuron-dra-bus-admin declares the streams; clients speak TLS "
         "to NATS (a certificate of the stack's CA)",
     )
+    p.add_argument(
+        "--real-nodes",
+        type=_count,
+        # A string default goes through `type` too, so a bad env value is refused alike.
+        default=os.environ.get(REAL_NODES_ENV, "0"),
+        metavar="N",
+        help=f"also run N real nodes (env {REAL_NODES_ENV}; default 0): the real kubelet "
+        "with containerd and runc, each with its own containerd, pod network (a CNI bridge) "
+        "and CDI folder, named real-node-0, real-node-1, ... and labelled "
+        "neuron-dra.dev/real-node=true; pods run there as real containers (images must be "
+        "imported into the node's containerd: nothing is pulled). Needs root, runc at "
+        "/usr/sbin/runc and the CNI plugins in /usr/lib/cni (Debian: runc, "
+        "containernetworking-plugins), gcc and podman; builds the kubelet and containerd "
+        "(a few minutes, once)",
+    )
     _add_state_dir(p)
     p.set_defaults(handler=cmd_up)
 
@@ -108,7 +124,20 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.set_defaults(handler=cmd_build)
     env_cmd.register(verbs)
     fault_cmd.register(verbs)
+    image_cmd.register(verbs)
     restart_cmd.register(verbs)
+
+
+def _count(value: str) -> int:
+    """A count of real nodes (0 or more), from the flag or its env twin."""
+    where = f"{value!r} (from --real-nodes or {REAL_NODES_ENV})"
+    try:
+        n = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{where} is not a whole number") from None
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"{where} is negative")
+    return n
 
 
 def _progress(msg: str) -> None:
@@ -149,6 +178,7 @@ def cmd_up(args: argparse.Namespace) -> int:
             state_dir=state_dir,
             tracing=args.tracing,
             bus_auth=args.bus_auth,
+            real_nodes=args.real_nodes,
         ),
         progress=_progress,
     )
@@ -211,6 +241,12 @@ def summary(current: state.StackState, *, state_dir: Path, seconds: float, detac
         ports = " ".join(f"{k}={v}" for k, v in c.ports.items())
         lines.append(f"  {c.name:<26} pid {c.pid:<8} {ports}")
     lines.append(f"  {'simulated nodes':<26} {len(nodes)} kubelets (`kubectl get nodes`)")
+    real = [c for c in current.components if c.kind == realnodes.KUBELET_KIND]
+    if real:
+        lines.append(
+            f"  {'real nodes':<26} {len(real)} kubelets with containerd "
+            f"(`kubectl get nodes -l {realconfig.REAL_NODE_LABEL}`)"
+        )
     venv_bin = Path(sys.executable).parent
     lines += [
         "",

@@ -4,7 +4,9 @@ The binaries come from the official Kubernetes Go modules at a pinned release
 (``tools/kube``): kube-apiserver, kube-controller-manager, kube-scheduler, etcd,
 the upstream DRA test driver and ``hollow-node`` (the real kubelet code with a
 fake container runtime and the kubelet's DRA manager). They are built once per
-release into ``<cache>/kube/<version>/bin`` and reused from there.
+release into ``<cache>/kube/<version>/bin`` and reused from there. The real
+``kubelet`` is built the same way, but only when a real node is asked for
+(``ensure_binaries(kubelet=True)``): few stacks need it and it takes minutes.
 """
 
 from __future__ import annotations
@@ -77,6 +79,7 @@ class KubeBinaries:
     etcd: Path
     hollow_node: Path
     dra_test_driver: Path
+    kubelet: Path  # present only once built with ``ensure_binaries(kubelet=True)``
 
 
 @dataclass(frozen=True)
@@ -99,6 +102,7 @@ _BINARIES: tuple[_Binary, ...] = (
     _Binary("hollow-node", "./cmd/hollow-node", "hollow-node", ("cmd/hollow-node",)),
     _Binary("dra-test-driver", "k8s.io/kubernetes/test/e2e/dra/test-driver", "test-driver"),
 )
+_KUBELET = _Binary("kubelet", "k8s.io/kubernetes/cmd/kubelet", "kubelet")
 
 _KEYS_FILE = "build-keys.json"
 
@@ -179,16 +183,23 @@ def _result(release: Release, bdir: Path) -> KubeBinaries:
         etcd=bdir / "etcd",
         hollow_node=bdir / "hollow-node",
         dra_test_driver=bdir / "dra-test-driver",
+        kubelet=bdir / "kubelet",
     )
 
 
-def _missing(release: Release, bdir: Path, module_dir: Path) -> list[tuple[_Binary, str]]:
+def _wanted(*, kubelet: bool) -> tuple[_Binary, ...]:
+    return (*_BINARIES, _KUBELET) if kubelet else _BINARIES
+
+
+def _missing(
+    release: Release, bdir: Path, module_dir: Path, *, kubelet: bool = False
+) -> list[tuple[_Binary, str]]:
     try:
         keys = json.loads((bdir.parent / _KEYS_FILE).read_text())
     except (OSError, ValueError):
         keys = {}
     out = []
-    for b in _BINARIES:
+    for b in _wanted(kubelet=kubelet):
         key = _build_key(release, b, module_dir)
         if keys.get(b.name) != key or not os.access(bdir / b.name, os.X_OK):
             out.append((b, key))
@@ -234,23 +245,28 @@ def _go() -> str:
     return go
 
 
-def ensure_binaries(version: str = DEFAULT_VERSION, *, progress: Progress = print) -> KubeBinaries:
-    """Return the cached binaries of ``version``, building whatever is missing."""
+def ensure_binaries(
+    version: str = DEFAULT_VERSION, *, progress: Progress = print, kubelet: bool = False
+) -> KubeBinaries:
+    """Return the cached binaries of ``version``, building whatever is missing (the real
+    ``kubelet`` too when ``kubelet`` is true)."""
     release = resolve_version(version)
     module_dir = paths.repo_root() / "tools" / "kube"
     bdir = paths.cache_dir() / "kube" / release.version / "bin"
     result = _result(release, bdir)
-    if not _missing(release, bdir, module_dir):
+    if not _missing(release, bdir, module_dir, kubelet=kubelet):
         return result
 
     with locked(bdir.parent / ".lock", progress=progress, what="another build of the same version"):
-        todo = _missing(release, bdir, module_dir)  # another process may have built them
+        todo = _missing(
+            release, bdir, module_dir, kubelet=kubelet
+        )  # another process may have built them
         if not todo:
             return result
         go = _go()
         bdir.mkdir(parents=True, exist_ok=True)
         names = ", ".join(b.name for b, _ in todo)
-        slow = any(b.name != "hollow-node" for b, _ in todo)
+        slow = any(b.name not in ("hollow-node", "kubelet") for b, _ in todo)
         progress(
             f"building Kubernetes v{release.version} ({names}) with {go}"
             + ("; a first build takes about 10 minutes on 2 cores" if slow else "")

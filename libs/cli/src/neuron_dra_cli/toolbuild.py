@@ -9,6 +9,10 @@
   into ``<cache>/alertmanager/<version>/bin/alertmanager``, web UI included. (Debian's
   ``prometheus-alertmanager`` ships without the UI and reads its default notification template
   from a fixed path under ``/usr/share``, so it cannot run from an unpacked copy.)
+- **containerd** (with ``containerd-shim-runc-v2`` and ``ctr``), the container runtime of
+  the stack's real nodes (``neuron-dra dev up --real-nodes N``). Built from its Go module
+  (``tools/containerd/go.mod``) the same way, into ``<cache>/containerd/<version>/bin/``.
+  Made only when a real node is asked for.
 - **promtool**, which checks and unit-tests the alerting rules of the monitoring component.
   Taken from Debian's ``prometheus`` package without root: ``apt-get download`` then
   ``dpkg-deb -x``, into ``<cache>/promtool/<package version>/promtool``.
@@ -39,11 +43,14 @@ from neuron_dra_cli.errors import CliError
 __all__ = [
     "ALERTMANAGER",
     "ALERTMANAGER_PACKAGE",
+    "CONTAINERD",
     "JAEGER",
     "JAEGER_PACKAGE",
+    "ContainerdBinaries",
     "GoTool",
     "ToolBuildError",
     "ensure_alertmanager",
+    "ensure_containerd",
     "ensure_go_tool",
     "ensure_jaeger",
     "ensure_promtool",
@@ -65,14 +72,37 @@ class ToolBuildError(CliError):
 
 
 class GoTool:
-    """A program built from a Go module that ``tools/<name>/go.mod`` pins."""
+    """A program built from a Go module that ``tools/<name>/go.mod`` pins.
 
-    def __init__(self, *, name: str, module: str, package: str, what: str, minutes: str) -> None:
+    ``also``: more packages of the module built beside it into the same folder (each named
+    after its last path element); ``version_var``: a Go variable the module version is
+    stamped into (``-X``), so the program reports the pinned release.
+    """
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        module: str,
+        package: str,
+        what: str,
+        minutes: str,
+        also: tuple[str, ...] = (),
+        version_var: str = "",
+    ) -> None:
         self.name = name
         self.module = module
         self.package = package
         self.what = what
         self.minutes = minutes
+        self.also = also
+        self.version_var = version_var
+
+    def go_flags(self, version: str) -> tuple[str, ...]:
+        """``go build``'s flags: stripped, trimmed, the version stamped in when asked."""
+        if not self.version_var:
+            return _GO_FLAGS
+        return (*_GO_FLAGS[:-1], f"{_GO_FLAGS[-1]} -X {self.version_var}={version}")
 
     def module_dir(self) -> Path:
         return paths.repo_root() / "tools" / self.name
@@ -100,6 +130,17 @@ ALERTMANAGER = GoTool(
     what="Alertmanager",
     minutes="about 3 CPU-minutes",
 )
+_CONTAINERD_MODULE = "github.com/containerd/containerd/v2"
+CONTAINERD = GoTool(
+    name="containerd",
+    module=_CONTAINERD_MODULE,
+    package=f"{_CONTAINERD_MODULE}/cmd/containerd",
+    what="containerd",
+    minutes="about 4 CPU-minutes",
+    # containerd starts the shim by name from its PATH; ctr imports images into it.
+    also=(f"{_CONTAINERD_MODULE}/cmd/containerd-shim-runc-v2", f"{_CONTAINERD_MODULE}/cmd/ctr"),
+    version_var=f"{_CONTAINERD_MODULE}/version.Version",
+)
 
 
 def jaeger_module_version(module_dir: Path | None = None) -> str:
@@ -108,18 +149,18 @@ def jaeger_module_version(module_dir: Path | None = None) -> str:
     return JAEGER.version(module_dir)
 
 
-def _build_key(module_dir: Path) -> str:
+def _build_key(module_dir: Path, flags: tuple[str, ...] = _GO_FLAGS) -> str:
     h = hashlib.sha256()
-    h.update(json.dumps(_GO_FLAGS).encode())
+    h.update(json.dumps(flags).encode())
     for name in ("go.mod", "go.sum"):
         h.update(name.encode() + b"\0" + (module_dir / name).read_bytes() + b"\0")
     return h.hexdigest()
 
 
-def _current(binary: Path, key: str) -> bool:
+def _current(binaries: list[Path], key: str) -> bool:
     try:
-        return (binary.parent.parent / _KEY_FILE).read_text().strip() == key and os.access(
-            binary, os.X_OK
+        return (binaries[0].parent.parent / _KEY_FILE).read_text().strip() == key and all(
+            os.access(b, os.X_OK) for b in binaries
         )
     except OSError:
         return False
@@ -131,11 +172,14 @@ def ensure_go_tool(tool: GoTool, *, progress: Progress = print) -> Path:
     version = tool.version(module_dir)
     root = paths.cache_dir() / tool.name / version
     binary = root / "bin" / tool.name
-    key = _build_key(module_dir)
-    if _current(binary, key):
+    packages = [tool.package, *tool.also]
+    binaries = [root / "bin" / p.rsplit("/", 1)[-1] for p in packages]
+    flags = tool.go_flags(version)
+    key = _build_key(module_dir, flags)
+    if _current(binaries, key):
         return binary
     with locked(root / ".lock", progress=progress, what="another process making the same tool"):
-        if _current(binary, key):  # another process built it meanwhile
+        if _current(binaries, key):  # another process built it meanwhile
             return binary
         go = shutil.which("go")
         if go is None:
@@ -151,7 +195,9 @@ def ensure_go_tool(tool: GoTool, *, progress: Progress = print) -> Path:
         (root / "bin").mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(prefix=".build-", dir=root) as tmp:
             out = Path(tmp) / tool.name
-            argv = [go, "build", *_GO_FLAGS, "-o", str(out), tool.package]
+            argv = [go, "build", *flags, "-o", str(out), tool.package]
+            if tool.also:
+                argv = [go, "build", *flags, "-o", tmp + os.sep, *packages]
             env = {
                 **os.environ,
                 "CGO_ENABLED": "0",
@@ -167,13 +213,15 @@ def ensure_go_tool(tool: GoTool, *, progress: Progress = print) -> Path:
                 text=True,
                 check=False,
             )
-            if proc.returncode != 0 or not out.is_file():
+            built = [Path(tmp) / b.name for b in binaries]
+            if proc.returncode != 0 or not all(b.is_file() for b in built):
                 raise ToolBuildError(
                     f"building {tool.what} {version} failed (go build exited "
                     f"{proc.returncode}; command, run in {module_dir}: {' '.join(argv)}):\n"
                     f"{proc.stdout.strip()}"
                 )
-            os.replace(out, binary)
+            for src, dest in zip(built, binaries, strict=True):
+                os.replace(src, dest)
         (root / _KEY_FILE).write_text(key + "\n")
         progress(f"{tool.what} {version} ready in {binary} ({duration(time.monotonic() - t0)})")
     return binary
@@ -187,6 +235,22 @@ def ensure_jaeger(*, progress: Progress = print) -> Path:
 def ensure_alertmanager(*, progress: Progress = print) -> Path:
     """The cached Alertmanager binary, built first if missing or built from other pins."""
     return ensure_go_tool(ALERTMANAGER, progress=progress)
+
+
+class ContainerdBinaries:
+    """containerd and the programs built beside it (one folder: containerd's PATH)."""
+
+    def __init__(self, containerd: Path) -> None:
+        self.containerd = containerd
+        self.bin_dir = containerd.parent
+        self.shim = self.bin_dir / "containerd-shim-runc-v2"
+        self.ctr = self.bin_dir / "ctr"
+
+
+def ensure_containerd(*, progress: Progress = print) -> ContainerdBinaries:
+    """The cached containerd, its runc shim and ctr, built first if missing or built from
+    other pins."""
+    return ContainerdBinaries(ensure_go_tool(CONTAINERD, progress=progress))
 
 
 def _promtool_cached(root: Path) -> Path | None:

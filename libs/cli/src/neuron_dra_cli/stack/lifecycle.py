@@ -1,7 +1,8 @@
 """Bringing the local stack up and down.
 
 ``up`` starts the components in dependency order (NATS and etcd, the apiserver, the
-controller-manager and scheduler, then one simulated kubelet per node of the fleet),
+controller-manager and scheduler, then one simulated kubelet per node of the fleet, and
+with ``real_nodes`` that many real kubelets, each with its own containerd),
 records each one in ``state.json`` as soon as it starts, waits until it is ready, and
 finally waits until every node is Ready. A failure stops whatever was started and says
 which component failed, with the tail of its log.
@@ -21,6 +22,7 @@ from typing import TypeVar
 import msgspec
 from neuron_dra_common.hardware.simulate import SimNode
 
+from neuron_dra_cli import toolbuild
 from neuron_dra_cli.errors import CliError
 from neuron_dra_cli.stack import (
     accounts,
@@ -31,6 +33,7 @@ from neuron_dra_cli.stack import (
     kubectl,
     plugin,
     process,
+    realnodes,
     services,
     state,
     tracing,
@@ -56,6 +59,8 @@ class UpOptions:
     tracing: bool = False  # start Jaeger and point every neuron-dra service at it
     #: NATS admits clients through the auth callout; every service presents its own token.
     bus_auth: bool = False
+    #: Real kubelets with containerd and runc, beside the simulated nodes (needs root).
+    real_nodes: int = 0
 
 
 def _running(c: state.ComponentState) -> process.Running:
@@ -169,18 +174,19 @@ def up(opts: UpOptions, *, progress: Progress = print) -> state.StackState:
             )
         state.clear(layout.root)
 
+    # Before anything is built: a machine that cannot run a real node is told so at once.
+    realnodes.check_requirements(opts.real_nodes)
     # Compiles the services' Python modules while the control plane starts.
     warmup = bytecode.start_warmup()
     progress(f"neuron-dra: Kubernetes {opts.k8s_version} binaries")
-    bins = kubebuild.ensure_binaries(opts.k8s_version, progress=lambda m: progress("  " + m))
+    bins = kubebuild.ensure_binaries(
+        opts.k8s_version, progress=lambda m: progress("  " + m), kubelet=opts.real_nodes > 0
+    )
+    real = _real_node_inputs(opts, progress) if opts.real_nodes > 0 else None
     jaeger_binary = None
     if opts.tracing:
-        from neuron_dra_cli import toolbuild
-
         progress("neuron-dra: Jaeger, the trace backend")
         jaeger_binary = toolbuild.ensure_jaeger(progress=lambda m: progress("  " + m))
-
-    from neuron_dra_cli import toolbuild
 
     progress("neuron-dra: Alertmanager, the alert receiver")
     alertmanager_binary = toolbuild.ensure_alertmanager(progress=lambda m: progress("  " + m))
@@ -301,6 +307,11 @@ def up(opts: UpOptions, *, progress: Progress = print) -> state.StackState:
             for n in opts.fleet.nodes
         ]
         launcher.start(nodes, timeout=60.0 + 5.0 * len(nodes))
+        if real is not None:
+            _start_real_nodes(
+                launcher, real=real, count=opts.real_nodes, kubelet=bins.kubelet, pki=pki,
+                server=server,
+            )  # fmt: skip
         t_wait = time.monotonic()
         sims, t_hardware = hardware.result()
         own_kubeconfigs, t_objects = service_kubeconfigs.result()
@@ -360,10 +371,9 @@ def up(opts: UpOptions, *, progress: Progress = print) -> state.StackState:
         launcher.start(agents, timeout=60.0, parallel=os.cpu_count() or 2)
         progress("neuron-dra: waiting for every node to be Ready")
         t_nodes = time.monotonic()
-        wait_nodes_ready(
-            layout.kubeconfig, [n.name for n in opts.fleet.nodes], timeout=120.0 + 2.0 * len(nodes)
-        )
-        progress(f"  {len(nodes)} nodes Ready in {time.monotonic() - t_nodes:.1f} s")
+        names = [n.name for n in opts.fleet.nodes] + realnodes.node_names(opts.real_nodes)
+        wait_nodes_ready(layout.kubeconfig, names, timeout=120.0 + 2.0 * len(names))
+        progress(f"  {len(names)} nodes Ready in {time.monotonic() - t_nodes:.1f} s")
         # A pod applied the moment this returns must not be refused for want of the
         # namespace's default ServiceAccount.
         wait_default_service_account(layout.kubeconfig, timeout=60.0)
@@ -377,6 +387,59 @@ def up(opts: UpOptions, *, progress: Progress = print) -> state.StackState:
         raise
     background.shutdown()
     return launcher.current
+
+
+@dataclass(frozen=True)
+class _RealNodeInputs:
+    containerd: toolbuild.ContainerdBinaries
+    pause: Path  # the pause image's OCI archive
+
+
+def _real_node_inputs(opts: UpOptions, progress: Progress) -> _RealNodeInputs:
+    from neuron_dra_cli import pausebuild
+
+    progress("neuron-dra: containerd and the pause image, for the real nodes")
+    return _RealNodeInputs(
+        containerd=toolbuild.ensure_containerd(progress=lambda m: progress("  " + m)),
+        pause=pausebuild.ensure_pause_archive(
+            opts.k8s_version, progress=lambda m: progress("  " + m)
+        ),
+    )
+
+
+def _start_real_nodes(
+    launcher: Launcher,
+    *,
+    real: _RealNodeInputs,
+    count: int,
+    kubelet: Path,
+    pki: Pki,
+    server: str,
+) -> None:
+    """Each real node's containerd, the pause image imported into it, then its kubelet."""
+    names = realnodes.node_names(count)
+    launcher.progress(f"neuron-dra: starting {count} real nodes ({', '.join(names)})")
+    launcher.start(
+        [
+            realnodes.runtime_component(
+                layout=launcher.layout, name=name, index=i, binaries=real.containerd
+            )
+            for i, name in enumerate(names)
+        ]
+    )
+    for name in names:
+        realnodes.import_archive(
+            real.containerd, realnodes.node_paths(launcher.layout, name), real.pause
+        )
+    launcher.start(
+        [
+            realnodes.kubelet_component(
+                layout=launcher.layout, name=name, index=i, binary=kubelet, pki=pki, server=server
+            )
+            for i, name in enumerate(names)
+        ],
+        timeout=90.0,
+    )
 
 
 def _timed(work: Callable[[], T]) -> tuple[T, float]:
@@ -451,7 +514,9 @@ def wait_default_service_account(kubeconfig: Path, *, timeout: float) -> None:
 
 
 def stop_all(current: state.StackState, *, timeout: float = 15.0) -> None:
-    """Stop every recorded component: nodes first, then the control plane, then the bus."""
+    """Stop every recorded component: nodes first (real ones with their containers and
+    runtimes), then the control plane, then the bus."""
+    realnodes.stop(current, timeout=timeout)
     order = {
         "node": 0,
         "kube-scheduler": 1,
@@ -462,6 +527,8 @@ def stop_all(current: state.StackState, *, timeout: float = 15.0) -> None:
     }
     by_rank: dict[int, list[process.Running]] = {}
     for c in current.components:
+        if c.kind in (realnodes.KUBELET_KIND, realnodes.RUNTIME_KIND):
+            continue
         by_rank.setdefault(order.get(c.kind, 0), []).append(_running(c))
     for rank in sorted(by_rank):
         process.stop(by_rank[rank], timeout=timeout)

@@ -173,6 +173,17 @@ class Pki:
             f"node-{node_name}", user=f"system:node:{node_name}", groups=("system:nodes",)
         )
 
+    def kubelet_serving(self, node_name: str, *, ip: str) -> CertPair:
+        """The serving certificate of a real node's kubelet at ``ip`` (the apiserver checks
+        it against the CA for `kubectl logs` and `exec`)."""
+        return self._issue(
+            f"kubelet-serving-{node_name}",
+            common_name=f"system:node:{node_name}",
+            server_names=(node_name,),
+            server_ips=(ip, "127.0.0.1"),
+            client=False,
+        )
+
     def service_account_key(self) -> tuple[Path, Path]:
         """The (private, public) PEM files that sign and verify service-account tokens."""
         private, public = self.root / "sa.key", self.root / "sa.pub"
