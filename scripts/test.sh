@@ -17,22 +17,24 @@ fi
 echo "==> trace backend (Jaeger), Alertmanager and promtool (built or fetched once, same cache)"
 python -m neuron_dra_cli.toolbuild
 
-echo "==> container engine for the image tests (podman, runc, mmdebstrap)"
-# The image tests build the Dockerfile and run its containers with Debian's podman and runc.
+echo "==> container engine for the image and real-node tests (podman, runc, mmdebstrap, CNI plugins)"
+# The image tests build the Dockerfile and run its containers with Debian's podman and runc;
+# the real-node tests run the real kubelet with containerd, runc and Debian's CNI plugins.
 # Missing here: installed from Debian's archive when this runs as root on Debian; otherwise
 # the image tests are skipped, with this reason in pytest's summary (CI makes a skip a failure:
 # NEURON_DRA_REQUIRE_IMAGE_TESTS=1 in .ci/run).
 have_engine() { python -c 'import sys; from neuron_dra_cli.imagebuild import missing_tools; sys.exit(1 if missing_tools() else 0)'; }
-if have_engine; then
+have_real_node() { python -c 'import sys; from neuron_dra_cli.stack.realnodes import missing_requirements; sys.exit(1 if missing_requirements() else 0)'; }
+if have_engine && have_real_node; then
   :
 elif [ "$(id -u)" = 0 ] && [ -r /etc/debian_version ] && command -v apt-get >/dev/null 2>&1; then
-  echo "installing Debian's podman, runc and mmdebstrap (apt-get install --no-install-recommends)"
+  echo "installing Debian's podman, runc, mmdebstrap, CNI plugins and iproute2 (apt-get install --no-install-recommends)"
   export DEBIAN_FRONTEND=noninteractive
-  if ! { apt-get update -qq && apt-get install -y -qq --no-install-recommends podman runc mmdebstrap >/dev/null; }; then
+  if ! { apt-get update -qq && apt-get install -y -qq --no-install-recommends podman runc mmdebstrap containernetworking-plugins iproute2 >/dev/null; }; then
     echo "could not install them: the image tests will be skipped"
   fi
 else
-  echo "podman, runc or mmdebstrap missing and this is not root on Debian: the image tests will be skipped"
+  echo "podman, runc, mmdebstrap or the CNI plugins missing and this is not root on Debian: the image and real-node tests will be skipped"
 fi
 if have_engine; then
   echo "==> the image (local Debian base made once, cached; rebuilt only when its inputs change)"
