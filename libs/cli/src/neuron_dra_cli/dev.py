@@ -29,15 +29,6 @@ def _state_dir(args: argparse.Namespace) -> Path:
     )
 
 
-def _add_state_dir(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--state-dir",
-        default=None,
-        help=f"where the stack keeps its state, logs and kubeconfig "
-        f"(env {paths.STATE_DIR_ENV}; default .state/stack in the checkout)",
-    )
-
-
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     dev = sub.add_parser(
         "dev",
@@ -96,11 +87,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "containernetworking-plugins), gcc and podman; builds the kubelet and containerd "
         "(a few minutes, once)",
     )
-    _add_state_dir(p)
+    paths.add_state_dir_option(p)
     p.set_defaults(handler=cmd_up)
 
     p = verbs.add_parser("down", help="stop every process of the stack")
-    _add_state_dir(p)
+    paths.add_state_dir_option(p)
     p.set_defaults(handler=cmd_down)
 
     p = verbs.add_parser(
@@ -111,12 +102,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "its ports; then the totals. The PSS of all components adds up to what the stack "
         "uses (pages shared by many simulated nodes counted once).",
     )
-    _add_state_dir(p)
+    paths.add_state_dir_option(p)
     add_output_option(p)
     p.set_defaults(handler=cmd_status)
 
     p = verbs.add_parser("kubeconfig", help="print the path of the stack's admin kubeconfig")
-    _add_state_dir(p)
+    paths.add_state_dir_option(p)
     p.set_defaults(handler=cmd_kubeconfig)
 
     p = verbs.add_parser("build", help="build (or find cached) the Kubernetes binaries")

@@ -46,11 +46,7 @@ def register(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     )
     p.add_argument("pod", metavar="POD")
     p.add_argument("-n", "--namespace", default="default")
-    p.add_argument(
-        "--state-dir",
-        default=None,
-        help=f"the stack's state directory (env {paths.STATE_DIR_ENV})",
-    )
+    paths.add_state_dir_option(p)
     add_output_option(p)
     p.set_defaults(handler=cmd_env)
 

@@ -223,7 +223,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="trust this CA bundle for NATS's TLS certificate (env NEURON_DRA_NATS_TLS_CA; "
         "default on a local stack started with --bus-auth: its CA)",
     )
-    p.add_argument("--state-dir", default=None, help="the local stack's state directory")
+    paths.add_state_dir_option(p)
     p.set_defaults(handler=cmd_events)
 
 

@@ -43,11 +43,7 @@ def register(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     )
     p.add_argument("--device", type=int, default=None, help="device index (default 0)")
     p.add_argument("--core", type=int, default=0, help="NeuronCore on the device (default 0)")
-    p.add_argument(
-        "--state-dir",
-        default=None,
-        help=f"the stack's state directory (env {paths.STATE_DIR_ENV})",
-    )
+    paths.add_state_dir_option(p)
     p.set_defaults(handler=cmd_fault)
 
 

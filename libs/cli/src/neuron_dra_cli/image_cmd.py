@@ -39,11 +39,7 @@ def register(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         default=None,
         help="a real node to import into (repeatable; default every real node)",
     )
-    p.add_argument(
-        "--state-dir",
-        default=None,
-        help=f"the stack's state directory (env {paths.STATE_DIR_ENV})",
-    )
+    paths.add_state_dir_option(p)
     p.set_defaults(handler=cmd_import_image)
 
 

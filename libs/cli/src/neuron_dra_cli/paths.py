@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 from pathlib import Path
 
@@ -40,3 +41,13 @@ def default_state_dir() -> Path:
     if explicit:
         return Path(explicit).expanduser().resolve()
     return repo_root() / ".state" / "stack"
+
+
+def add_state_dir_option(parser: argparse.ArgumentParser) -> None:
+    """``--state-dir``, the same for every command that works on the local stack."""
+    parser.add_argument(
+        "--state-dir",
+        default=None,
+        help=f"where the local stack keeps its state, logs and kubeconfig "
+        f"(env {STATE_DIR_ENV}; default .state/stack in the checkout)",
+    )

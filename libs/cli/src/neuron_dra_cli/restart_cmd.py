@@ -80,11 +80,7 @@ def register(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         metavar="SECONDS",
         help="how long it may take to be ready again, restarts included (default 90)",
     )
-    p.add_argument(
-        "--state-dir",
-        default=None,
-        help=f"the stack's state directory (env {paths.STATE_DIR_ENV})",
-    )
+    paths.add_state_dir_option(p)
     p.set_defaults(handler=cmd_restart)
 
 
