@@ -148,6 +148,7 @@ class Extender:
         uid = pod.metadata.uid
         if deleted:
             self._pending.discard(uid)
+            self._asked.pop(uid, None)
             self.ledger.release(uid)
             return
         try:
