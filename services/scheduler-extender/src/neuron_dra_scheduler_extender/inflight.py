@@ -3,7 +3,7 @@
 kube-scheduler binds asynchronously: as soon as it has chosen a node for a pod it sends the
 ``bind`` call from a goroutine of its own and goes on to the next pod, whose ``filter`` call
 can reach the extender before that ``bind`` (on the benchmark's loaded two-core machine, 6 of
-200 binds came after the next filter, by up to 4 ms). Answered at once, that filter decides on
+200 binds came after the next filter, by up to 3.5 ms). Answered at once, that filter decides on
 a ledger that misses the devices the previous pod is about to take; when both pods land on the
 same node, the second bind finds no free set left and is refused, and the pod waits out the
 scheduler's back-off (a second or more). So a filter first waits, a little, for the binds due:
