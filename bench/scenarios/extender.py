@@ -64,7 +64,7 @@ def _pod(i: int, resource: str, count: int) -> dict[str, Any]:
 
 
 class _Memory:
-    """The extender's cluster, in memory: bind and annotate store what they are given."""
+    """The extender's cluster, in memory: bind stores what it is given."""
 
     def __init__(self, nodes: dict[str, NodeView]) -> None:
         self.nodes = nodes
@@ -76,13 +76,12 @@ class _Memory:
     async def get_pod(self, namespace: str, name: str) -> PodView:
         return decode_pod(self.pods[f"{namespace}/{name}"])
 
-    async def annotate(
-        self, namespace: str, name: str, *, uid: str, annotations: dict[str, str | None]
+    async def bind(
+        self, namespace: str, name: str, *, uid: str, node: str, annotations: dict[str, str]
     ) -> None:
-        self.pods[f"{namespace}/{name}"]["metadata"]["annotations"] = annotations
-
-    async def bind(self, namespace: str, name: str, *, uid: str, node: str) -> None:
-        self.pods[f"{namespace}/{name}"]["spec"]["nodeName"] = node
+        pod = self.pods[f"{namespace}/{name}"]
+        pod["metadata"]["annotations"] = annotations
+        pod["spec"]["nodeName"] = node
 
 
 class _FirstFit:

@@ -9,6 +9,8 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from neuron_dra_common.topology import connected_sets, instance_spec
+
 from tests.integration.extender.conftest import NAMESPACE, ExtenderCluster
 
 SEED_REFUSAL = (
@@ -150,16 +152,25 @@ def test_a_restarted_extender_keeps_what_bound_pods_hold(
     assert ids(bound(extender_cluster, "after")) == "3,4,5"
 
 
-def _bind(port: int, name: str, uid: str, node: str) -> dict[str, Any]:
-    body = json.dumps(
-        {"PodName": name, "PodNamespace": NAMESPACE, "PodUID": uid, "Node": node}
-    ).encode()
+def _call(port: int, verb: str, args: dict[str, Any]) -> dict[str, Any]:
     request = urllib.request.Request(
-        f"http://127.0.0.1:{port}/bind", data=body, headers={"Content-Type": "application/json"}
+        f"http://127.0.0.1:{port}/{verb}",
+        data=json.dumps(args).encode(),
+        headers={"Content-Type": "application/json"},
     )
     with urllib.request.urlopen(request, timeout=30) as resp:
         answer: dict[str, Any] = json.loads(resp.read())
         return answer
+
+
+def _bind(port: int, name: str, uid: str, node: str) -> dict[str, Any]:
+    args = {"PodName": name, "PodNamespace": NAMESPACE, "PodUID": uid, "Node": node}
+    return _call(port, "bind", args)
+
+
+def _filter(port: int, pod: dict[str, Any], node: str) -> dict[str, Any]:
+    # As kube-scheduler calls the `my-scheduler` profile's extender: the Pod and node names.
+    return _call(port, "filter", {"Pod": pod, "NodeNames": [node]})
 
 
 def test_two_binds_racing_for_the_last_set_never_both_win(
@@ -192,3 +203,67 @@ def test_two_binds_racing_for_the_last_set_never_both_win(
     lost = extender_cluster.pod(loser)
     assert not lost["spec"].get("nodeName")
     assert "AWS_NEURON_IDS" not in (lost["metadata"].get("annotations") or {})
+
+
+def test_a_bind_takes_another_free_set_when_the_one_seen_at_filter_time_is_gone(
+    extender_cluster: ExtenderCluster,
+) -> None:
+    # The scheduler's order when it places pods one after the other: each pod is filtered
+    # before the bind of the one before it has reached the extender, so both saw the same
+    # empty node and the same best row.
+    names = ("early", "late")
+    extender_cluster.apply(
+        *(neuron_pod(n, node="trn2-stale", count=4, scheduler="nobody") for n in names)
+    )
+    pods = {n: extender_cluster.pod(n) for n in names}
+    port = extender_cluster.extender_port
+    for n in names:
+        assert _filter(port, pods[n], "trn2-stale")["NodeNames"] == ["trn2-stale"]
+    for n in names:
+        assert _bind(port, n, pods[n]["metadata"]["uid"], "trn2-stale") == {"Error": ""}
+    rows = {",".join(map(str, s)) for s in connected_sets(instance_spec("trn2.48xlarge"), 4)}
+    got = {n: ids(bound(extender_cluster, n)) for n in names}
+    assert got["early"] in rows
+    assert got["late"] in rows
+    assert got["early"] != got["late"]
+
+
+def test_pods_filtered_together_racing_for_the_last_set_never_both_win(
+    extender_cluster: ExtenderCluster,
+) -> None:
+    # As the race above, but through the scheduler's own order: filter, then bind; both racers
+    # were offered the node while its last 8 devices were free.
+    names = ("last-holder", "last-a", "last-b")
+    extender_cluster.apply(
+        *(neuron_pod(n, node="trn2-last", count=8, scheduler="nobody") for n in names)
+    )
+    pods = {n: extender_cluster.pod(n) for n in names}
+    uids = {n: p["metadata"]["uid"] for n, p in pods.items()}
+    port = extender_cluster.extender_port
+    assert _filter(port, pods["last-holder"], "trn2-last")["NodeNames"] == ["trn2-last"]
+    assert _bind(port, "last-holder", uids["last-holder"], "trn2-last") == {"Error": ""}
+    assert ids(bound(extender_cluster, "last-holder")) == "0,1,2,3,4,5,6,7"
+    for n in ("last-a", "last-b"):
+        assert _filter(port, pods[n], "trn2-last")["NodeNames"] == ["trn2-last"]
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        answers = dict(
+            zip(
+                ("last-a", "last-b"),
+                pool.map(lambda n: _bind(port, n, uids[n], "trn2-last"), ("last-a", "last-b")),
+                strict=True,
+            )
+        )
+    winners = [n for n, a in answers.items() if not a["Error"]]
+    assert len(winners) == 1, answers
+    [loser] = [n for n in answers if n not in winners]
+    assert (
+        "has no 8 connected Neuron devices free (0 of 16 devices free)" in answers[loser]["Error"]
+    )
+    assert ids(bound(extender_cluster, winners[0])) == "8,9,10,11,12,13,14,15"
+    lost = extender_cluster.pod(loser)
+    assert not lost["spec"].get("nodeName")
+    assert "AWS_NEURON_IDS" not in (lost["metadata"].get("annotations") or {})
+    # Filtered again, the loser is told the node is full, in words.
+    again = _filter(port, lost, "trn2-last")
+    assert again["NodeNames"] == []
+    assert "has no 8 connected Neuron devices free" in again["FailedNodes"]["trn2-last"]

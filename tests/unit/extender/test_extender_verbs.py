@@ -40,18 +40,18 @@ class FakeCluster:
     async def get_pod(self, namespace: str, name: str) -> PodView:
         return decode_pod(self.pods[f"{namespace}/{name}"])
 
-    async def annotate(
-        self, namespace: str, name: str, *, uid: str, annotations: dict[str, str | None]
+    async def bind(
+        self, namespace: str, name: str, *, uid: str, node: str, annotations: dict[str, str]
     ) -> None:
-        obj = self.pods[f"{namespace}/{name}"]
-        assert obj["metadata"]["uid"] == uid
-        obj["metadata"]["annotations"].update(annotations)
-
-    async def bind(self, namespace: str, name: str, *, uid: str, node: str) -> None:
         await self.gate.wait()
         if self.fail_bind:
             raise RuntimeError("the apiserver refused the binding")
-        self.pods[f"{namespace}/{name}"]["spec"]["nodeName"] = node
+        obj = self.pods[f"{namespace}/{name}"]
+        assert obj["metadata"]["uid"] == uid
+        if obj["spec"]["nodeName"]:
+            raise RuntimeError(f"pod {name} is already assigned to node {obj['spec']['nodeName']}")
+        obj["metadata"]["annotations"].update(annotations)
+        obj["spec"]["nodeName"] = node
         self.bound[f"{namespace}/{name}"] = node
 
 
@@ -187,3 +187,101 @@ async def test_verbs_refuse_to_decide_before_the_pods_are_read() -> None:
     assert "has not read the cluster's pods yet" in msgspec.json.decode(body)["Error"]
     status, body = await handlers["/bind"](b"{not json")
     assert status == 200  # still starting: nothing is decoded yet
+
+
+def holding(cluster: FakeCluster, node: str, count: int) -> PodView:
+    """A running pod that holds the first ``count`` devices of ``node``."""
+    return cluster.add(
+        pod_obj(
+            "holder",
+            count=count,
+            annotations={
+                "AWS_NEURON_IDS": ",".join(str(d) for d in range(count)),
+                "NEURON_RESOURCE_TYPE": "aws.amazon.com/neuron",
+            },
+            node_name=node,
+            phase="Running",
+        )
+    )
+
+
+async def test_a_filter_after_a_bind_has_arrived_sees_its_devices_taken() -> None:
+    # The bind's API call is still on its way (the gate is closed): the devices are already
+    # the bound pod's, and the next pod is told the node is full.
+    nodes = [node_obj("trn2-0", "trn2.48xlarge")]
+    cluster = FakeCluster(nodes)
+    ext = Extender(cluster)
+    ext.observe(holding(cluster, "trn2-0", 8))
+    handlers = routes(ext, ready=lambda: True)
+    first, second = cluster.add(pod_obj("first", count=8)), pod_obj("second", count=8)
+    cluster.add(second)
+    _, body = await handlers["/filter"](args(cluster.pods["default/first"], nodes, names=True))
+    assert msgspec.json.decode(body)["NodeNames"] == ["trn2-0"]
+    cluster.gate.clear()
+    binding_first = asyncio.create_task(ext.bind(binding(cluster.pods["default/first"], "trn2-0")))
+    await asyncio.sleep(0)
+    _, body = await handlers["/filter"](args(second, nodes, names=True))
+    got = msgspec.json.decode(body)
+    assert got["NodeNames"] == []
+    assert got["FailedNodes"] == {
+        "trn2-0": "Node trn2-0 has no 8 connected Neuron devices free (0 of 16 devices free)"
+    }
+    cluster.gate.set()
+    assert not (await binding_first).error
+    assert cluster.bound == {first.key: "trn2-0"}
+
+
+async def test_a_filter_waits_for_the_bind_due_from_the_filter_before_it() -> None:
+    # kube-scheduler filters the next pod before the previous pod's bind has arrived: the
+    # next filter answers once that bind has taken its devices, not on the picture before.
+    nodes = [node_obj("trn2-0", "trn2.48xlarge")]
+    cluster = FakeCluster(nodes)
+    ext = Extender(cluster, bind_grace=30.0)
+    ext.observe(holding(cluster, "trn2-0", 8))
+    handlers = routes(ext, ready=lambda: True)
+    cluster.add(pod_obj("first", count=8))
+    second = pod_obj("second", count=8)
+    cluster.add(second)
+    await handlers["/filter"](args(cluster.pods["default/first"], nodes, names=True))
+    filtering = asyncio.ensure_future(handlers["/filter"](args(second, nodes, names=True)))
+    await asyncio.sleep(0.05)
+    assert not filtering.done()
+    assert not (await ext.bind(binding(cluster.pods["default/first"], "trn2-0"))).error
+    _, body = await asyncio.wait_for(filtering, 5)
+    assert msgspec.json.decode(body)["NodeNames"] == []
+
+
+async def test_a_bind_that_never_comes_holds_the_next_filter_for_the_grace_only() -> None:
+    # The scheduler gave the first pod up after its filter (another plugin refused it).
+    nodes = [node_obj("trn2-0", "trn2.48xlarge")]
+    cluster = FakeCluster(nodes)
+    ext = Extender(cluster, bind_grace=0.2)
+    handlers = routes(ext, ready=lambda: True)
+    await handlers["/filter"](args(pod_obj("given-up", count=8), nodes, names=True))
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    _, body = await asyncio.wait_for(
+        handlers["/filter"](args(pod_obj("next", count=8), nodes, names=True)), 5
+    )
+    assert loop.time() - started >= 0.15
+    assert msgspec.json.decode(body)["NodeNames"] == ["trn2-0"]
+    # The pod given up and filtered again waits for nobody: its own bind is not due.
+    started = loop.time()
+    await handlers["/filter"](args(pod_obj("next", count=8), nodes, names=True))
+    assert loop.time() - started < 0.15
+
+
+async def test_a_bind_tried_again_for_a_bound_pod_keeps_its_devices() -> None:
+    # The answer to the first bind was lost; the API refuses the second (the pod is bound):
+    # the devices stay the pod's.
+    cluster = FakeCluster([node_obj("trn2-0", "trn2.48xlarge")])
+    ext = Extender(cluster)
+    p = pod_obj("row", count=4)
+    cluster.add(p)
+    assert not (await ext.bind(binding(p, "trn2-0"))).error
+    ext.observe(decode_pod(cluster.pods["default/row"]))
+    again = await ext.bind(binding(p, "trn2-0"))
+    assert "already assigned to node trn2-0" in again.error
+    held = ext.ledger.get("uid-row")
+    assert held is not None
+    assert held.ids == (0, 1, 2, 3)

@@ -1,4 +1,4 @@
-"""The extender's Kubernetes side: Node and Pod caches, the pod annotation, the binding.
+"""The extender's Kubernetes side: Node and Pod caches, and the binding that annotates the pod.
 
 Both caches are informers trimmed to what the extender reads. The pod watch feeds the ledger:
 at start its first list rebuilds who holds what from the pods' annotations, and the service is
@@ -27,7 +27,6 @@ Obj = dict[str, Any]
 
 PODS: Final = Resource(group="", version="v1", plural="pods", kind="Pod", namespaced=True)
 
-_MERGE_PATCH: Final = "application/merge-patch+json"
 _POD_ANNOTATIONS: Final = (ANNOTATION_IDS, ANNOTATION_RESOURCE, ANNOTATION_NODE)
 
 
@@ -123,26 +122,24 @@ class KubeCluster:
         obj = await self._client.get(PODS, name, namespace=namespace)
         return decode_pod(_trim_pod(obj))
 
-    async def annotate(
-        self, namespace: str, name: str, *, uid: str, annotations: dict[str, str | None]
+    async def bind(
+        self, namespace: str, name: str, *, uid: str, node: str, annotations: dict[str, str]
     ) -> None:
-        # The uid in the patch is a precondition: a pod deleted and made again under the same
-        # name is refused instead of annotated.
-        await self._client.request(
-            "PATCH",
-            PODS.path(namespace=namespace, name=name),
-            body={"metadata": {"uid": uid, "annotations": annotations}},
-            content_type=_MERGE_PATCH,
-        )
-
-    async def bind(self, namespace: str, name: str, *, uid: str, node: str) -> None:
+        # The API server merges a Binding's annotations into the pod as it sets the node, in
+        # the same update (kubernetes/kubernetes#5005); the uid is a precondition: a pod
+        # deleted and made again under the same name is refused, not bound.
         await self._client.request(
             "POST",
             PODS.path(namespace=namespace, name=name) + "/binding",
             body={
                 "apiVersion": "v1",
                 "kind": "Binding",
-                "metadata": {"name": name, "namespace": namespace, "uid": uid},
+                "metadata": {
+                    "name": name,
+                    "namespace": namespace,
+                    "uid": uid,
+                    "annotations": annotations,
+                },
                 "target": {"apiVersion": "v1", "kind": "Node", "name": node},
             },
         )

@@ -1,16 +1,26 @@
 """The three extender verbs over the ledger: filter and prioritize decide from what is known;
-bind chooses the set, reserves it, annotates the pod and binds it.
+bind chooses the set, reserves it and binds the pod with it in its annotations.
 
-Binds on one node are serialised (one lock per node) and the reservation is a check-and-set
-in the ledger, done before the first await: two binds racing for the last free set cannot
-both get it, the second one is answered with an error and kube-scheduler tries the pod again.
-Kubernetes is reached through :class:`Cluster` (see ``cluster.py``), so this module is tested
-with a fake one.
+kube-scheduler binds asynchronously: once it has chosen a node for one pod it sends ``bind``
+and goes on to filter the next pod at once. Whatever bind reserves only after an API call is
+unknown to those next filters, which then offer the same devices again (and best fit steers
+the next pods to the very node just filled): their binds find the devices gone and are
+refused, and each refused pod waits out the scheduler's back-off. So bind reserves as soon as
+the call arrives, before its first await, from the pod the scheduler sent with its filter
+call (kept by uid until the pod is bound); only a pod the extender has not seen (a restart
+between filter and bind) is read from the API first. The reservation is a check-and-set in
+the ledger with no await in it: two binds racing for the last free set cannot both get it,
+the second is answered with an error and kube-scheduler tries the pod again. A bind whose set
+seen at filter time is gone takes any other free valid set on the node.
+
+The binding carries the annotations (the API server merges a Binding's annotations into the
+pod as it sets ``spec.nodeName``): one API call per bind, and no pod is ever annotated but
+left unbound, or bound without its devices. Kubernetes is reached through :class:`Cluster`
+(see ``cluster.py``), so this module is tested with a fake one.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Callable
@@ -32,6 +42,7 @@ from neuron_dra_scheduler_extender.api import (
     decode_node,
 )
 from neuron_dra_scheduler_extender.decide import Placement, Unfit, Usage, judge, score, unfit
+from neuron_dra_scheduler_extender.inflight import BIND_GRACE, InFlight
 from neuron_dra_scheduler_extender.inputs import Ask, AskError, NodeShape, ask_of, shape_of
 from neuron_dra_scheduler_extender.ledger import (
     ANNOTATION_IDS,
@@ -62,6 +73,9 @@ LATENCY = Histogram(
 
 #: Verdicts kept at most (then forgotten at once): nodes x kinds of request seen.
 _MAX_VERDICTS = 200_000
+#: Pods kept from filter and prioritize calls until their bind (the oldest go first): pods
+#: the scheduler is placing now, and pods no node fits that it will try again.
+_MAX_ASKED = 20_000
 
 
 class Cluster(Protocol):
@@ -72,22 +86,31 @@ class Cluster(Protocol):
 
     async def get_pod(self, namespace: str, name: str) -> PodView: ...
 
-    async def annotate(
-        self, namespace: str, name: str, *, uid: str, annotations: dict[str, str | None]
+    async def bind(
+        self, namespace: str, name: str, *, uid: str, node: str, annotations: dict[str, str]
     ) -> None:
-        """Merge ``annotations`` into the pod's (None removes one), only if its uid is ``uid``."""
-
-    async def bind(self, namespace: str, name: str, *, uid: str, node: str) -> None: ...
+        """Bind the pod to ``node`` and merge ``annotations`` into its own, in one step, only
+        if its uid is ``uid``."""
 
 
 class Extender:
     """Answers kube-scheduler's ``filter``, ``prioritize`` and ``bind`` calls."""
 
-    def __init__(self, cluster: Cluster, *, clock_ns: Callable[[], int] = time.time_ns) -> None:
+    def __init__(
+        self,
+        cluster: Cluster,
+        *,
+        clock_ns: Callable[[], int] = time.time_ns,
+        bind_grace: float = BIND_GRACE,
+    ) -> None:
         self.cluster = cluster
         self.ledger = Ledger()
         self._clock_ns = clock_ns
-        self._locks: dict[str, asyncio.Lock] = {}
+        # uid -> the pod as the scheduler last sent it to filter or prioritize: what its bind
+        # reserves for without reading the pod first.
+        self._asked: dict[str, PodView] = {}
+        # Pods offered a node by the filter whose bind has not arrived yet (see inflight.py).
+        self.inflight = InFlight(grace=bind_grace)
         # Reservations made by bind that the pod watch has not shown annotated yet: an older
         # view of the pod (without the annotation) must not free them.
         self._pending: set[str] = set()
@@ -125,6 +148,7 @@ class Extender:
         uid = pod.metadata.uid
         if deleted:
             self._pending.discard(uid)
+            self._asked.pop(uid, None)
             self.ledger.release(uid)
             return
         try:
@@ -142,6 +166,21 @@ class Extender:
             self.ledger.release(uid)
 
     # -- filter and prioritize -----------------------------------------------------------------
+
+    async def settle(self, pod: PodView) -> None:
+        """Before ``pod``'s filter: let the binds due from earlier filters arrive first, so
+        that the filter sees the devices they take (see ``inflight.py``)."""
+        await self.inflight.settle(pod.metadata.uid)
+
+    def _keep(self, pod: PodView) -> None:
+        uid = pod.metadata.uid
+        if not uid:
+            return
+        # Moved to the end: a pod tried again is as young as its last try.
+        self._asked.pop(uid, None)
+        self._asked[uid] = pod
+        if len(self._asked) > _MAX_ASKED:
+            del self._asked[next(iter(self._asked))]
 
     def _candidates(self, args: ExtenderArgs) -> list[tuple[str, NodeView | None]]:
         if args.nodes is not None:
@@ -192,6 +231,7 @@ class Extender:
     def filter(self, args: ExtenderArgs) -> ExtenderFilterResult:
         """The nodes that can give the pod a valid connected set now; the others with why."""
         t0 = time.perf_counter()
+        self._keep(args.pod)
         candidates = self._candidates(args)
         result = ExtenderFilterResult()
         kept: list[int] = []
@@ -217,6 +257,8 @@ class Extender:
             result.nodes = NodeList(items=[args.nodes.items[i] for i in kept])
         else:
             result.node_names = [candidates[i][0] for i in kept]
+        if kept:
+            self.inflight.expect(args.pod.metadata.uid)
         log.info(
             "filtered nodes",
             extra={
@@ -238,6 +280,7 @@ class Extender:
     def prioritize(self, args: ExtenderArgs) -> list[HostPriority]:
         """0..10 per node: fuller after placing scores higher (best fit)."""
         t0 = time.perf_counter()
+        self._keep(args.pod)
         try:
             ask = ask_of(args.pod)
         except AskError:
@@ -276,37 +319,48 @@ class Extender:
             result = ExtenderBindingResult(
                 error=f"Pod {args.pod_namespace}/{args.pod_name} on node {args.node}: {exc}"
             )
+        # Bound, refused or failed: nothing more is to come of this pod's filter.
+        self.inflight.arrived(args.pod_uid)
         DECISIONS.labels("bind", "error" if result.error else "bound").inc()
         LATENCY.labels("bind").observe(time.perf_counter() - t0)
         return result
 
+    def _asked_pod(self, args: ExtenderBindingArgs) -> PodView | None:
+        pod = self._asked.pop(args.pod_uid, None) if args.pod_uid else None
+        if pod is None or pod.key != f"{args.pod_namespace}/{args.pod_name}":
+            return None
+        return pod
+
     async def _bind(self, args: ExtenderBindingArgs) -> ExtenderBindingResult:
         ns, name, node = args.pod_namespace, args.pod_name, args.node
-        pod = await self.cluster.get_pod(ns, name)
+        pod = self._asked_pod(args)
+        if pod is None:
+            # Not seen at filter time (the extender restarted since): read it.
+            pod = await self.cluster.get_pod(ns, name)
+            if args.pod_uid and pod.metadata.uid != args.pod_uid:
+                raise LookupError(
+                    f"the pod's uid is {pod.metadata.uid}, not {args.pod_uid} (it was replaced)"
+                )
         uid = pod.metadata.uid
-        if args.pod_uid and uid != args.pod_uid:
-            raise LookupError(f"the pod's uid is {uid}, not {args.pod_uid} (it was replaced)")
         ask = ask_of(pod)
         if ask is None:
-            await self.cluster.bind(ns, name, uid=uid, node=node)
+            await self.cluster.bind(ns, name, uid=uid, node=node, annotations={})
             return ExtenderBindingResult()
         view = self.cluster.node(node)
         if view is None:
             raise LookupError("the node is not known to the Neuron extender yet")
-        shape = shape_of(view)
-        lock = self._locks.setdefault(node, asyncio.Lock())
-        async with lock:
-            alloc = self._reserve(pod, ask, shape)
-            try:
-                annotations = annotations_for(
-                    ask=ask, ids=alloc.ids, node=node, now_ns=self._clock_ns()
-                )
-                await self.cluster.annotate(ns, name, uid=uid, annotations=dict(annotations))
-                await self.cluster.bind(ns, name, uid=uid, node=node)
-            except BaseException:
-                self._pending.discard(uid)
-                self.ledger.release(uid)
-                raise
+        alloc, before = self._reserve(pod, ask, self._shape(view))
+        # Reserved with no await since the call arrived: the filters waiting for this bind
+        # may decide now.
+        self.inflight.arrived(uid)
+        try:
+            annotations = annotations_for(
+                ask=ask, ids=alloc.ids, node=node, now_ns=self._clock_ns()
+            )
+            await self.cluster.bind(ns, name, uid=uid, node=node, annotations=annotations)
+        except BaseException:
+            self._undo(alloc, before)
+            raise
         log.info(
             "bound pod",
             extra={
@@ -318,8 +372,11 @@ class Extender:
         )
         return ExtenderBindingResult()
 
-    def _reserve(self, pod: PodView, ask: Ask, shape: NodeShape) -> Allocation:
-        """Check and set, with no await in between: the ledger's view cannot change here."""
+    def _reserve(
+        self, pod: PodView, ask: Ask, shape: NodeShape
+    ) -> tuple[Allocation, Allocation | None]:
+        """Check and set, with no await in between: the ledger's view cannot change here.
+        Returns the reservation and what the ledger held for the pod before it."""
         uid = pod.metadata.uid
         held = self.ledger.get(uid)
         if (
@@ -329,7 +386,7 @@ class Extender:
         ):
             # A bind tried again after a lost answer: the pod keeps what it was given.
             self._pending.add(uid)
-            return held
+            return held, held
         used = self.ledger.used(shape, excluding=uid)
         verdict = judge(shape, ask, used)
         if isinstance(verdict, Unfit):
@@ -338,7 +395,19 @@ class Extender:
         alloc = Allocation(uid=uid, pod=pod.key, node=shape.name, cores=ask.cores, ids=ids)
         self.ledger.reserve(alloc, shape)
         self._pending.add(uid)
-        return alloc
+        return alloc, held
+
+    def _undo(self, alloc: Allocation, before: Allocation | None) -> None:
+        """A binding the API refused: the pod holds again what it held before, if the ledger
+        still has this bind's reservation (the watch may have told better since)."""
+        uid = alloc.uid
+        self._pending.discard(uid)
+        if self.ledger.get(uid) != alloc:
+            return
+        if before is not None and before != alloc:
+            self.ledger.record(before)
+        elif before is None:
+            self.ledger.release(uid)
 
 
 def decode_pod(obj: object) -> PodView:

@@ -42,6 +42,7 @@ def routes(extender: Extender, *, ready: Callable[[], bool]) -> dict[str, Handle
             args = decode_args(body)
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             return _bad_request("filter", exc)
+        await extender.settle(args.pod)
         return 200, encode(extender.filter(args))
 
     async def prioritize(body: bytes) -> tuple[int, bytes]:
