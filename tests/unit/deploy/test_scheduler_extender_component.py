@@ -99,7 +99,7 @@ def test_extender_rbac_is_least_privilege(docs: Docs) -> None:
     }
     assert rules == {
         ("", "nodes"): ["get", "list", "watch"],
-        ("", "pods"): ["get", "list", "patch", "watch"],
+        ("", "pods"): ["get", "list", "watch"],
         ("", "pods/binding"): ["create"],
     }
     binding = by_kind(docs, "ClusterRoleBinding")["neuron-dra-scheduler-extender"]

@@ -116,6 +116,10 @@ def test_unknown_type_and_bad_fields_name_what_is_wrong() -> None:
         )
     with pytest.raises(DecodeError, match="not JSON"):
         decode(b"\x00garbage")
+    # A string that is not UTF-8 is a DecodeError too, not the decoder's UnicodeDecodeError
+    # (which no consumer would turn into a dead letter).
+    with pytest.raises(DecodeError, match="not UTF-8"):
+        decode(b'{"type":"node.heartbeat.v1","node":"\xa9"}')
 
 
 @pytest.mark.parametrize("event", samples(), ids=lambda e: e.event_type())

@@ -285,3 +285,11 @@ async def test_a_bind_tried_again_for_a_bound_pod_keeps_its_devices() -> None:
     held = ext.ledger.get("uid-row")
     assert held is not None
     assert held.ids == (0, 1, 2, 3)
+
+
+async def test_a_body_that_is_not_utf8_json_is_a_bad_request() -> None:
+    handlers = routes(Extender(FakeCluster(NODES)), ready=lambda: True)
+    for verb in ("/filter", "/prioritize", "/bind"):
+        status, body = await handlers[verb](b'{"Pod": {"metadata": {"name": "\xa9"}}}')
+        assert status == 400, verb
+        assert "the request body is not extender v1 JSON" in msgspec.json.decode(body)["Error"]

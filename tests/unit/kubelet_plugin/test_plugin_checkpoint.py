@@ -86,7 +86,17 @@ def test_tampered_content_is_reported_as_corrupted() -> None:
         decode_checkpoint(tampered, source="f.json")
 
 
-@pytest.mark.parametrize("raw", [b"", b"{", b"[]", b'{"version": 1}', b"\x00\x01garbage"])
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"",
+        b"{",
+        b"[]",
+        b'{"version": 1}',
+        b"\x00\x01garbage",
+        b'{"version": 1, "checksum": "\xa9"}',
+    ],
+)
 def test_garbage_is_reported_as_corrupted(raw: bytes) -> None:
     with pytest.raises(CheckpointCorrupted):
         decode_checkpoint(raw, source="f.json")

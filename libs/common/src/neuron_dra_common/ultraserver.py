@@ -179,7 +179,7 @@ def node_allocation(node: str, annotations: Mapping[str, str] | None) -> NodeAll
         return None
     try:
         return _decoder.decode(raw)
-    except msgspec.DecodeError as exc:
+    except (msgspec.DecodeError, UnicodeDecodeError) as exc:  # a string that is not UTF-8
         raise NodeAllocationError(f"Node {node}: annotation {NODE_ALLOCATION}: {exc}") from None
 
 

@@ -200,7 +200,7 @@ def _decode(raw: bytes, source: str) -> tuple[Checkpoint, str]:
     try:
         envelope = msgspec.json.decode(raw, type=_File)
         data = msgspec.json.decode(envelope.data)
-    except msgspec.DecodeError as exc:
+    except (msgspec.DecodeError, UnicodeDecodeError) as exc:  # a string that is not UTF-8
         raise CheckpointCorrupted(source, f"not a checkpoint file: {exc}") from exc
     if envelope.checksum != _checksum(data):
         raise CheckpointCorrupted(source, "checksum does not match the content")
@@ -260,7 +260,7 @@ def _replay(journal: bytes, base: Checkpoint, base_checksum: str, source: str) -
             raise CheckpointCorrupted(source, f"line {number}: checksum does not match")
         try:
             record = msgspec.json.decode(payload, type=_Line)
-        except msgspec.DecodeError as exc:
+        except (msgspec.DecodeError, UnicodeDecodeError) as exc:
             raise CheckpointCorrupted(source, f"line {number}: {exc}") from exc
         if claims is None:
             if record.base != base_checksum:

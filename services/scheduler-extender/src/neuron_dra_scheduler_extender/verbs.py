@@ -40,7 +40,7 @@ def routes(extender: Extender, *, ready: Callable[[], bool]) -> dict[str, Handle
             return _starting()
         try:
             args = decode_args(body)
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        except (msgspec.DecodeError, UnicodeDecodeError) as exc:
             return _bad_request("filter", exc)
         await extender.settle(args.pod)
         return 200, encode(extender.filter(args))
@@ -50,7 +50,7 @@ def routes(extender: Extender, *, ready: Callable[[], bool]) -> dict[str, Handle
             return _starting()
         try:
             args = decode_args(body)
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        except (msgspec.DecodeError, UnicodeDecodeError) as exc:
             return _bad_request("prioritize", exc)
         return 200, encode(extender.prioritize(args))
 
@@ -59,7 +59,7 @@ def routes(extender: Extender, *, ready: Callable[[], bool]) -> dict[str, Handle
             return _starting()
         try:
             args = decode_binding(body)
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        except (msgspec.DecodeError, UnicodeDecodeError) as exc:
             return _bad_request("bind", exc)
         return 200, encode(await extender.bind(args))
 

@@ -109,5 +109,5 @@ def cloud_event_id(line: bytes) -> str:
     """The ``id`` of a line :func:`encode_line` wrote; "" if the line is not one."""
     try:
         return _id_decoder.decode(line).id
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, UnicodeDecodeError):  # a string that is not UTF-8
         return ""

@@ -82,6 +82,9 @@ def decode(payload: bytes) -> AnyEvent:
         raise DecodeError(f"event payload: {exc}") from exc
     except msgspec.DecodeError as exc:
         raise DecodeError(f"event payload is not JSON: {exc}") from exc
+    except UnicodeDecodeError as exc:
+        # msgspec reports a string that is not UTF-8 this way, not as a DecodeError.
+        raise DecodeError(f"event payload is not UTF-8 JSON: {exc}") from exc
 
 
 def encode(event: Event) -> bytes:
