@@ -53,6 +53,7 @@ from neuron_dra_scheduler_extender.ledger import (
     annotations_for,
     format_ids,
 )
+from neuron_dra_scheduler_extender.verdicts import Verdict, Verdicts
 
 __all__ = ["Cluster", "Extender"]
 
@@ -71,8 +72,6 @@ LATENCY = Histogram(
 )
 
 
-#: Verdicts kept at most (then forgotten at once): nodes x kinds of request seen.
-_MAX_VERDICTS = 200_000
 #: Pods kept from filter and prioritize calls until their bind (the oldest go first): pods
 #: the scheduler is placing now, and pods no node fits that it will try again.
 _MAX_ASKED = 20_000
@@ -118,9 +117,9 @@ class Extender:
         # changes) and its usage (until its allocations change).
         self._shapes: dict[str, tuple[NodeView, NodeShape]] = {}
         self._usages: dict[str, tuple[int, NodeShape, Usage]] = {}
-        # (node, resource, count) -> the node's stamp and shape, and the verdict then: most
-        # nodes do not change between two calls, so most verdicts are looked up, not made.
-        self._verdicts: dict[tuple[str, str, int], tuple[int, NodeShape, Unfit | None, int]] = {}
+        # Per kind of request, each node's verdict until the node or its allocations change:
+        # most nodes do not change between two calls, so most verdicts are looked up, not made.
+        self.verdicts = Verdicts(self.ledger, self.fresh_verdict)
 
     def _shape(self, view: NodeView) -> NodeShape:
         name = view.metadata.name
@@ -182,37 +181,29 @@ class Extender:
         if len(self._asked) > _MAX_ASKED:
             del self._asked[next(iter(self._asked))]
 
-    def _candidates(self, args: ExtenderArgs) -> list[tuple[str, NodeView | None]]:
+    def _candidates(self, args: ExtenderArgs) -> tuple[list[str], list[NodeView | None]]:
+        """The nodes asked about: their names, and each as last seen (None: not known)."""
         if args.nodes is not None:
             views = [decode_node(raw) for raw in args.nodes.items]
-            return [(v.metadata.name, v) for v in views]
-        return [(name, self.cluster.node(name)) for name in args.node_names or ()]
+            return [v.metadata.name for v in views], list(views)
+        names = list(args.node_names or ())
+        return names, list(map(self.cluster.node, names))
 
-    def _unfit(self, ask: Ask, name: str, view: NodeView | None) -> Unfit | None:
+    def fresh_verdict(self, ask: Ask, name: str, view: NodeView | None) -> Verdict:
+        """Why ``ask`` does not fit node ``name`` (seen as ``view``) now (None: it fits),
+        and its score, worked out from the ledger as it is: what :attr:`verdicts` keeps."""
         if view is None:
-            return Unfit(
+            unknown = Unfit(
                 message=f"Node {name} is not known to the Neuron extender yet", final=False
             )
+            return unknown, 0
         try:
             shape = self._shape(view)
         except UnknownInstanceType as exc:
-            return Unfit(message=f"Node {name}: {exc}", final=True)
-        return self._verdict(shape, ask)[0]
-
-    def _verdict(self, shape: NodeShape, ask: Ask) -> tuple[Unfit | None, int]:
-        """Why ``ask`` does not fit ``shape``'s node now (None: it fits), and its score."""
-        key = (shape.name, ask.resource, ask.count)
-        stamp = self.ledger.stamp(shape.name)
-        hit = self._verdicts.get(key)
-        if hit is not None and hit[0] == stamp and hit[1] is shape:
-            return hit[2], hit[3]
-        if len(self._verdicts) > _MAX_VERDICTS:
-            self._verdicts.clear()
+            return Unfit(message=f"Node {name}: {exc}", final=True), 0
         usage = self.usage(shape)
         why = unfit(shape, ask, usage)
-        value = 0 if why is not None else score(shape, ask, usage)
-        self._verdicts[key] = (stamp, shape, why, value)
-        return why, value
+        return why, 0 if why is not None else score(shape, ask, usage)
 
     def _judge(
         self, ask: Ask, name: str, view: NodeView | None
@@ -232,31 +223,30 @@ class Extender:
         """The nodes that can give the pod a valid connected set now; the others with why."""
         t0 = time.perf_counter()
         self._keep(args.pod)
-        candidates = self._candidates(args)
+        names, views = self._candidates(args)
         result = ExtenderFilterResult()
+        failed, final = result.failed_nodes, result.failed_and_unresolvable_nodes
         kept: list[int] = []
         try:
             ask = ask_of(args.pod)
         except AskError as exc:
-            result.failed_and_unresolvable_nodes = {name: str(exc) for name, _ in candidates}
+            result.failed_and_unresolvable_nodes = {name: str(exc) for name in names}
             ask = None
-            candidates = []
-        for index, (name, view) in enumerate(candidates):
+        else:
             if ask is None:
-                kept.append(index)
-                continue
-            verdict = self._unfit(ask, name, view)
-            if verdict is not None:
-                target = (
-                    result.failed_and_unresolvable_nodes if verdict.final else result.failed_nodes
-                )
-                target[name] = verdict.message
+                kept = list(range(len(names)))
             else:
-                kept.append(index)
+                for index, (why, _) in enumerate(self.verdicts.lookup(ask, names, views)):
+                    if why is None:
+                        kept.append(index)
+                    elif why.final:
+                        final[names[index]] = why.message
+                    else:
+                        failed[names[index]] = why.message
         if args.nodes is not None:
             result.nodes = NodeList(items=[args.nodes.items[i] for i in kept])
         else:
-            result.node_names = [candidates[i][0] for i in kept]
+            result.node_names = [names[i] for i in kept]
         if kept:
             self.inflight.expect(args.pod.metadata.uid)
         log.info(
@@ -268,8 +258,8 @@ class Extender:
                 "failed": len(result.failed_nodes) + len(result.failed_and_unresolvable_nodes),
                 # One reason is enough to read: on a large cluster the rest repeat it.
                 "reason": next(
-                    iter({**result.failed_and_unresolvable_nodes, **result.failed_nodes}.values()),
-                    "",
+                    iter(result.failed_and_unresolvable_nodes.values()),
+                    next(iter(result.failed_nodes.values()), ""),
                 ),
             },
         )
@@ -285,17 +275,15 @@ class Extender:
             ask = ask_of(args.pod)
         except AskError:
             ask = None
-        out: list[HostPriority] = []
-        for name, view in self._candidates(args):
-            value = 0
-            if ask is not None and view is not None:
-                try:
-                    shape = self._shape(view)
-                except UnknownInstanceType:
-                    shape = None
-                if shape is not None:
-                    value = self._verdict(shape, ask)[1]
-            out.append(HostPriority(host=name, score=value))
+        names, views = self._candidates(args)
+        if ask is None:
+            out = [HostPriority(host=name, score=0) for name in names]
+        else:
+            verdicts = self.verdicts.lookup(ask, names, views)
+            out = [
+                HostPriority(host=name, score=value)
+                for name, (_, value) in zip(names, verdicts, strict=True)
+            ]
         DECISIONS.labels("prioritize", "ok").inc()
         LATENCY.labels("prioritize").observe(time.perf_counter() - t0)
         return out

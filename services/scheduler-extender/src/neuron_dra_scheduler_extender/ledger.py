@@ -45,6 +45,8 @@ ANNOTATION_ALLOCATED = "NEURON_ALLOCATED"
 ANNOTATION_NODE = "aws.amazon.com/predicate-node"
 
 _TERMINAL = ("Succeeded", "Failed")
+#: Changes remembered by :meth:`Ledger.changed_since` (then the older half is forgotten).
+_MAX_CHANGES = 100_000
 
 
 class Conflict(Exception):
@@ -121,6 +123,10 @@ class Ledger:
         # allocations stays valid while its stamp is the same.
         self._stamps: dict[str, int] = {}
         self._clock = 0
+        # The node of every change since change ``_offset`` (the oldest are dropped): which
+        # nodes changed since a clock value, without asking every node for its stamp.
+        self._changes: list[str] = []
+        self._offset = 0
 
     def __len__(self) -> int:
         return len(self._by_uid)
@@ -129,9 +135,27 @@ class Ledger:
         """Changes whenever an allocation on ``node`` is recorded or released."""
         return self._stamps.get(node, 0)
 
+    @property
+    def clock(self) -> int:
+        """Counts the changes so far: a stamp is the clock of its node's last change."""
+        return self._clock
+
+    def changed_since(self, clock: int) -> set[str] | None:
+        """The nodes whose allocations changed after ``clock`` (a value of :attr:`clock`), or
+        None when that is too long ago to tell (then take every node as changed)."""
+        start = clock - self._offset
+        if start < 0:
+            return None
+        return set(self._changes[start:])
+
     def _touch(self, node: str) -> None:
         self._clock += 1
         self._stamps[node] = self._clock
+        self._changes.append(node)
+        if len(self._changes) > _MAX_CHANGES:
+            drop = len(self._changes) // 2
+            del self._changes[:drop]
+            self._offset += drop
 
     def get(self, uid: str) -> Allocation | None:
         return self._by_uid.get(uid)
