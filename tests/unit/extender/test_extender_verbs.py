@@ -8,7 +8,6 @@ from typing import Any
 import msgspec
 from neuron_dra_scheduler_extender.api import (
     ExtenderBindingArgs,
-    NodeView,
     PodView,
     decode_args,
     encode,
@@ -16,43 +15,7 @@ from neuron_dra_scheduler_extender.api import (
 from neuron_dra_scheduler_extender.extender import Extender, decode_pod
 from neuron_dra_scheduler_extender.verbs import routes
 
-from .helpers import node_obj, pod_obj
-
-
-class FakeCluster:
-    """Pods and nodes in memory; ``bind`` waits for ``gate`` so that binds can overlap."""
-
-    def __init__(self, nodes: list[dict[str, Any]]) -> None:
-        self.nodes = {n["metadata"]["name"]: msgspec.convert(n, NodeView) for n in nodes}
-        self.pods: dict[str, dict[str, Any]] = {}
-        self.bound: dict[str, str] = {}
-        self.gate = asyncio.Event()
-        self.gate.set()
-        self.fail_bind = False
-
-    def add(self, obj: dict[str, Any]) -> PodView:
-        self.pods[f"{obj['metadata']['namespace']}/{obj['metadata']['name']}"] = obj
-        return decode_pod(obj)
-
-    def node(self, name: str) -> NodeView | None:
-        return self.nodes.get(name)
-
-    async def get_pod(self, namespace: str, name: str) -> PodView:
-        return decode_pod(self.pods[f"{namespace}/{name}"])
-
-    async def bind(
-        self, namespace: str, name: str, *, uid: str, node: str, annotations: dict[str, str]
-    ) -> None:
-        await self.gate.wait()
-        if self.fail_bind:
-            raise RuntimeError("the apiserver refused the binding")
-        obj = self.pods[f"{namespace}/{name}"]
-        assert obj["metadata"]["uid"] == uid
-        if obj["spec"]["nodeName"]:
-            raise RuntimeError(f"pod {name} is already assigned to node {obj['spec']['nodeName']}")
-        obj["metadata"]["annotations"].update(annotations)
-        obj["spec"]["nodeName"] = node
-        self.bound[f"{namespace}/{name}"] = node
+from .helpers import FakeCluster, node_obj, pod_obj
 
 
 def args(pod: dict[str, Any], nodes: list[dict[str, Any]], *, names: bool) -> bytes:

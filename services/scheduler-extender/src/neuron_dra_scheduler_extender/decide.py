@@ -41,7 +41,18 @@ from neuron_dra_common.topology import (
 from neuron_dra_scheduler_extender.api import MAX_PRIORITY
 from neuron_dra_scheduler_extender.inputs import Ask, NodeShape
 
-__all__ = ["Placement", "Unfit", "Usage", "fits", "judge", "place", "refusal", "score", "unfit"]
+__all__ = [
+    "Placement",
+    "Unfit",
+    "Usage",
+    "fits",
+    "judge",
+    "place",
+    "refusal",
+    "score",
+    "unfit",
+    "verdict",
+]
 
 
 class Placement(msgspec.Struct, frozen=True, kw_only=True):
@@ -279,13 +290,51 @@ def unfit(shape: NodeShape, ask: Ask, used: Usage | Iterable[int]) -> Unfit | No
     usage = _usage(shape, used)
     if _fits(shape, ask, usage):
         return None
+    return Unfit(message=f"Node {shape.name} {_shortfall(shape, ask, usage)}", final=False)
+
+
+def _shortfall(shape: NodeShape, ask: Ask, usage: Usage) -> str:
+    # What the node lacks, in words that do not name it: nodes in one state share them.
     if ask.cores:
         what = f"{ask.count} NeuronCores on connected devices"
         have = f"{shape.total_cores - len(usage.used)} of {shape.total_cores} cores free"
     else:
         what = f"{ask.count} connected Neuron devices"
         have = f"{shape.devices - usage.busy.bit_count()} of {shape.devices} devices free"
-    return Unfit(message=f"Node {shape.name} has no {what} free ({have})", final=False)
+    return f"has no {what} free ({have})"
+
+
+#: (instance type, cores per device, used cores, resource, count) -> AWS's refusal, or what
+#: the node lacks, or neither and the score: the verdict of every node in that state.
+_STATES: dict[tuple[str, int, frozenset[int], str, int], tuple[str | None, str | None, int]] = {}
+#: States kept at most (then forgotten at once).
+_MAX_STATES = 50_000
+
+
+def verdict(shape: NodeShape, ask: Ask, used: Usage | Iterable[int]) -> tuple[Unfit | None, int]:
+    """:func:`unfit` and :func:`score` together. Worked out once per node state (instance
+    type, cores per device, used cores) and request: many nodes of a fleet are in the same
+    state (empty, or full), and the answer differs between them only by the node's name."""
+    usage = _usage(shape, used)
+    key = (shape.instance_type, shape.cores_per_device, usage.used, ask.resource, ask.count)
+    known = _STATES.get(key)
+    if known is None:
+        refused = refusal(shape, ask)
+        if refused is not None:
+            known = (refused, None, 0)
+        elif not _fits(shape, ask, usage):
+            known = (None, _shortfall(shape, ask, usage), 0)
+        else:
+            known = (None, None, _score(shape, ask, usage))
+        if len(_STATES) >= _MAX_STATES:
+            _STATES.clear()
+        _STATES[key] = known
+    refused, shortfall, value = known
+    if refused is not None:
+        return Unfit(message=refused, final=True), 0
+    if shortfall is not None:
+        return Unfit(message=f"Node {shape.name} {shortfall}", final=False), 0
+    return None, value
 
 
 def judge(shape: NodeShape, ask: Ask, used: Usage | Iterable[int]) -> Placement | Unfit:
@@ -306,5 +355,9 @@ def score(shape: NodeShape, ask: Ask, used: Usage | Iterable[int]) -> int:
     usage = _usage(shape, used)
     if not fits(shape, ask, usage):
         return 0
+    return _score(shape, ask, usage)
+
+
+def _score(shape: NodeShape, ask: Ask, usage: Usage) -> int:
     taken = ask.count if ask.cores else ask.count * shape.cores_per_device
     return round(MAX_PRIORITY * (len(usage.used) + taken) / shape.total_cores)

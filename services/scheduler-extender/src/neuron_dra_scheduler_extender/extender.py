@@ -41,7 +41,7 @@ from neuron_dra_scheduler_extender.api import (
     PodView,
     decode_node,
 )
-from neuron_dra_scheduler_extender.decide import Placement, Unfit, Usage, judge, score, unfit
+from neuron_dra_scheduler_extender.decide import Placement, Unfit, Usage, judge, verdict
 from neuron_dra_scheduler_extender.inflight import BIND_GRACE, InFlight
 from neuron_dra_scheduler_extender.inputs import Ask, AskError, NodeShape, ask_of, shape_of
 from neuron_dra_scheduler_extender.ledger import (
@@ -201,9 +201,7 @@ class Extender:
             shape = self._shape(view)
         except UnknownInstanceType as exc:
             return Unfit(message=f"Node {name}: {exc}", final=True), 0
-        usage = self.usage(shape)
-        why = unfit(shape, ask, usage)
-        return why, 0 if why is not None else score(shape, ask, usage)
+        return verdict(shape, ask, self.usage(shape))
 
     def _judge(
         self, ask: Ask, name: str, view: NodeView | None
