@@ -3,21 +3,24 @@
 kube-scheduler asks the filter about every node for every pod, and prioritize about every
 node that fits, yet one bind changes one node: nearly every verdict asked for was given
 before. A table per kind of request (resource and count) keeps, per node, the verdict and
-the view of the node it was made from. A lookup first forgets the nodes whose allocations
-the ledger changed since the table's last lookup (the ledger names them: no node is asked
-for its stamp), then makes afresh only the verdicts of nodes the table does not hold or
-whose view is another than the one it was made from. What is made afresh is exactly what
-an uncached extender would answer, so the table changes how fast, never what.
+the view of the node it was made from.
 
-The scheduler mostly asks about the same nodes again (every node to filter, the same fitting
-ones to prioritize), so a table also remembers its last answers to the last lists of nodes:
-asked about the same names seen as the same views, it answers from there, making afresh only
-the verdicts of the nodes the ledger changed since, with no step per unchanged node.
+A lookup first makes again the verdicts of the nodes whose allocations the ledger changed
+since the table's last lookup (the ledger names them: no node is asked for its stamp), each
+from the view it was made from. Then it reads the verdicts and views the table holds for the
+names asked, in C (``map`` over the dicts, lists compared element by element, each first by
+identity): when every name is held and the views read are the views given, that is the
+answer, with no Python step per node. Only a node the table does not hold, or whose view
+changed, sends the lookup through the nodes one by one, making afresh just those verdicts.
+
+What is made afresh is exactly what an uncached extender answers: the table changes how
+fast, never what.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import cast
 
 from neuron_dra_scheduler_extender.api import NodeView
 from neuron_dra_scheduler_extender.decide import Unfit
@@ -34,39 +37,17 @@ _MAX_KINDS = 32
 #: Nodes kept per kind at most (then the kind's table starts again empty): more than a
 #: cluster has, so only names of nodes long gone fill it.
 _MAX_NODES = 10_000
-#: Lists of nodes whose last answer a table remembers (filter's and prioritize's).
-_MAX_ANSWERS = 2
-
-
-class _Answer:
-    """The verdicts given for ``names`` seen as ``views``, valid as of the ledger's ``clock``."""
-
-    __slots__ = ("clock", "index", "names", "verdicts", "views")
-
-    def __init__(
-        self,
-        *,
-        clock: int,
-        names: list[str],
-        views: list[NodeView | None],
-        verdicts: list[Verdict],
-    ) -> None:
-        self.clock = clock
-        self.names = names
-        self.views = views
-        self.verdicts = verdicts
-        self.index = {name: i for i, name in enumerate(names)}
 
 
 class _Table:
-    __slots__ = ("answers", "clock", "entries")
+    __slots__ = ("clock", "verdicts", "views")
 
     def __init__(self, clock: int) -> None:
-        # The ledger's clock at the last lookup: the entries are valid as of then.
+        # The ledger's clock at the last lookup: the verdicts are valid as of then.
         self.clock = clock
-        self.entries: dict[str, tuple[NodeView | None, Verdict]] = {}
-        # The most recent first.
-        self.answers: list[_Answer] = []
+        # Per node name, the same keys in both: the verdict, and the view it was made from.
+        self.verdicts: dict[str, Verdict] = {}
+        self.views: dict[str, NodeView | None] = {}
 
 
 class Verdicts:
@@ -88,12 +69,14 @@ class Verdicts:
             table = _Table(clock)
         elif table.clock != clock:
             changed = self._ledger.changed_since(table.clock)
-            if changed is None or len(table.entries) > _MAX_NODES:
-                table.entries.clear()
-                table.answers.clear()
+            if changed is None or len(table.views) > _MAX_NODES:
+                table.verdicts.clear()
+                table.views.clear()
             else:
+                views = table.views
                 for name in changed:
-                    table.entries.pop(name, None)
+                    if name in views:
+                        table.verdicts[name] = self._fresh(ask, name, views[name])
             table.clock = clock
         # Re-inserted: the dict's order is the order of last use.
         self._tables[key] = table
@@ -106,50 +89,19 @@ class Verdicts:
     ) -> list[Verdict]:
         """The verdict of ``ask`` on each node ``names[i]``, seen as ``views[i]``."""
         table = self._table(ask)
-        names, views = list(names), list(views)
-        for answer in table.answers:
-            # Compared element by element in C, each first by identity: no step per node.
-            if answer.names == names and answer.views == views:
-                again = self._again(table, answer, ask)
-                if again is not None:
-                    return again
-                break
-        entries = table.entries
+        known, seen = table.verdicts, table.views
+        # Both read in C; the views compared element by element in C, each first by identity.
+        out: list[Verdict | None] = list(map(known.get, names))
+        if None not in out and list(map(seen.get, names)) == list(views):
+            return cast("list[Verdict]", out)
         fresh = self._fresh
-        out: list[Verdict] = []
-        append = out.append
-        # One pass with locals only: this loop runs for every node on every call.
-        for name, view in zip(names, views, strict=True):
-            hit = entries.get(name)
-            if hit is not None and (hit[0] is view or hit[0] == view):
-                append(hit[1])
-                continue
+        for i, (name, view) in enumerate(zip(names, views, strict=True)):
+            if out[i] is not None:
+                was = seen[name]
+                if was is view or was == view:
+                    continue
             verdict = fresh(ask, name, view)
-            entries[name] = (view, verdict)
-            append(verdict)
-        answer = _Answer(clock=self._ledger.clock, names=names, views=views, verdicts=out)
-        if len(answer.index) == len(names):  # a name twice would need two places updated
-            table.answers = [answer, *(a for a in table.answers if a.names != names)]
-            del table.answers[_MAX_ANSWERS:]
-        return list(out)
-
-    def _again(self, table: _Table, answer: _Answer, ask: Ask) -> list[Verdict] | None:
-        """``answer`` brought up to date: the verdicts of the nodes changed since made again,
-        or None when the ledger can no longer tell which changed."""
-        changed = self._ledger.changed_since(answer.clock)
-        if changed is None:
-            return None
-        entries, verdicts = table.entries, answer.verdicts
-        for name in changed:
-            i = answer.index.get(name)
-            if i is None:
-                continue
-            view = answer.views[i]
-            hit = entries.get(name)
-            if hit is not None and (hit[0] is view or hit[0] == view):
-                verdicts[i] = hit[1]
-            else:
-                verdicts[i] = self._fresh(ask, name, view)
-                entries[name] = (view, verdicts[i])
-        answer.clock = self._ledger.clock
-        return list(verdicts)
+            known[name] = verdict
+            seen[name] = view
+            out[i] = verdict
+        return cast("list[Verdict]", out)
