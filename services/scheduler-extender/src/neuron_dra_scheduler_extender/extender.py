@@ -22,8 +22,10 @@ left unbound, or bound without its devices. Kubernetes is reached through :class
 from __future__ import annotations
 
 import logging
+import operator
 import time
 from collections.abc import Callable
+from itertools import compress, repeat
 from typing import Protocol
 
 import msgspec
@@ -75,6 +77,9 @@ LATENCY = Histogram(
 #: Pods kept from filter and prioritize calls until their bind (the oldest go first): pods
 #: the scheduler is placing now, and pods no node fits that it will try again.
 _MAX_ASKED = 20_000
+
+_WHY = operator.itemgetter(0)
+_PRIORITY = operator.itemgetter(1)
 
 
 class Cluster(Protocol):
@@ -196,12 +201,15 @@ class Extender:
             unknown = Unfit(
                 message=f"Node {name} is not known to the Neuron extender yet", final=False
             )
-            return unknown, 0
+            return unknown, HostPriority(host=name, score=0)
         try:
             shape = self._shape(view)
         except UnknownInstanceType as exc:
-            return Unfit(message=f"Node {name}: {exc}", final=True), 0
-        return verdict(shape, ask, self.usage(shape))
+            return Unfit(message=f"Node {name}: {exc}", final=True), HostPriority(
+                host=name, score=0
+            )
+        why, value = verdict(shape, ask, self.usage(shape))
+        return why, HostPriority(host=name, score=value)
 
     def _judge(
         self, ask: Ask, name: str, view: NodeView | None
@@ -224,7 +232,7 @@ class Extender:
         names, views = self._candidates(args)
         result = ExtenderFilterResult()
         failed, final = result.failed_nodes, result.failed_and_unresolvable_nodes
-        kept: list[int] = []
+        fit: list[bool] = []
         try:
             ask = ask_of(args.pod)
         except AskError as exc:
@@ -232,19 +240,18 @@ class Extender:
             ask = None
         else:
             if ask is None:
-                kept = list(range(len(names)))
+                fit = [True] * len(names)
             else:
-                for index, (why, _) in enumerate(self.verdicts.lookup(ask, names, views)):
-                    if why is None:
-                        kept.append(index)
-                    elif why.final:
-                        final[names[index]] = why.message
-                    else:
-                        failed[names[index]] = why.message
+                # In C but for the nodes that do not fit: this runs for every node.
+                whys = list(map(_WHY, self.verdicts.lookup(ask, names, views)))
+                fit = list(map(operator.is_, whys, repeat(None)))
+                for name, why in compress(zip(names, whys, strict=True), map(operator.not_, fit)):
+                    (final if why.final else failed)[name] = why.message
         if args.nodes is not None:
-            result.nodes = NodeList(items=[args.nodes.items[i] for i in kept])
+            result.nodes = NodeList(items=list(compress(args.nodes.items, fit)))
         else:
-            result.node_names = [names[i] for i in kept]
+            result.node_names = list(compress(names, fit))
+        kept = fit.count(True)
         if kept:
             self.inflight.expect(args.pod.metadata.uid)
         log.info(
@@ -252,7 +259,7 @@ class Extender:
             extra={
                 "pod": args.pod.key,
                 "ask": None if ask is None else f"{ask.count} {ask.resource}",
-                "fit": len(kept),
+                "fit": kept,
                 "failed": len(result.failed_nodes) + len(result.failed_and_unresolvable_nodes),
                 # One reason is enough to read: on a large cluster the rest repeat it.
                 "reason": next(
@@ -277,11 +284,7 @@ class Extender:
         if ask is None:
             out = [HostPriority(host=name, score=0) for name in names]
         else:
-            verdicts = self.verdicts.lookup(ask, names, views)
-            out = [
-                HostPriority(host=name, score=value)
-                for name, (_, value) in zip(names, verdicts, strict=True)
-            ]
+            out = list(map(_PRIORITY, self.verdicts.lookup(ask, names, views)))
         DECISIONS.labels("prioritize", "ok").inc()
         LATENCY.labels("prioritize").observe(time.perf_counter() - t0)
         return out

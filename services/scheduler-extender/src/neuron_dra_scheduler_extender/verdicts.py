@@ -22,15 +22,16 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import cast
 
-from neuron_dra_scheduler_extender.api import NodeView
+from neuron_dra_scheduler_extender.api import HostPriority, NodeView
 from neuron_dra_scheduler_extender.decide import Unfit
 from neuron_dra_scheduler_extender.inputs import Ask
 from neuron_dra_scheduler_extender.ledger import Ledger
 
 __all__ = ["Verdict", "Verdicts"]
 
-#: Why the node cannot serve the request (None: it can), and its score for it (0 when not).
-Verdict = tuple[Unfit | None, int]
+#: Why the node cannot serve the request (None: it can), and prioritize's answer for it
+#: (score 0 when it cannot).
+Verdict = tuple[Unfit | None, HostPriority]
 
 #: Kinds of request kept at most (the least recently asked is forgotten first).
 _MAX_KINDS = 32
