@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import msgspec
@@ -72,6 +73,9 @@ class _Memory:
 
     def node(self, name: str) -> NodeView | None:
         return self.nodes.get(name)
+
+    def node_views(self) -> Mapping[str, NodeView]:
+        return self.nodes
 
     async def get_pod(self, namespace: str, name: str) -> PodView:
         return decode_pod(self.pods[f"{namespace}/{name}"])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from typing import Any
 
 import msgspec
@@ -92,6 +93,9 @@ class FakeCluster:
 
     def node(self, name: str) -> NodeView | None:
         return self.nodes.get(name)
+
+    def node_views(self) -> Mapping[str, NodeView]:
+        return self.nodes
 
     async def get_pod(self, namespace: str, name: str) -> PodView:
         return decode_pod(self.pods[f"{namespace}/{name}"])

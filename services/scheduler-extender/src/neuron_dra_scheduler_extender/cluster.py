@@ -7,6 +7,7 @@ ready only after it.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Final
 
 import msgspec
@@ -117,6 +118,9 @@ class KubeCluster:
 
     def node(self, name: str) -> NodeView | None:
         return self._node_views.get(name)
+
+    def node_views(self) -> Mapping[str, NodeView]:
+        return self._node_views
 
     async def get_pod(self, namespace: str, name: str) -> PodView:
         obj = await self._client.get(PODS, name, namespace=namespace)
