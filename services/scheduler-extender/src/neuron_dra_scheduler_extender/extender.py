@@ -194,24 +194,24 @@ class Extender:
         """The nodes asked about: their names, and each as last seen (None: not known)."""
         if args.nodes is not None:
             views = [decode_node(raw) for raw in args.nodes.items]
-            return [v.metadata.name for v in views], list(views)
+            return [v.metadata.name for v in views], list[NodeView | None](views)
         names = list(args.node_names or ())
         return names, list(map(self.cluster.node_views().get, names))
 
     def fresh_verdict(self, ask: Ask, name: str, view: NodeView | None) -> Verdict:
         """Why ``ask`` does not fit node ``name`` (seen as ``view``) now (None: it fits),
-        and its score, worked out from the ledger as it is: what :attr:`verdicts` keeps."""
+        and prioritize's answer for the node, worked out from the ledger as it is: what
+        :attr:`verdicts` keeps."""
+        nothing = HostPriority(host=name, score=0)
         if view is None:
             unknown = Unfit(
                 message=f"Node {name} is not known to the Neuron extender yet", final=False
             )
-            return unknown, HostPriority(host=name, score=0)
+            return unknown, nothing
         try:
             shape = self._shape(view)
         except UnknownInstanceType as exc:
-            return Unfit(message=f"Node {name}: {exc}", final=True), HostPriority(
-                host=name, score=0
-            )
+            return Unfit(message=f"Node {name}: {exc}", final=True), nothing
         why, value = verdict(shape, ask, self.usage(shape))
         return why, HostPriority(host=name, score=value)
 
