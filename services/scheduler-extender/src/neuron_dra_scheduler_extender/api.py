@@ -121,8 +121,15 @@ class ExtenderFilterResult(
 
 
 class HostPriority(
-    msgspec.Struct, frozen=True, kw_only=True, rename={"host": "Host", "score": "Score"}
+    msgspec.Struct,
+    frozen=True,
+    kw_only=True,
+    gc=False,
+    rename={"host": "Host", "score": "Score"},
 ):
+    # gc=False: a name and a number can hold no cycle, and the extender keeps one per node
+    # and kind of request: the garbage collector's full passes need not walk them.
+
     host: str
     score: int
 

@@ -62,8 +62,11 @@ class Placement(msgspec.Struct, frozen=True, kw_only=True):
     cores: tuple[int, ...]
 
 
-class Unfit(msgspec.Struct, frozen=True, kw_only=True):
+class Unfit(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """Why a node cannot serve a pod; ``final`` when it never will (an invalid count)."""
+
+    # gc=False: a string and a flag can hold no cycle, and the extender keeps one per node
+    # and kind of request: the garbage collector's full passes need not walk them.
 
     message: str
     final: bool
