@@ -27,7 +27,7 @@ def real_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeStack]:
             pytest.fail(f"{reason}; {REQUIRE_ENV}=1 says it must run")
         pytest.skip(reason)
     state_dir = tmp_path_factory.mktemp("real-stack")
-    stack = start_stack(state_dir, fleet=FLEET, extra=["--real-nodes", "1"])
+    stack = start_stack(state_dir, fleet=FLEET, extra=["--real-nodes", "1", "--real-node-driver"])
     try:
         yield stack
     finally:
