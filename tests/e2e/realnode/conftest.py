@@ -1,5 +1,6 @@
 """A local stack with one real node (the real kubelet with containerd and runc) beside one
-simulated node, for the real-node tests of this package."""
+simulated node, for the real-node tests of this package; the driver's own DaemonSets run on
+the real node (``--real-node-driver``)."""
 
 from __future__ import annotations
 
