@@ -10,8 +10,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from neuron_dra_cli.stack import realdriver
+from neuron_dra_cli.stack import realdriver, realnodes
 from neuron_dra_cli.stack.layout import Layout
+
+from tests.fixtures.stack import neuron_dra
 
 NODE = Path("/tmp/ndra-x/real-node-0")
 
@@ -103,3 +105,21 @@ def test_the_simulated_devices_are_character_devices(tmp_path: Path) -> None:
         index = int(node.name.removeprefix("neuron"))
         assert os.major(node.stat().st_rdev) == realdriver.DEVICE_MAJOR
         assert os.minor(node.stat().st_rdev) == index
+
+
+@pytest.mark.parametrize(
+    ("flags", "said"),
+    [
+        ([], "exactly one real node (--real-nodes 1, not 0)"),
+        (["--real-nodes", "2"], "exactly one real node (--real-nodes 1, not 2)"),
+    ],
+)
+def test_dev_up_refuses_the_driver_on_other_than_one_real_node(
+    tmp_path: Path, flags: list[str], said: str
+) -> None:
+    if flags and realnodes.missing_requirements():
+        pytest.skip("a real node cannot run here: dev up says so first")
+    proc = neuron_dra("dev", "up", "--real-node-driver", *flags, "--state-dir", str(tmp_path))
+    assert proc.returncode == 2
+    assert said in proc.stderr
+    assert not (tmp_path / "state.json").exists()
