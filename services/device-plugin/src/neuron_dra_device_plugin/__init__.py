@@ -1,0 +1,6 @@
+"""The per-node kubelet device plugin (device plugin API v1beta1) for Neuron devices and cores.
+
+Pure modules (``inventory``, ``choose``, ``respond``, ``pending``, ``health``) hold the logic;
+``servicer`` and ``registration`` speak gRPC to the kubelet, ``annotations`` reads the scheduler
+extension's pod annotations; ``wiring`` puts them together and ``main`` starts it.
+"""
