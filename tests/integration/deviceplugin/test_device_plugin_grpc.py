@@ -9,6 +9,7 @@ gRPC server that records what it is told.
 from __future__ import annotations
 
 import asyncio
+import json
 import tempfile
 from collections.abc import AsyncIterator, Iterator
 from functools import partial
@@ -16,8 +17,10 @@ from pathlib import Path
 
 import grpc
 import pytest
-from neuron_dra_common.extended import MANAGED_RESOURCES
+from neuron_dra_common.extended import DEVICE_RESOURCE, MANAGED_RESOURCES
 from neuron_dra_common.grpcserver import UnixGrpcServer, unix_target
+from neuron_dra_common.kube import connect
+from neuron_dra_device_plugin.annotations import ApiAnnotatedPods
 from neuron_dra_device_plugin.health import HealthState
 from neuron_dra_device_plugin.registration import Registrar
 from neuron_dra_device_plugin.servicer import DevicePluginServicer
@@ -223,3 +226,47 @@ async def test_cores_are_served_on_their_own_socket(directory: Path, plugin: obj
         "/dev/neuron1",
         "/dev/neuron2",
     ]
+
+
+async def test_allocate_serves_the_kubelets_choice_while_the_api_server_is_away(
+    directory: Path, health: HealthState
+) -> None:
+    # A kubeconfig whose server accepts no connection: the annotations cannot be read.
+    kubeconfig = directory / "kubeconfig"
+    kubeconfig.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "c", "cluster": {"server": "http://127.0.0.1:9"}}],
+                "users": [{"name": "u", "user": {"token": "t"}}],
+                "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
+                "current-context": "x",
+            }
+        )
+    )
+    client = await connect(kubeconfig=kubeconfig)
+    servicer = DevicePluginServicer(
+        resource=DEVICE_RESOURCE,
+        inventory=inventory("trn2.48xlarge"),
+        health=health,
+        dev_root="/dev",
+        pods=ApiAnnotatedPods(client, node="n1"),
+    )
+    socket = directory / "plugin.sock"
+    server = UnixGrpcServer(
+        socket, registrars=[partial(pb_grpc.add_DevicePluginServicer_to_server, servicer)]
+    )
+    try:
+        async with server, grpc.aio.insecure_channel(unix_target(socket)) as channel:
+            allocated = await pb_grpc.DevicePluginStub(channel).Allocate(
+                pb.AllocateRequest(
+                    container_requests=[pb.ContainerAllocateRequest(devices_ids=["neuron12"])]
+                ),
+                timeout=WAIT * 4,
+            )
+    finally:
+        await client.close()
+    container = allocated.container_responses[0]
+    assert [d.container_path for d in container.devices] == ["/dev/neuron12"]
+    assert container.envs["NEURON_RT_VISIBLE_CORES"] == "48-51"

@@ -3,7 +3,8 @@
 - ``ListAndWatch`` sends every unit with its health at once, then again on every change;
 - ``GetPreferredAllocation`` answers from the topology engine (:mod:`.choose`);
 - ``Allocate`` serves the units the scheduler extension annotated on the pod when there is
-  such a pod, else the units the kubelet chose; a refusal (a count the instance cannot serve,
+  such a pod, else (or when the API server cannot be read) the units the kubelet chose; a
+  refusal (a count the instance cannot serve,
   an id this node never listed) fails the call, and the kubelet shows its text on the pod.
 
 ``PreStartContainer`` is not used (the options say so); it answers empty.
@@ -171,7 +172,16 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
         """The extension's choice for the pod this is for, if it made one; else ``units``."""
         if self._pods is None:
             return units
-        pending = await self._pods.claim(resource=self.resource, count=len(units))
+        try:
+            pending = await self._pods.claim(resource=self.resource, count=len(units))
+        except Exception as exc:  # any failure to read the pods: the API server is advisory here
+            # Refusing would stop every Neuron pod on the node while the API server is away;
+            # the kubelet's choice is one of our preferred connected sets anyway.
+            log.warning(
+                "pod annotations unreadable; serving the kubelet's choice",
+                extra={"resource": self.resource, "error": repr(exc)},
+            )
+            return units
         if pending is None:
             return units
         known = set(self._inventory.units(self.resource))
