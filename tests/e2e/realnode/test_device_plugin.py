@@ -10,6 +10,7 @@ the container. The plugin runs as a process of the stack (``dev down`` stops it)
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shutil
@@ -24,6 +25,8 @@ from typing import Any
 import pytest
 from neuron_dra_cli.stack.components import Component, python_service
 from neuron_dra_cli.stack.layout import Layout
+from neuron_dra_common.bus import Bus
+from neuron_dra_common.events import DeviceHealthChanged
 from neuron_dra_common.hardware.layout import NodePaths
 from neuron_dra_common.hardware.simulate import write_node
 from neuron_dra_common.topology import instance_spec, is_connected_set, visible_cores
@@ -80,6 +83,7 @@ def plugin(real_stack: KubeStack, hardware: Path) -> Iterator[tuple[Component, P
             "NEURON_DRA_KUBELET_ROOT": str(DEVICE_MANAGER_ROOT),
             "NEURON_DRA_KUBECONFIG": str(real_stack.kubeconfig),
             "NEURON_DRA_HEALTH_INTERVAL": "0.5",
+            "NEURON_DRA_NATS_SERVERS": real_stack.nats_url,
         },
         ready_path="/readyz",
     )
@@ -242,3 +246,41 @@ def test_a_device_the_node_loses_leaves_allocatable(
     )
     # Capacity still counts it: the device is there, only unusable.
     assert neuron_resources(real_stack, "capacity")["aws.amazon.com/neuron"] == "16"
+
+
+def publish(stack: KubeStack, event: DeviceHealthChanged) -> None:
+    """Publish ``event`` as the health monitor does when a device fails or is repaired."""
+
+    async def send() -> None:
+        bus = await Bus.connect([stack.nats_url], name="device-plugin-test")
+        try:
+            await bus.publisher(source="/test").publish(event)
+        finally:
+            await bus.close()
+
+    asyncio.run(send())
+
+
+def test_a_device_the_health_monitor_reports_unhealthy_leaves_allocatable_until_repaired(
+    real_stack: KubeStack, plugin: tuple[Component, Path]
+) -> None:
+    def neurons() -> str:
+        return neuron_resources(real_stack, "allocatable")["aws.amazon.com/neuron"]
+
+    before = int(neurons())
+    publish(
+        real_stack,
+        DeviceHealthChanged(
+            node=REAL_NODE, device="neurondevice13", health="Unhealthy", severity="uncorrectable"
+        ),
+    )
+    real_stack.wait_for(
+        "device 13 out of allocatable", lambda: neurons() == str(before - 1), timeout=90
+    )
+    assert neuron_resources(real_stack, "allocatable")["aws.amazon.com/neuroncore"] == str(
+        (before - 1) * CORES_PER_DEVICE
+    )
+    publish(
+        real_stack, DeviceHealthChanged(node=REAL_NODE, device="neurondevice13", health="Healthy")
+    )
+    real_stack.wait_for("device 13 back", lambda: neurons() == str(before), timeout=90)

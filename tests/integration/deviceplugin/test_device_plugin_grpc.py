@@ -146,7 +146,7 @@ async def test_the_device_list_follows_health(
     assert isinstance(first, pb.ListAndWatchResponse)
     assert [d.ID for d in first.devices] == [f"neuron{i}" for i in range(16)]
     assert {d.health for d in first.devices} == {"Healthy"}
-    health.set(frozenset({3}))
+    health.update("test", frozenset({3}))
     second = await asyncio.wait_for(stream.read(), WAIT)
     assert isinstance(second, pb.ListAndWatchResponse)
     assert [d.ID for d in second.devices if d.health == "Unhealthy"] == ["neuron3"]

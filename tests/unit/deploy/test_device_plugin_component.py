@@ -3,6 +3,8 @@ for the device plugin, never beside the DRA agents, locked down, with least-priv
 
 from __future__ import annotations
 
+from urllib.parse import urlsplit
+
 import pytest
 
 from tests.unit.deploy.test_kustomize import by_kind
@@ -77,3 +79,13 @@ def test_the_plugin_may_only_list_pods_and_mark_them_served(docs: Docs) -> None:
     assert rules == {("", "pods"): ["list", "patch"]}
     [subject] = by_kind(docs, "ClusterRoleBinding")[NAME]["subjects"]
     assert subject["name"] == pod(docs, "DaemonSet", NAME)["spec"]["serviceAccountName"]
+
+
+def test_the_plugin_reaches_the_nats_the_base_deploys_and_its_policy_admits_it(docs: Docs) -> None:
+    service = by_kind(docs, "Service")["nats"]
+    client = {p["name"]: p["port"] for p in service["spec"]["ports"]}["client"]
+    url = urlsplit(str(env(docs, "DaemonSet", NAME)["NEURON_DRA_NATS_SERVERS"]))
+    assert (url.hostname, url.port) == (f"nats.{service['metadata']['namespace']}.svc", client)
+    labels = pod(docs, "DaemonSet", NAME)["metadata"]["labels"]
+    discovery = pod(docs, "DaemonSet", "neuron-dra-discovery")["metadata"]["labels"]
+    assert labels["app.kubernetes.io/part-of"] == discovery["app.kubernetes.io/part-of"]

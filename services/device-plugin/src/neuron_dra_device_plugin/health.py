@@ -1,8 +1,9 @@
 """Device health as the kubelet's device manager reads it, and where it comes from.
 
-A device is ``Unhealthy`` when the node no longer shows it: its sysfs directory or its
-``/dev/neuronN`` node is gone (a driver that lost the device, a device taken away). Its cores
-are unhealthy with it. The kubelet takes unhealthy devices out of the node's allocatable
+A device is ``Unhealthy`` when the node no longer shows it (its sysfs directory or its
+``/dev/neuronN`` node is gone: a driver that lost the device, a device taken away), or when
+the health monitor's latest ``DeviceHealthChanged`` for it says Unhealthy (see
+:mod:`.bushealth`). Its cores are unhealthy with it. The kubelet takes unhealthy devices out of the node's allocatable
 count; a pod already holding one keeps running.
 
 :func:`unhealthy_devices` and :func:`unit_health` are pure; :class:`HealthState` holds the
@@ -66,9 +67,11 @@ def unit_health(
 
 
 class HealthState:
-    """The unhealthy devices of the node, and an event per change for the streams."""
+    """The unhealthy devices of the node, as several sources report them (a device is
+    unhealthy while any source says so), and an event per change for the streams."""
 
     def __init__(self) -> None:
+        self._by_source: dict[str, frozenset[int]] = {}
         self._unhealthy: frozenset[int] = frozenset()
         self._changed = asyncio.Event()
 
@@ -76,11 +79,13 @@ class HealthState:
     def unhealthy(self) -> frozenset[int]:
         return self._unhealthy
 
-    def set(self, unhealthy: frozenset[int]) -> bool:
-        """Take the new view; True when it differs from the last."""
-        if unhealthy == self._unhealthy:
+    def update(self, source: str, unhealthy: frozenset[int]) -> bool:
+        """Take ``source``'s new view; True when the node's unhealthy devices changed."""
+        self._by_source[source] = unhealthy
+        combined = frozenset().union(*self._by_source.values())
+        if combined == self._unhealthy:
             return False
-        self._unhealthy = unhealthy
+        self._unhealthy = combined
         # Wake every waiting stream, then arm again for the next change.
         self._changed.set()
         self._changed = asyncio.Event()

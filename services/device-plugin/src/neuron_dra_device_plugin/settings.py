@@ -32,6 +32,13 @@ class DevicePluginSettings(NodeHardwareSettings, frozen=True, kw_only=True):
     health_interval: Annotated[
         float, msgspec.Meta(gt=0, description="Seconds between looks at the devices' presence")
     ] = 5.0
+    health_events: Annotated[
+        bool,
+        msgspec.Meta(
+            description="Follow the health monitor's DeviceHealthChanged events on NATS "
+            "(an unhealthy device leaves the node's allocatable count)"
+        ),
+    ] = True
     kubelet_watch_interval: Annotated[
         float,
         msgspec.Meta(gt=0, description="Seconds between checks that the kubelet's socket is new"),

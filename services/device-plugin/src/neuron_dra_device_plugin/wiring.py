@@ -1,5 +1,5 @@
-"""The plugin's wiring: the node's hardware as an inventory, the health probe, one servicer
-per resource, the registrar that keeps them registered with the kubelet, and ``/healthz``.
+"""The plugin's wiring: the node's hardware as an inventory, the health sources (the devices'
+presence, the health monitor's events on NATS), one servicer per resource, the registrar that keeps them registered with the kubelet, and ``/healthz``.
 
 The kubelet path never waits for the API server: the client is only used inside Allocate, to
 honour the scheduler extension's annotations.
@@ -18,6 +18,7 @@ from neuron_dra_common.runtime.process import Service
 from neuron_dra_common.topology import instance_spec, logical_cores_per_device
 
 from neuron_dra_device_plugin.annotations import ApiAnnotatedPods
+from neuron_dra_device_plugin.bushealth import BusHealthFeed
 from neuron_dra_device_plugin.health import HealthState, PresenceProbe
 from neuron_dra_device_plugin.inventory import Inventory
 from neuron_dra_device_plugin.registration import Registrar
@@ -29,6 +30,9 @@ __all__ = ["NAME", "build", "inventory_of"]
 log = logging.getLogger(__name__)
 
 NAME = "device-plugin"
+#: The presence probe's name among the health sources.
+PRESENCE = "presence"
+_BUS_RETRY = (0.5, 1.0, 2.0, 5.0, 10.0)
 
 
 def inventory_of(settings: DevicePluginSettings) -> Inventory:
@@ -56,10 +60,43 @@ async def _watch_health(
 ) -> None:
     while not stopped.is_set():
         unhealthy = await asyncio.to_thread(probe.unhealthy)
-        if state.set(unhealthy):
+        if state.update(PRESENCE, unhealthy):
             log.info("device health changed", extra={"unhealthy": sorted(unhealthy)})
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stopped.wait(), timeout=interval)
+
+
+async def _follow_health_events(
+    settings: DevicePluginSettings, *, feed: BusHealthFeed, stopped: asyncio.Event
+) -> None:
+    """Connect to NATS (retrying for ever) and follow this node's health events; without
+    NATS the plugin keeps serving, with the devices' presence as its only health source."""
+    from neuron_dra_common.bus import Bus, credentials_of, limits_of
+
+    attempt = 0
+    while not stopped.is_set():
+        bus: Bus | None = None
+        try:
+            bus = await Bus.connect(
+                settings.nats_servers,
+                name=f"{NAME}-{settings.node_name}",
+                limits=limits_of(settings),
+                credentials=credentials_of(settings),
+            )
+            await bus.reconcile(replicas=settings.stream_replicas)
+            attempt = 0
+            await feed.follow(bus)
+        except Exception as exc:  # health events are advisory: keep the last view and retry
+            delay = _BUS_RETRY[min(attempt, len(_BUS_RETRY) - 1)]
+            attempt += 1
+            log.warning(
+                "health events unreachable, retrying", extra={"retry_in": delay, "error": repr(exc)}
+            )
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stopped.wait(), timeout=delay)
+        finally:
+            if bus is not None:
+                await bus.close()
 
 
 async def build(settings: DevicePluginSettings, *, inventory: Inventory) -> Service:
@@ -68,7 +105,7 @@ async def build(settings: DevicePluginSettings, *, inventory: Inventory) -> Serv
     dev_root = settings.dev_root or str(host_root / "dev")
     state = HealthState()
     probe = PresenceProbe(host_root=host_root, devices=inventory.devices)
-    state.set(probe.unhealthy())
+    state.update(PRESENCE, probe.unhealthy())
 
     service = Service(name=NAME, settings=settings)
     pods: AnnotatedPods | None = None
@@ -94,6 +131,18 @@ async def build(settings: DevicePluginSettings, *, inventory: Inventory) -> Serv
         stop=registrar.stop,
         ready=lambda: registrar.registered == len(servicers),
     )
+    if settings.health_events:
+        feed = BusHealthFeed(node=settings.node_name, devices=inventory.devices, state=state)
+
+        def stop_feed() -> None:
+            stopped.set()
+            feed.stop()
+
+        service.add_task(
+            "health-events",
+            lambda: _follow_health_events(settings, feed=feed, stopped=stopped),
+            stop=stop_feed,
+        )
     service.add_task(
         "health",
         lambda: _watch_health(probe, state, interval=settings.health_interval, stopped=stopped),
