@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 import tempfile
 from collections.abc import AsyncIterator, Iterator
 from functools import partial
@@ -270,3 +271,22 @@ async def test_allocate_serves_the_kubelets_choice_while_the_api_server_is_away(
     container = allocated.container_responses[0]
     assert [d.container_path for d in container.devices] == ["/dev/neuron12"]
     assert container.envs["NEURON_RT_VISIBLE_CORES"] == "48-51"
+
+
+def stale_socket(path: Path) -> None:
+    """A socket file nobody listens on, as a kubelet that died leaves behind."""
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.bind(str(path))
+
+
+async def test_a_kubelet_that_comes_back_over_its_dead_socket_is_registered_with(
+    directory: Path, registrar: Registrar
+) -> None:
+    stale_socket(directory / "kubelet.sock")
+    await asyncio.sleep(0.5)
+    assert registrar.registrations == 0
+    kubelet = Kubelet()
+    async with kubelet_server(directory, kubelet):
+        # At once, not after the retry delay: the new socket is noticed.
+        async with asyncio.timeout(2):
+            await kubelet.wait_for(3)

@@ -32,6 +32,7 @@ log = logging.getLogger(__name__)
 API_VERSION: Final = "v1beta1"
 KUBELET_SOCKET: Final = "kubelet.sock"
 _REGISTER_TIMEOUT = 10.0
+_RETRY_SECONDS = 5.0
 
 
 def socket_name(resource: str) -> str:
@@ -43,12 +44,17 @@ def socket_name(resource: str) -> str:
     return f"neuron-dra-{resource.rsplit('/', 1)[-1]}.sock"
 
 
-def _identity(path: Path) -> tuple[int, int] | None:
+_Identity = tuple[int, int, int]
+
+
+def _identity(path: Path) -> _Identity | None:
+    """Which file is at ``path``: a socket made anew may reuse the inode number of the one it
+    replaces, so its change time tells them apart too."""
     try:
         st = os.stat(path)
     except FileNotFoundError:
         return None
-    return (st.st_dev, st.st_ino)
+    return (st.st_dev, st.st_ino, st.st_ctime_ns)
 
 
 async def register(kubelet_socket: Path, *, resource: str, endpoint: str) -> None:
@@ -92,6 +98,15 @@ class Registrar:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._stop.wait(), timeout=self._interval)
 
+    async def _wait_for_new(self, kubelet: _Identity, *, within: float) -> None:
+        """Return once the kubelet's socket is another one, after ``within`` s, or on stop."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + within
+        while not self._stop.is_set() and loop.time() < deadline:
+            await self._sleep()
+            if _identity(self.kubelet_socket) != kubelet:
+                return
+
     async def run(self) -> None:
         """Until :meth:`stop`: wait for the kubelet, serve, register, and start over whenever
         its socket is made anew or one of ours disappears."""
@@ -102,7 +117,7 @@ class Registrar:
                 continue
             await self._serve_while(kubelet)
 
-    async def _serve_while(self, kubelet: tuple[int, int]) -> None:
+    async def _serve_while(self, kubelet: _Identity) -> None:
         servers = [
             UnixGrpcServer(
                 self._dir / socket_name(s.resource),
@@ -121,11 +136,13 @@ class Registrar:
                     self.registrations += 1
                     log.info("registered with the kubelet", extra={"resource": s.resource})
             except grpc.aio.AioRpcError as exc:
+                # A socket left by a kubelet that is gone answers nothing: wait for the next
+                # kubelet's socket (or a while) rather than serving anew every interval.
                 log.warning(
                     "kubelet registration failed; retrying",
                     extra={"error": exc.details(), "code": exc.code().name},
                 )
-                await self._sleep()
+                await self._wait_for_new(kubelet, within=_RETRY_SECONDS)
                 return
             self.registered = len(self._servicers)
             try:
