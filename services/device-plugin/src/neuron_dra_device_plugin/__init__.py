@@ -2,5 +2,6 @@
 
 Pure modules (``inventory``, ``choose``, ``respond``, ``pending``, ``health``) hold the logic;
 ``servicer`` and ``registration`` speak gRPC to the kubelet, ``annotations`` reads the scheduler
-extension's pod annotations; ``wiring`` puts them together and ``main`` starts it.
+extension's pod annotations, ``bushealth`` follows the health monitor's events; ``wiring`` puts
+them together and ``main`` starts it.
 """
