@@ -1,7 +1,8 @@
 # One image for every neuron-dra service; the command picks the service
 # (neuron-dra-discovery, neuron-dra-health-probe, neuron-dra-slice-publisher,
 # neuron-dra-kubelet-plugin, neuron-dra-topology-allocator, neuron-dra-ultraserver-operator,
-# neuron-dra-audit, neuron-dra-alerts, neuron-dra-scheduler-extender), and `neuron-dra` is there for its non-dev commands
+# neuron-dra-audit, neuron-dra-alerts, neuron-dra-scheduler-extender, neuron-dra-device-plugin),
+# and `neuron-dra` is there for its non-dev commands
 # (`neuron-dra topology show`, `--version`).
 #
 # BASE: any Debian-based image with python3 3.11 (and CA certificates, to reach PyPI while
@@ -46,6 +47,7 @@ COPY services/audit/pyproject.toml services/audit/
 COPY services/alerts/pyproject.toml services/alerts/
 COPY services/scheduler-extender/pyproject.toml services/scheduler-extender/
 COPY services/bus-auth/pyproject.toml services/bus-auth/
+COPY services/device-plugin/pyproject.toml services/device-plugin/
 # uv's cache (downloads, the build backend) is a cache mount: kept between builds, never in
 # a layer.
 RUN --mount=type=cache,target=/var/cache/uv,sharing=locked \

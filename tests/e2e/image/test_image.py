@@ -15,6 +15,7 @@ SERVICES = (
     "neuron-dra-kubelet-plugin",
     "neuron-dra-topology-allocator",
     "neuron-dra-ultraserver-operator",
+    "neuron-dra-device-plugin",
 )
 
 

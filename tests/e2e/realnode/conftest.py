@@ -1,5 +1,6 @@
 """A local stack with one real node (the real kubelet with containerd and runc) beside one
-simulated node, for the real-node tests of this package."""
+simulated node, for the real-node tests of this package; the driver's own DaemonSets run on
+the real node (``--real-node-driver``)."""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ def real_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeStack]:
             pytest.fail(f"{reason}; {REQUIRE_ENV}=1 says it must run")
         pytest.skip(reason)
     state_dir = tmp_path_factory.mktemp("real-stack")
-    stack = start_stack(state_dir, fleet=FLEET, extra=["--real-nodes", "1"])
+    stack = start_stack(state_dir, fleet=FLEET, extra=["--real-nodes", "1", "--real-node-driver"])
     try:
         yield stack
     finally:

@@ -87,6 +87,17 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "containernetworking-plugins), gcc and podman; builds the kubelet and containerd "
         "(a few minutes, once)",
     )
+    p.add_argument(
+        "--real-node-driver",
+        action="store_true",
+        help="with --real-nodes 1: the real node is a trn2.48xlarge with simulated hardware "
+        "(its /dev/neuron* character devices no driver serves), this checkout's image is "
+        "imported into it, and the driver's own discovery and kubelet-plugin DaemonSets "
+        "(deploy/kustomize/overlays/local) run there as real containers, patched only for "
+        "this machine by <state-dir>/real-node-driver/kustomization.yaml (real nodes only, "
+        "host network, the kubelet's paths); the real kubelet calls the plugin and "
+        "containerd injects its CDI devices. The simulated nodes keep their processes",
+    )
     paths.add_state_dir_option(p)
     p.set_defaults(handler=cmd_up)
 
@@ -170,6 +181,7 @@ def cmd_up(args: argparse.Namespace) -> int:
             tracing=args.tracing,
             bus_auth=args.bus_auth,
             real_nodes=args.real_nodes,
+            real_node_driver=args.real_node_driver,
         ),
         progress=_progress,
     )

@@ -15,11 +15,12 @@ the instance catalog in :mod:`neuron_dra_common.topology`.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 
 import msgspec
 from neuron_dra_common.cdi import DeviceNode
 from neuron_dra_common.topology import InstanceSpec, logical_cores_per_device
+from neuron_dra_common.topology.cores import format_ranges, visible_cores
 
 __all__ = [
     "MODE_FOUR_NODE",
@@ -47,39 +48,6 @@ MODE_SINGLE_NODE = 4
 
 class EditsError(ValueError):
     """The edits cannot be built (a setting the instance does not support, a bad placement)."""
-
-
-def format_ranges(ids: Iterable[int]) -> str:
-    """Sorted ids as a comma list of ranges.
-
-    >>> format_ranges([13, 4, 5, 6, 7, 12, 14, 15, 9])
-    '4-7,9,12-15'
-    """
-    ordered = sorted(set(ids))
-    parts: list[str] = []
-    start = prev = None
-    for value in ordered:
-        if start is None:
-            start = prev = value
-        elif prev is not None and value == prev + 1:
-            prev = value
-        else:
-            parts.append(f"{start}" if start == prev else f"{start}-{prev}")
-            start = prev = value
-    if start is not None:
-        parts.append(f"{start}" if start == prev else f"{start}-{prev}")
-    return ",".join(parts)
-
-
-def visible_cores(devices: Iterable[int], cores_per_device: int) -> str:
-    """``NEURON_RT_VISIBLE_CORES`` for ``devices`` with ``cores_per_device`` logical cores each.
-
-    >>> visible_cores([1, 3], 4)
-    '4-7,12-15'
-    """
-    return format_ranges(
-        core for d in devices for core in range(d * cores_per_device, (d + 1) * cores_per_device)
-    )
 
 
 def lnc_in_force(

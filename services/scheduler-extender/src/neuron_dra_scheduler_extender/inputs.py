@@ -1,8 +1,8 @@
 """What a pod asks for and what a node has, read from their API objects. Pure.
 
-Resource names are AWS's device plugin's: ``aws.amazon.com/neuron`` (whole devices),
-``aws.amazon.com/neurondevice`` (the same, under the name older device plugins used) and
-``aws.amazon.com/neuroncore`` (NeuronCores).
+Resource names are AWS's device plugin's (:mod:`neuron_dra_common.extended`, shared with our
+device plugin): ``aws.amazon.com/neuron`` (whole devices), ``aws.amazon.com/neurondevice`` (the
+same, under the name older device plugins used) and ``aws.amazon.com/neuroncore`` (NeuronCores).
 """
 
 from __future__ import annotations
@@ -10,6 +10,12 @@ from __future__ import annotations
 import math
 
 import msgspec
+from neuron_dra_common.extended import (
+    CORE_RESOURCE,
+    DEVICE_RESOURCE,
+    DEVICE_RESOURCES,
+    MANAGED_RESOURCES,
+)
 from neuron_dra_common.topology import (
     InstanceSpec,
     UnknownInstanceType,
@@ -21,6 +27,7 @@ from neuron_dra_scheduler_extender.api import Container, NodeView, PodView
 
 __all__ = [
     "CORE_RESOURCE",
+    "DEVICE_RESOURCE",
     "DEVICE_RESOURCES",
     "INSTANCE_TYPE_LABELS",
     "MANAGED_RESOURCES",
@@ -31,10 +38,6 @@ __all__ = [
     "shape_of",
 ]
 
-DEVICE_RESOURCE = "aws.amazon.com/neuron"
-DEVICE_RESOURCES = (DEVICE_RESOURCE, "aws.amazon.com/neurondevice")
-CORE_RESOURCE = "aws.amazon.com/neuroncore"
-MANAGED_RESOURCES = (*DEVICE_RESOURCES, CORE_RESOURCE)
 
 #: Where a node says its instance type (the second is the pre-1.17 name).
 INSTANCE_TYPE_LABELS = ("node.kubernetes.io/instance-type", "beta.kubernetes.io/instance-type")

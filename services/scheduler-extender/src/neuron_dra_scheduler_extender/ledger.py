@@ -20,9 +20,18 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 import msgspec
+from neuron_dra_common.extended import (
+    ANNOTATION_ALLOCATED,
+    ANNOTATION_IDS,
+    ANNOTATION_NODE,
+    ANNOTATION_RESOURCE,
+    ANNOTATION_TIME,
+    CORE_RESOURCE,
+    DEVICE_RESOURCE,
+)
 
 from neuron_dra_scheduler_extender.api import PodView
-from neuron_dra_scheduler_extender.inputs import CORE_RESOURCE, DEVICE_RESOURCE, Ask, NodeShape
+from neuron_dra_scheduler_extender.inputs import Ask, NodeShape
 
 __all__ = [
     "ANNOTATION_ALLOCATED",
@@ -38,11 +47,6 @@ __all__ = [
     "format_ids",
 ]
 
-ANNOTATION_IDS = "AWS_NEURON_IDS"
-ANNOTATION_RESOURCE = "NEURON_RESOURCE_TYPE"
-ANNOTATION_TIME = "NEURON_ALLOC_TIME"
-ANNOTATION_ALLOCATED = "NEURON_ALLOCATED"
-ANNOTATION_NODE = "aws.amazon.com/predicate-node"
 
 _TERMINAL = ("Succeeded", "Failed")
 #: Changes remembered by :meth:`Ledger.changed_since` (then the older half is forgotten).

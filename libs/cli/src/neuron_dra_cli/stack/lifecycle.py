@@ -33,6 +33,7 @@ from neuron_dra_cli.stack import (
     kubectl,
     plugin,
     process,
+    realdriver,
     realnodes,
     services,
     state,
@@ -61,6 +62,8 @@ class UpOptions:
     bus_auth: bool = False
     #: Real kubelets with containerd and runc, beside the simulated nodes (needs root).
     real_nodes: int = 0
+    #: The product's discovery and kubelet-plugin DaemonSets on the (one) real node.
+    real_node_driver: bool = False
 
 
 def _running(c: state.ComponentState) -> process.Running:
@@ -176,6 +179,7 @@ def up(opts: UpOptions, *, progress: Progress = print) -> state.StackState:
 
     # Before anything is built: a machine that cannot run a real node is told so at once.
     realnodes.check_requirements(opts.real_nodes)
+    _check_real_node_driver(opts)
     # Compiles the services' Python modules while the control plane starts.
     warmup = bytecode.start_warmup()
     progress(f"neuron-dra: Kubernetes {opts.k8s_version} binaries")
@@ -369,6 +373,8 @@ def up(opts: UpOptions, *, progress: Progress = print) -> state.StackState:
                 kubeconfig=own_kubeconfigs[busauth.KIND],
             )
         launcher.start(agents, timeout=60.0, parallel=os.cpu_count() or 2)
+        if real is not None and real.image is not None:
+            _start_real_node_driver(launcher, real=real, apiserver_port=ports["apiserver"])
         progress("neuron-dra: waiting for every node to be Ready")
         t_nodes = time.monotonic()
         names = [n.name for n in opts.fleet.nodes] + realnodes.node_names(opts.real_nodes)
@@ -393,17 +399,74 @@ def up(opts: UpOptions, *, progress: Progress = print) -> state.StackState:
 class _RealNodeInputs:
     containerd: toolbuild.ContainerdBinaries
     pause: Path  # the pause image's OCI archive
+    image: str | None = None  # the product's image, with ``real_node_driver``
+
+
+def _check_real_node_driver(opts: UpOptions) -> None:
+    if not opts.real_node_driver:
+        return
+    if opts.real_nodes != 1:
+        raise CliError(
+            f"--real-node-driver runs the driver on exactly one real node (--real-nodes 1, "
+            f"not {opts.real_nodes}): each real node keeps its kubelet root, CDI folder and "
+            "hardware in a folder of its own, and a DaemonSet has one pod spec"
+        )
+    if opts.bus_auth:
+        raise CliError(
+            "--real-node-driver does not go with --bus-auth yet: the DaemonSets would need "
+            "the bus-auth component's tokens and the stack's CA"
+        )
 
 
 def _real_node_inputs(opts: UpOptions, progress: Progress) -> _RealNodeInputs:
-    from neuron_dra_cli import pausebuild
+    from neuron_dra_cli import imagebuild, pausebuild
 
     progress("neuron-dra: containerd and the pause image, for the real nodes")
+    image = None
+    if opts.real_node_driver:
+        progress("neuron-dra: this checkout's image, for the driver on the real node")
+        image = imagebuild.ensure_image(progress=lambda m: progress("  " + m))
     return _RealNodeInputs(
         containerd=toolbuild.ensure_containerd(progress=lambda m: progress("  " + m)),
         pause=pausebuild.ensure_pause_archive(
             opts.k8s_version, progress=lambda m: progress("  " + m)
         ),
+        image=image,
+    )
+
+
+def _start_real_node_driver(
+    launcher: Launcher, *, real: _RealNodeInputs, apiserver_port: int
+) -> None:
+    """The real node's simulated hardware, the product's image in its containerd, then the
+    discovery and kubelet-plugin DaemonSets, waited for until Ready there."""
+    assert real.image is not None
+    layout = launcher.layout
+    name = realnodes.node_names(1)[0]
+    launcher.progress(f"neuron-dra: the driver's DaemonSets on {name}")
+    realdriver.write_hardware(layout, name)
+    realdriver.import_product_image(
+        image=real.image, binaries=real.containerd, layout=layout, nodes=[name]
+    )
+    kubelet = next(c for c in launcher.current.components if c.name == f"kubelet-{name}")
+    paths = realnodes.node_paths(layout, name)
+    discovery_port, plugin_port = realdriver.free_ports()
+    realdriver.apply(
+        layout=layout,
+        kubeconfig=layout.kubeconfig,
+        setup=realdriver.NodeSetup(
+            image=real.image,
+            nats_url=launcher.current.nats_url,
+            apiserver_port=apiserver_port,
+            kubelet_root=paths.kubelet_root,
+            cdi_dir=paths.cdi_dir,
+            hardware=realdriver.hardware_root(layout, name),
+            plugin_state=paths.base / "plugin-state",
+            kubelet_healthz_port=kubelet.ports["healthz"],
+            discovery_port=discovery_port,
+            plugin_port=plugin_port,
+        ),
+        nodes=[name],
     )
 
 
@@ -434,7 +497,18 @@ def _start_real_nodes(
     launcher.start(
         [
             realnodes.kubelet_component(
-                layout=launcher.layout, name=name, index=i, binary=kubelet, pki=pki, server=server
+                layout=launcher.layout,
+                name=name,
+                index=i,
+                binary=kubelet,
+                pki=pki,
+                server=server,
+                # What the driver's DaemonSets select (the simulated hardware's type).
+                labels=(
+                    {"node.kubernetes.io/instance-type": realdriver.INSTANCE_TYPE}
+                    if real.image is not None
+                    else None
+                ),
             )
             for i, name in enumerate(names)
         ],

@@ -148,9 +148,17 @@ def make_bridge(net: realconfig.Network) -> None:
 
 
 def kubelet_component(
-    *, layout: Layout, name: str, index: int, binary: Path, pki: Pki, server: str
+    *,
+    layout: Layout,
+    name: str,
+    index: int,
+    binary: Path,
+    pki: Pki,
+    server: str,
+    labels: dict[str, str] | None = None,
 ) -> Component:
-    """The node's kubelet, with its kubeconfig, certificates and config written."""
+    """The node's kubelet, with its kubeconfig, certificates and config written;
+    ``labels`` adds node labels to the real-node one."""
     paths = node_paths(layout, name)
     net = realconfig.network(stack_id=str(layout.root), index=index)
     kubeconfig = write_kubeconfig(
@@ -181,7 +189,7 @@ def kubelet_component(
             kubeconfig=kubeconfig,
             name=name,
             node_ip=net.gateway,
-            labels={realconfig.REAL_NODE_LABEL: "true"},
+            labels={realconfig.REAL_NODE_LABEL: "true", **(labels or {})},
         ),
         ports={"kubelet": port, "healthz": healthz},
         ready=lambda: probes.http_ok(f"http://127.0.0.1:{healthz}/healthz"),

@@ -28,6 +28,7 @@ from neuron_dra_common.topology.connected import (
     is_connected_set,
     valid_counts,
 )
+from neuron_dra_common.topology.cores import device_cores, format_ranges, visible_cores
 
 __all__ = [
     "CATALOG",
@@ -41,7 +42,9 @@ __all__ = [
     "check_request",
     "connected_sets",
     "device_attributes",
+    "device_cores",
     "devicegroup_id",
+    "format_ranges",
     "free_connected_sets",
     "group_attribute_names",
     "instance_spec",
@@ -51,4 +54,5 @@ __all__ = [
     "neighbours",
     "node_attributes",
     "valid_counts",
+    "visible_cores",
 ]

@@ -1,0 +1,302 @@
+"""The product's own DaemonSets on the real nodes (``dev up --real-nodes N --real-node-driver``).
+
+Discovery and the kubelet plugin run there as real containers, from the very manifests a
+cluster gets (``deploy/kustomize/overlays/local`` with the simulated-hardware component):
+the stack writes only a small kustomization of its own that references that overlay and
+patches what differs on this machine, never a second copy of the pod specs:
+
+- the nodes: only the real ones (the simulated nodes keep their agent processes);
+- the network: both on the host's network, so NATS and the apiserver (processes on the
+  host's loopback) are reached at the stack's own addresses, and each HTTP port is a free one;
+- the paths: the real kubelet's root, its node's CDI folder (containerd reads it) and the
+  node's simulated hardware, all under the node's folder.
+
+Each real node is a trn2.48xlarge with simulated hardware, whose device nodes are
+character devices (see :func:`write_hardware`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+import yaml
+from neuron_dra_common.hardware.layout import NodePaths as HardwarePaths
+from neuron_dra_common.hardware.simulate import SimNode, write_node
+
+from neuron_dra_cli import imagebuild
+from neuron_dra_cli.errors import CliError
+from neuron_dra_cli.stack import kubectl, process, realconfig, realnodes
+from neuron_dra_cli.stack.layout import Layout
+from neuron_dra_cli.toolbuild import ContainerdBinaries
+
+__all__ = [
+    "DAEMONSETS",
+    "INSTANCE_TYPE",
+    "LOCAL_OVERLAY",
+    "NodeSetup",
+    "apply",
+    "kustomization",
+    "write_hardware",
+]
+
+Progress = Callable[[str], None]
+
+REPO = Path(__file__).resolve().parents[5]
+LOCAL_OVERLAY = REPO / "deploy" / "kustomize" / "overlays" / "local"
+NAMESPACE: Final = "neuron-dra-driver"
+DISCOVERY: Final = "neuron-dra-discovery"
+PLUGIN: Final = "neuron-dra-kubelet-plugin"
+DAEMONSETS: Final = (DISCOVERY, PLUGIN)
+INSTANCE_TYPE: Final = "trn2.48xlarge"
+#: Linux's "local/experimental use" character major (Documentation/admin-guide/devices.txt):
+#: no driver serves it, so opening a simulated device fails (ENXIO) as a Neuron device node
+#: would without the Neuron driver, while runc can still create it in a container.
+DEVICE_MAJOR: Final = 240
+
+
+def hardware_root(layout: Layout, node: str) -> Path:
+    """A real node's simulated hardware: in its folder, so ``dev down`` removes it."""
+    return realnodes.node_paths(layout, node).base / "hw"
+
+
+def write_hardware(layout: Layout, node: str) -> SimNode:
+    """Write a trn2.48xlarge's hardware for real node ``node``, its ``/dev/neuron<N>`` made
+    character devices: runc injects a CDI device node only if its host path is a device
+    node (it copies type and numbers from it), and the simulated files are regular ones."""
+    sim = write_node(hardware_root(layout, node), instance_type=INSTANCE_TYPE, node_name=node)
+    paths = HardwarePaths(sim.root)
+    index = 0
+    while paths.dev_node(index).exists():
+        dev = paths.dev_node(index)
+        dev.unlink()
+        os.mknod(dev, 0o666 | stat.S_IFCHR, os.makedev(DEVICE_MAJOR, index))
+        dev.chmod(0o666)
+        index += 1
+    return sim
+
+
+@dataclass(frozen=True)
+class NodeSetup:
+    """What the DaemonSets' patches need of the stack and its one real node: a DaemonSet
+    has one pod spec, and each real node keeps its paths (kubelet root, CDI folder,
+    hardware) in a folder of its own, so the driver runs on one real node."""
+
+    image: str  # the product's image as imported (``localhost/neuron-dra:<tag>``)
+    nats_url: str
+    apiserver_port: int
+    kubelet_root: Path  # as the kubelet was started with it (the short alias)
+    cdi_dir: Path
+    hardware: Path
+    plugin_state: Path
+    kubelet_healthz_port: int
+    discovery_port: int
+    plugin_port: int
+
+
+def _env(pairs: Mapping[str, str]) -> list[dict[str, str]]:
+    return [{"name": k, "value": v} for k, v in pairs.items()]
+
+
+def _host(path: Path) -> dict[str, str]:
+    return {"path": str(path.resolve())}
+
+
+def _daemonset(name: str, spec: dict[str, Any]) -> str:
+    return json.dumps(
+        {
+            "apiVersion": "apps/v1",
+            "kind": "DaemonSet",
+            "metadata": {"name": name},
+            "spec": {"template": {"spec": spec}},
+        }
+    )
+
+
+def _port(port: int) -> str:
+    """A JSON patch of the container's one port (a strategic merge would add a second)."""
+    return json.dumps(
+        [{"op": "replace", "path": "/spec/template/spec/containers/0/ports/0/containerPort",
+          "value": port}]
+    )  # fmt: skip
+
+
+def kustomization(setup: NodeSetup, *, folder: Path, overlay: Path = LOCAL_OVERLAY) -> str:
+    """The stack's kustomization (JSON, which is YAML) in ``folder``: ``overlay`` with the
+    patches of this machine."""
+    hw = setup.hardware
+    common: dict[str, Any] = {
+        # Only the real nodes: a simulated node has its agent processes already.
+        "nodeSelector": {realconfig.REAL_NODE_LABEL: "true"},
+        # NATS and the apiserver listen on the host's loopback only.
+        "hostNetwork": True,
+        "dnsPolicy": "ClusterFirstWithHostNet",
+    }
+    hardware_volumes = [
+        {"name": "sys", "hostPath": _host(hw / "sys")},
+        {"name": "dev", "hostPath": _host(hw / "dev")},
+        {"name": "neuron", "hostPath": _host(hw / "opt" / "aws" / "neuron")},
+    ]
+    discovery = _daemonset(
+        DISCOVERY,
+        {
+            **common,
+            "containers": [
+                {
+                    "name": "discovery",
+                    "env": _env(
+                        {
+                            "NEURON_DRA_NATS_SERVERS": setup.nats_url,
+                            "NEURON_DRA_KUBELET_HEALTHZ_URL": (
+                                f"http://127.0.0.1:{setup.kubelet_healthz_port}/healthz"
+                            ),
+                            "NEURON_DRA_HTTP_PORT": str(setup.discovery_port),
+                        }
+                    ),
+                }
+            ],
+            "volumes": hardware_volumes,
+        },
+    )
+    root = setup.kubelet_root
+    plugin = _daemonset(
+        PLUGIN,
+        {
+            **common,
+            "containers": [
+                {
+                    "name": "kubelet-plugin",
+                    "env": [
+                        # Sockets without the pod's UID in their names: the kubelet's root is
+                        # a folder of the stack's, and dra-<uid>.sock under it would pass the
+                        # 107 bytes a socket path may have. The stack never rolls the
+                        # DaemonSet, so no two plugin pods share the node.
+                        {"name": "NEURON_DRA_POD_UID", "value": "", "valueFrom": None},
+                        *_env(
+                            {
+                                "NEURON_DRA_NATS_SERVERS": setup.nats_url,
+                                "NEURON_DRA_HTTP_PORT": str(setup.plugin_port),
+                                # The endpoints it registers are paths of the kubelet's root.
+                                "NEURON_DRA_KUBELET_ROOT": str(root),
+                                "NEURON_DRA_DEV_ROOT": str((hw / "dev").resolve()),
+                                # No kube-proxy on the stack: the apiserver's own address.
+                                "KUBERNETES_SERVICE_HOST": "127.0.0.1",
+                                "KUBERNETES_SERVICE_PORT": str(setup.apiserver_port),
+                            }
+                        ),
+                    ],
+                    # The same volumes at the kubelet's own paths as well (the socket paths
+                    # the plugin registers must be right inside the container and on the host).
+                    "volumeMounts": [
+                        {"name": "plugins", "mountPath": str(root / "plugins")},
+                        {"name": "registry", "mountPath": str(root / "plugins_registry")},
+                    ],
+                }
+            ],
+            "volumes": [
+                {"name": "plugins", "hostPath": _host(root / "plugins")},
+                {"name": "registry", "hostPath": _host(root / "plugins_registry")},
+                {"name": "cdi", "hostPath": _host(setup.cdi_dir)},
+                {"name": "state", "hostPath": _host(setup.plugin_state)},
+                *hardware_volumes,
+            ],
+        },
+    )
+    doc = {
+        "apiVersion": "kustomize.config.k8s.io/v1beta1",
+        "kind": "Kustomization",
+        # kustomize takes a base only by a relative path.
+        "resources": [os.path.relpath(overlay.resolve(), folder.resolve())],
+        # The overlay names the release's tag; the image imported is this checkout's.
+        "images": [{"name": name, "newTag": tag} for name, tag in [setup.image.rsplit(":", 1)]],
+        "patches": [
+            {"target": {"kind": "DaemonSet", "name": DISCOVERY}, "patch": discovery},
+            {"target": {"kind": "DaemonSet", "name": DISCOVERY}, "patch": _port(setup.discovery_port)},
+            {"target": {"kind": "DaemonSet", "name": PLUGIN}, "patch": plugin},
+            {"target": {"kind": "DaemonSet", "name": PLUGIN}, "patch": _port(setup.plugin_port)},
+        ],
+    }  # fmt: skip
+    return json.dumps(doc, indent=2) + "\n"
+
+
+def _wanted(obj: dict[str, Any]) -> bool:
+    """The two DaemonSets and their ServiceAccounts; the rest of the overlay (NATS, the
+    services, RBAC) runs as the stack's processes or is applied already."""
+    name = obj.get("metadata", {}).get("name")
+    return obj.get("kind") in ("DaemonSet", "ServiceAccount") and name in DAEMONSETS
+
+
+def render(kubeconfig: Path, folder: Path) -> list[dict[str, Any]]:
+    """``kubectl kustomize folder``, cut down to :func:`_wanted`."""
+    out = kubectl.run(kubeconfig, ["kustomize", str(folder)]).stdout
+    return [d for d in yaml.safe_load_all(out) if d and _wanted(d)]
+
+
+def import_product_image(
+    *, image: str, binaries: ContainerdBinaries, layout: Layout, nodes: Sequence[str]
+) -> None:
+    """The product's image into each real node's containerd (they pull nothing)."""
+    with tempfile.TemporaryDirectory(prefix="ndra-image-") as tmp:
+        archive = Path(tmp) / "image.oci.tar"
+        imagebuild.podman("save", "--format", "oci-archive", "--output", str(archive), image)
+        for node in nodes:
+            realnodes.import_archive(binaries, realnodes.node_paths(layout, node), archive)
+
+
+def apply(
+    *,
+    layout: Layout,
+    kubeconfig: Path,
+    setup: NodeSetup,
+    nodes: Sequence[str],
+    timeout: float = 180.0,
+) -> None:
+    """Write the stack's kustomization, apply its DaemonSets, and wait until each has a
+    Ready pod on every real node."""
+    folder = layout.root / "real-node-driver"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "kustomization.yaml").write_text(kustomization(setup, folder=folder))
+    objects = render(kubeconfig, folder)
+    found = sorted(o["metadata"]["name"] for o in objects if o["kind"] == "DaemonSet")
+    if found != sorted(DAEMONSETS):
+        raise CliError(f"{LOCAL_OVERLAY}: expected DaemonSets {DAEMONSETS}, rendered {found}")
+    kubectl.run(
+        kubeconfig, ["apply", "-f", "-"], input=json.dumps({"kind": "List", "apiVersion": "v1",
+                                                           "items": objects})
+    )  # fmt: skip
+    deadline = time.monotonic() + timeout
+    while True:
+        missing = _not_ready(kubeconfig, nodes)
+        if not missing:
+            return
+        if time.monotonic() > deadline:
+            raise CliError(
+                f"DaemonSet pods not Ready on the real nodes within {timeout:.0f} s: "
+                + ", ".join(missing)
+                + f" (kubectl -n {NAMESPACE} describe pods)"
+            )
+        time.sleep(1.0)
+
+
+def _not_ready(kubeconfig: Path, nodes: Sequence[str]) -> list[str]:
+    proc = kubectl.run(kubeconfig, ["get", "pods", "-n", NAMESPACE, "-o", "json"], check=False)
+    ready: set[tuple[str, str]] = set()
+    if proc.returncode == 0:
+        for pod in json.loads(proc.stdout).get("items", []):
+            app = pod["metadata"].get("labels", {}).get("app.kubernetes.io/name", "")
+            conditions = {c["type"]: c["status"] for c in pod["status"].get("conditions", [])}
+            if conditions.get("Ready") == "True":
+                ready.add((app, pod["spec"].get("nodeName", "")))
+    return [f"{ds} on {n}" for ds in DAEMONSETS for n in nodes if (ds, n) not in ready]
+
+
+def free_ports() -> tuple[int, int]:
+    """Free host ports for discovery's and the plugin's HTTP servers (host network)."""
+    return process.free_port(), process.free_port()

@@ -1,0 +1,1 @@
+"""Generated from protos/proto; do not edit."""

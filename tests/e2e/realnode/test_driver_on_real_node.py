@@ -1,0 +1,164 @@
+"""The driver's own DaemonSets on a real node (``dev up --real-nodes 1 --real-node-driver``).
+
+Discovery and the kubelet plugin run there as real containers from deploy/kustomize's local
+overlay; the stack's slice publisher turns discovery's inventory into the node's
+ResourceSlice, and a pod claiming four connected devices runs as a real container with the
+devices the real kubelet had our plugin prepare and containerd inject.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from neuron_dra_cli.stack import realdriver
+
+from tests.e2e.actuate.support import ranges
+from tests.e2e.realnode.conftest import REAL_NODE
+from tests.fixtures.stack import KubeStack
+
+NAMESPACE = "neuron-dra-driver"
+CLAIMS = "real-node-claims"
+
+
+def _driver_pods(stack: KubeStack) -> dict[str, list[tuple[str, str]]]:
+    """DaemonSet name -> (node, phase) of each of its pods."""
+    found: dict[str, list[tuple[str, str]]] = {}
+    for pod in stack.get_json("pods", "-n", NAMESPACE)["items"]:
+        app = pod["metadata"].get("labels", {}).get("app.kubernetes.io/name", "")
+        if app in realdriver.DAEMONSETS:
+            found.setdefault(app, []).append(
+                (pod["spec"].get("nodeName", ""), pod["status"].get("phase", ""))
+            )
+    return found
+
+
+def test_the_driver_daemonsets_run_on_the_real_node_only(real_stack: KubeStack) -> None:
+    pods = _driver_pods(real_stack)
+    assert pods == {
+        "neuron-dra-discovery": [(REAL_NODE, "Running")],
+        "neuron-dra-kubelet-plugin": [(REAL_NODE, "Running")],
+    }
+    for name in realdriver.DAEMONSETS:
+        ds = real_stack.get_json("daemonset", name, "-n", NAMESPACE)
+        image = ds["spec"]["template"]["spec"]["containers"][0]["image"]
+        assert image.startswith("localhost/neuron-dra:0.1.0"), image
+        assert ds["status"]["numberReady"] == 1
+
+
+def _slice_devices(stack: KubeStack) -> list[str]:
+    slices = stack.get_json("resourceslices", "--field-selector", f"spec.nodeName={REAL_NODE}")[
+        "items"
+    ]
+    return sorted(d["name"] for s in slices for d in s["spec"].get("devices", []))
+
+
+def test_the_real_nodes_resource_slice_lists_its_16_devices(real_stack: KubeStack) -> None:
+    devices = real_stack.wait_for(
+        f"{REAL_NODE}'s ResourceSlice", lambda: _slice_devices(real_stack), timeout=60
+    )
+    assert devices == sorted(f"neurondevice{i}" for i in range(16))
+
+
+def _connected_pod(name: str, *, image: str) -> list[dict[str, Any]]:
+    """AWS's guide's 1x4 example (four connected devices of a trn2.48xlarge), on the real
+    node, printing what the container got."""
+    script = (
+        "import glob, os, time\n"
+        "print('devices', ' '.join(sorted(glob.glob('/dev/neuron*'))))\n"
+        "print('cores', os.environ.get('NEURON_RT_VISIBLE_CORES', ''), flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    template = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": name, "namespace": CLAIMS},
+        "spec": {
+            "spec": {
+                "devices": {
+                    "requests": [
+                        {
+                            "name": "neurons",
+                            "exactly": {
+                                "deviceClassName": "neuron.aws.com",
+                                "count": 4,
+                                "selectors": [
+                                    {
+                                        "cel": {
+                                            "expression": "device.attributes['neuron.aws.com']"
+                                            ".instanceType == 'trn2.48xlarge'"
+                                        }
+                                    }
+                                ],
+                            },
+                        }
+                    ],
+                    "constraints": [
+                        {
+                            "requests": ["neurons"],
+                            "matchAttribute": "resource.aws.com/devicegroup4_id",
+                        }
+                    ],
+                }
+            }
+        },
+    }
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": CLAIMS},
+        "spec": {
+            "nodeSelector": {"kubernetes.io/hostname": REAL_NODE},
+            "terminationGracePeriodSeconds": 1,
+            "containers": [
+                {
+                    "name": "main",
+                    "image": image,
+                    "imagePullPolicy": "Never",
+                    "command": ["python3", "-c", script],
+                    "resources": {"claims": [{"name": "neurons"}]},
+                }
+            ],
+            "resourceClaims": [{"name": "neurons", "resourceClaimTemplateName": name}],
+        },
+    }
+    return [template, pod]
+
+
+def test_a_pod_gets_its_four_connected_devices_in_a_real_container(
+    real_stack: KubeStack,
+) -> None:
+    image = real_stack.get_json("daemonset", "neuron-dra-kubelet-plugin", "-n", NAMESPACE)["spec"][
+        "template"
+    ]["spec"]["containers"][0]["image"]
+    real_stack.create_namespace(CLAIMS)
+    manifest = {"apiVersion": "v1", "kind": "List", "items": _connected_pod("pod0", image=image)}
+    real_stack.kubectl("apply", "-f", "-", input=json.dumps(manifest))
+
+    def phase() -> str:
+        return str(real_stack.get_json("pod", "pod0", "-n", CLAIMS)["status"].get("phase", ""))
+
+    real_stack.wait_for("pod0 Running", lambda: phase() == "Running", timeout=120)
+    pod = real_stack.get_json("pod", "pod0", "-n", CLAIMS)
+    assert pod["spec"]["nodeName"] == REAL_NODE
+    claim_name = pod["status"]["resourceClaimStatuses"][0]["resourceClaimName"]
+    claim = real_stack.get_json("resourceclaim", claim_name, "-n", CLAIMS)
+    results = claim["status"]["allocation"]["devices"]["results"]
+    indices = sorted(int(r["device"].removeprefix("neurondevice")) for r in results)
+    assert len(indices) == 4
+    assert indices[0] % 4 == 0
+    assert indices == list(range(indices[0], indices[0] + 4))
+    logs = real_stack.wait_for(
+        "pod0's output",
+        lambda: (
+            real_stack.kubectl("logs", "pod0", "-n", CLAIMS).stdout.count("\n") >= 2
+            and real_stack.kubectl("logs", "pod0", "-n", CLAIMS).stdout
+        ),
+        timeout=30,
+    )
+    # trn2 at the default LNC=2: device d owns logical cores 4d..4d+3.
+    cores = ranges([4 * d + c for d in indices for c in range(4)])
+    assert logs.splitlines() == [
+        "devices " + " ".join(sorted(f"/dev/neuron{i}" for i in indices)),
+        f"cores {cores}",
+    ]

@@ -1,0 +1,125 @@
+"""The stack's kustomization for the driver on a real node renders the repository's local
+overlay with only this machine's differences: the two node agents, on real nodes only, on
+the host's network, at the kubelet's and the node's own paths, with this checkout's image."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+from typing import Any
+
+import pytest
+from neuron_dra_cli.stack import realdriver, realnodes
+from neuron_dra_cli.stack.layout import Layout
+
+from tests.fixtures.stack import neuron_dra
+
+NODE = Path("/tmp/ndra-x/real-node-0")
+
+
+def _setup() -> realdriver.NodeSetup:
+    return realdriver.NodeSetup(
+        image="localhost/neuron-dra:0.1.0-abc123",
+        nats_url="nats://127.0.0.1:4001",
+        apiserver_port=6443,
+        kubelet_root=NODE / "kubelet",
+        cdi_dir=NODE / "cdi",
+        hardware=NODE / "hw",
+        plugin_state=NODE / "plugin-state",
+        kubelet_healthz_port=4002,
+        discovery_port=4003,
+        plugin_port=4004,
+    )
+
+
+@pytest.fixture(scope="module")
+def rendered(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
+    folder = tmp_path_factory.mktemp("real-node-driver")
+    (folder / "kustomization.yaml").write_text(realdriver.kustomization(_setup(), folder=folder))
+    docs = realdriver.render(Path("/nowhere/kubeconfig"), folder)
+    assert sorted((d["kind"], d["metadata"]["name"]) for d in docs) == [
+        ("DaemonSet", "neuron-dra-discovery"),
+        ("DaemonSet", "neuron-dra-kubelet-plugin"),
+        ("ServiceAccount", "neuron-dra-discovery"),
+        ("ServiceAccount", "neuron-dra-kubelet-plugin"),
+    ]
+    return {d["metadata"]["name"]: d for d in docs if d["kind"] == "DaemonSet"}
+
+
+def _pod(ds: dict[str, Any]) -> dict[str, Any]:
+    spec: dict[str, Any] = ds["spec"]["template"]["spec"]
+    return spec
+
+
+def _env(ds: dict[str, Any]) -> dict[str, Any]:
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in _pod(ds)["containers"][0]["env"]}
+
+
+def test_both_agents_run_on_real_nodes_only_on_the_hosts_network(
+    rendered: dict[str, dict[str, Any]],
+) -> None:
+    for ds in rendered.values():
+        pod = _pod(ds)
+        assert pod["nodeSelector"] == {"neuron-dra.dev/real-node": "true"}
+        assert pod["hostNetwork"] is True
+        container = pod["containers"][0]
+        assert container["image"] == "localhost/neuron-dra:0.1.0-abc123"
+        assert container["imagePullPolicy"] == "Never"
+        assert _env(ds)["NEURON_DRA_NATS_SERVERS"] == "nats://127.0.0.1:4001"
+    assert _pod(rendered["neuron-dra-discovery"])["containers"][0]["ports"] == [
+        {"name": "http", "containerPort": 4003}
+    ]
+
+
+def test_the_plugin_uses_the_kubelets_paths_and_the_apiservers_address(
+    rendered: dict[str, dict[str, Any]],
+) -> None:
+    plugin = rendered["neuron-dra-kubelet-plugin"]
+    env = _env(plugin)
+    assert env["NEURON_DRA_KUBELET_ROOT"] == str(NODE / "kubelet")
+    assert env["NEURON_DRA_DEV_ROOT"] == str(NODE / "hw" / "dev")
+    assert env["NEURON_DRA_POD_UID"] == ""
+    assert (env["KUBERNETES_SERVICE_HOST"], env["KUBERNETES_SERVICE_PORT"]) == ("127.0.0.1", "6443")
+    mounts = {(m["name"], m["mountPath"]) for m in _pod(plugin)["containers"][0]["volumeMounts"]}
+    assert ("plugins", str(NODE / "kubelet" / "plugins")) in mounts
+    assert ("registry", str(NODE / "kubelet" / "plugins_registry")) in mounts
+    hosts = {v["name"]: v["hostPath"]["path"] for v in _pod(plugin)["volumes"] if "hostPath" in v}
+    assert hosts["cdi"] == str(NODE / "cdi")
+    assert hosts["dev"] == str(NODE / "hw" / "dev")
+    assert hosts["state"] == str(NODE / "plugin-state")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mknod needs root")
+def test_the_simulated_devices_are_character_devices(tmp_path: Path) -> None:
+    layout = Layout(tmp_path)
+    try:
+        sim = realdriver.write_hardware(layout, "real-node-0")
+        nodes = sorted((sim.root.resolve() / "dev").glob("neuron*"))
+    finally:
+        layout.short_nodes.unlink(missing_ok=True)  # the alias it made in the temp dir
+    assert len(nodes) == 16
+    for node in nodes:
+        mode = node.stat().st_mode
+        assert stat.S_ISCHR(mode)
+        index = int(node.name.removeprefix("neuron"))
+        assert os.major(node.stat().st_rdev) == realdriver.DEVICE_MAJOR
+        assert os.minor(node.stat().st_rdev) == index
+
+
+@pytest.mark.parametrize(
+    ("flags", "said"),
+    [
+        ([], "exactly one real node (--real-nodes 1, not 0)"),
+        (["--real-nodes", "2"], "exactly one real node (--real-nodes 1, not 2)"),
+    ],
+)
+def test_dev_up_refuses_the_driver_on_other_than_one_real_node(
+    tmp_path: Path, flags: list[str], said: str
+) -> None:
+    if flags and realnodes.missing_requirements():
+        pytest.skip("a real node cannot run here: dev up says so first")
+    proc = neuron_dra("dev", "up", "--real-node-driver", *flags, "--state-dir", str(tmp_path))
+    assert proc.returncode == 2
+    assert said in proc.stderr
+    assert not (tmp_path / "state.json").exists()
