@@ -11,16 +11,12 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 import msgspec
+from neuron_dra_common.extended import ANNOTATION_IDS, ANNOTATION_NODE, ANNOTATION_RESOURCE
 from neuron_dra_common.kube import NODES, EventType, Informer, KubeClient, Resource
 
 from neuron_dra_scheduler_extender.api import NodeView, PodView
 from neuron_dra_scheduler_extender.extender import Extender, decode_pod
 from neuron_dra_scheduler_extender.inputs import INSTANCE_TYPE_LABELS, MANAGED_RESOURCES
-from neuron_dra_scheduler_extender.ledger import (
-    ANNOTATION_IDS,
-    ANNOTATION_NODE,
-    ANNOTATION_RESOURCE,
-)
 
 __all__ = ["PODS", "KubeCluster"]
 

@@ -29,6 +29,7 @@ from itertools import compress, repeat
 from typing import Protocol
 
 import msgspec
+from neuron_dra_common.extended import ANNOTATION_IDS
 from neuron_dra_common.topology import UnknownInstanceType
 from prometheus_client import Counter, Histogram
 
@@ -47,7 +48,6 @@ from neuron_dra_scheduler_extender.decide import Placement, Unfit, Usage, judge,
 from neuron_dra_scheduler_extender.inflight import BIND_GRACE, InFlight
 from neuron_dra_scheduler_extender.inputs import Ask, AskError, NodeShape, ask_of, shape_of
 from neuron_dra_scheduler_extender.ledger import (
-    ANNOTATION_IDS,
     Allocation,
     Conflict,
     Ledger,

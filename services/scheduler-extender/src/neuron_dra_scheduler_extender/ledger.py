@@ -34,11 +34,6 @@ from neuron_dra_scheduler_extender.api import PodView
 from neuron_dra_scheduler_extender.inputs import Ask, NodeShape
 
 __all__ = [
-    "ANNOTATION_ALLOCATED",
-    "ANNOTATION_IDS",
-    "ANNOTATION_NODE",
-    "ANNOTATION_RESOURCE",
-    "ANNOTATION_TIME",
     "Allocation",
     "Conflict",
     "Ledger",
