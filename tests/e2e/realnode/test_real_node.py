@@ -13,12 +13,11 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from neuron_dra_cli import imagebuild
 from neuron_dra_cli.stack import realconfig, realnodes
 from neuron_dra_cli.stack.layout import Layout
 from neuron_dra_common.driver import package_version
 
-from tests.e2e.realnode.conftest import REAL_NODE
+from tests.e2e.realnode.conftest import REAL_NODE, import_base, import_image
 from tests.fixtures.stack import KubeStack, neuron_dra
 
 NAMESPACE = "real-node-test"
@@ -47,20 +46,10 @@ def _pod(name: str, *, image: str, script: str) -> str:
     )
 
 
-def import_image(stack: KubeStack, ref: str) -> None:
-    """``neuron-dra dev import-image REF``, as a user runs it."""
-    proc = neuron_dra("dev", "import-image", ref, "--state-dir", str(stack.state_dir))
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout == f"imported {ref} into {REAL_NODE}\n"
-
-
 @pytest.fixture(scope="module")
 def base_image(real_stack: KubeStack) -> str:
     """The local Debian base, imported into the real node's containerd."""
-    ref = imagebuild.ensure_base(progress=lambda _m: None)
-    import_image(real_stack, ref)
-    real_stack.create_namespace(NAMESPACE)
-    return ref
+    return import_base(real_stack, namespace=NAMESPACE)
 
 
 def test_the_real_node_is_ready_with_containerd(real_stack: KubeStack) -> None:

@@ -98,6 +98,21 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "host network, the kubelet's paths); the real kubelet calls the plugin and "
         "containerd injects its CDI devices. The simulated nodes keep their processes",
     )
+    p.add_argument(
+        "--real-node-device-plugin",
+        action="store_true",
+        help="with --real-nodes 1 (one per host: the kubelet's device manager socket is "
+        "always /var/lib/kubelet/device-plugins): a mixed cluster. The real node is a "
+        "trn2.48xlarge with simulated hardware labelled "
+        "neuron.aws.com/device-management=device-plugin, this checkout's image is imported "
+        "into it, and the device plugin's DaemonSet (deploy/kustomize/components/"
+        "device-plugin) runs there as a real container, patched only for this machine by "
+        "<state-dir>/real-node-device-plugin/kustomization.yaml (host network, the "
+        "hardware's paths); kube-scheduler calls the scheduler extender (the configuration "
+        "of components/scheduler-extender/default-scheduler), so pods asking "
+        "aws.amazon.com/neuron get a connected set there, while the simulated nodes stay "
+        "DRA nodes. Not with --real-node-driver or --bus-auth",
+    )
     paths.add_state_dir_option(p)
     p.set_defaults(handler=cmd_up)
 
@@ -182,6 +197,7 @@ def cmd_up(args: argparse.Namespace) -> int:
             bus_auth=args.bus_auth,
             real_nodes=args.real_nodes,
             real_node_driver=args.real_node_driver,
+            real_node_device_plugin=args.real_node_device_plugin,
         ),
         progress=_progress,
     )

@@ -33,6 +33,7 @@ from neuron_dra_cli.stack import (
     kubectl,
     plugin,
     process,
+    realdeviceplugin,
     realdriver,
     realnodes,
     services,
@@ -64,6 +65,9 @@ class UpOptions:
     real_nodes: int = 0
     #: The product's discovery and kubelet-plugin DaemonSets on the (one) real node.
     real_node_driver: bool = False
+    #: The device-plugin component's DaemonSet on the (one) real node, labelled for it, and
+    #: the scheduler extender in kube-scheduler; the simulated nodes stay DRA nodes.
+    real_node_device_plugin: bool = False
 
 
 def _running(c: state.ComponentState) -> process.Running:
@@ -180,6 +184,7 @@ def up(opts: UpOptions, *, progress: Progress = print) -> state.StackState:
     # Before anything is built: a machine that cannot run a real node is told so at once.
     realnodes.check_requirements(opts.real_nodes)
     _check_real_node_driver(opts)
+    _check_real_node_device_plugin(opts)
     # Compiles the services' Python modules while the control plane starts.
     warmup = bytecode.start_warmup()
     progress(f"neuron-dra: Kubernetes {opts.k8s_version} binaries")
@@ -279,6 +284,19 @@ def up(opts: UpOptions, *, progress: Progress = print) -> state.StackState:
             pair=pki.client("kube-scheduler", user="system:kube-scheduler"),
             user="system:kube-scheduler",
         )
+        scheduler = comp.scheduler(
+            binary=bins.kube_scheduler, kubeconfig=sched_cfg, port=ports["scheduler"]
+        )
+        extender = []
+        if opts.real_node_device_plugin:
+            ext = realdeviceplugin.extender(kubeconfig=layout.kubeconfig)
+            extender = [ext]
+            scheduler = realdeviceplugin.scheduler(
+                scheduler,
+                extender_url=f"http://127.0.0.1:{ext.ports['http']}",
+                kubeconfig=sched_cfg,
+                folder=layout.root / "real-node-device-plugin",
+            )
         launcher.start(
             [
                 comp.controller_manager(
@@ -287,9 +305,8 @@ def up(opts: UpOptions, *, progress: Progress = print) -> state.StackState:
                     kubeconfig=kcm_cfg,
                     port=ports["kcm"],
                 ),
-                comp.scheduler(
-                    binary=bins.kube_scheduler, kubeconfig=sched_cfg, port=ports["scheduler"]
-                ),
+                scheduler,
+                *extender,
             ]
         )
         progress(f"neuron-dra: starting {len(opts.fleet.nodes)} simulated nodes")
@@ -374,7 +391,12 @@ def up(opts: UpOptions, *, progress: Progress = print) -> state.StackState:
             )
         launcher.start(agents, timeout=60.0, parallel=os.cpu_count() or 2)
         if real is not None and real.image is not None:
-            _start_real_node_driver(launcher, real=real, apiserver_port=ports["apiserver"])
+            if opts.real_node_device_plugin:
+                _start_real_node_device_plugin(
+                    launcher, real=real, apiserver_port=ports["apiserver"]
+                )
+            else:
+                _start_real_node_driver(launcher, real=real, apiserver_port=ports["apiserver"])
         progress("neuron-dra: waiting for every node to be Ready")
         t_nodes = time.monotonic()
         names = [n.name for n in opts.fleet.nodes] + realnodes.node_names(opts.real_nodes)
@@ -399,7 +421,10 @@ def up(opts: UpOptions, *, progress: Progress = print) -> state.StackState:
 class _RealNodeInputs:
     containerd: toolbuild.ContainerdBinaries
     pause: Path  # the pause image's OCI archive
-    image: str | None = None  # the product's image, with ``real_node_driver``
+    #: The product's image, with ``real_node_driver`` or ``real_node_device_plugin``.
+    image: str | None = None
+    #: Labels of the real nodes (what the DaemonSets select).
+    labels: dict[str, str] | None = None
 
 
 def _check_real_node_driver(opts: UpOptions) -> None:
@@ -418,20 +443,45 @@ def _check_real_node_driver(opts: UpOptions) -> None:
         )
 
 
+def _check_real_node_device_plugin(opts: UpOptions) -> None:
+    if not opts.real_node_device_plugin:
+        return
+    option = "--real-node-device-plugin"
+    realdeviceplugin.check_count(opts.real_nodes, option=option)
+    if opts.real_node_driver:
+        raise CliError(
+            f"{option} does not go with --real-node-driver: a node is served by the device "
+            "plugin or by the DRA driver, never both"
+        )
+    if opts.bus_auth:
+        raise CliError(
+            f"{option} does not go with --bus-auth yet: the DaemonSet would need the "
+            "bus-auth component's token and the stack's CA"
+        )
+
+
 def _real_node_inputs(opts: UpOptions, progress: Progress) -> _RealNodeInputs:
     from neuron_dra_cli import imagebuild, pausebuild
 
     progress("neuron-dra: containerd and the pause image, for the real nodes")
     image = None
-    if opts.real_node_driver:
-        progress("neuron-dra: this checkout's image, for the driver on the real node")
+    labels = None
+    if opts.real_node_driver or opts.real_node_device_plugin:
+        progress("neuron-dra: this checkout's image, for the DaemonSets on the real node")
         image = imagebuild.ensure_image(progress=lambda m: progress("  " + m))
+        # What the DaemonSets select (the simulated hardware's type).
+        labels = (
+            dict(realdeviceplugin.NODE_LABELS)
+            if opts.real_node_device_plugin
+            else {"node.kubernetes.io/instance-type": realdriver.INSTANCE_TYPE}
+        )
     return _RealNodeInputs(
         containerd=toolbuild.ensure_containerd(progress=lambda m: progress("  " + m)),
         pause=pausebuild.ensure_pause_archive(
             opts.k8s_version, progress=lambda m: progress("  " + m)
         ),
         image=image,
+        labels=labels,
     )
 
 
@@ -470,6 +520,33 @@ def _start_real_node_driver(
     )
 
 
+def _start_real_node_device_plugin(
+    launcher: Launcher, *, real: _RealNodeInputs, apiserver_port: int
+) -> None:
+    """The real node's simulated hardware, the product's image in its containerd, then the
+    device plugin's DaemonSet, waited for until Ready there."""
+    assert real.image is not None
+    layout = launcher.layout
+    name = realnodes.node_names(1)[0]
+    launcher.progress(f"neuron-dra: the device plugin's DaemonSet on {name}")
+    realdriver.write_hardware(layout, name)
+    realdriver.import_product_image(
+        image=real.image, binaries=real.containerd, layout=layout, nodes=[name]
+    )
+    realdeviceplugin.apply(
+        layout=layout,
+        kubeconfig=layout.kubeconfig,
+        setup=realdeviceplugin.PluginSetup(
+            image=real.image,
+            nats_url=launcher.current.nats_url,
+            apiserver_port=apiserver_port,
+            hardware=realdriver.hardware_root(layout, name),
+            http_port=realdeviceplugin.free_port(),
+        ),
+        node=name,
+    )
+
+
 def _start_real_nodes(
     launcher: Launcher,
     *,
@@ -503,12 +580,7 @@ def _start_real_nodes(
                 binary=kubelet,
                 pki=pki,
                 server=server,
-                # What the driver's DaemonSets select (the simulated hardware's type).
-                labels=(
-                    {"node.kubernetes.io/instance-type": realdriver.INSTANCE_TYPE}
-                    if real.image is not None
-                    else None
-                ),
+                labels=real.labels,
             )
             for i, name in enumerate(names)
         ],

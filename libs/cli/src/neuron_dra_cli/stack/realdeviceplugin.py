@@ -1,0 +1,252 @@
+"""The device plugin on a real node (``dev up --real-nodes 1 --real-node-device-plugin``).
+
+A cluster that keeps pods written for AWS's Neuron device plugin (``resources.limits`` of
+``aws.amazon.com/neuron``) beside DRA nodes runs the device-plugin component
+(``deploy/kustomize/components/device-plugin``) on the nodes labelled
+``neuron.aws.com/device-management=device-plugin``, and the scheduler extender in its
+kube-scheduler (``components/scheduler-extender/default-scheduler``). The stack does the
+same: its one real node gets that label and the component's DaemonSet as a real container,
+from a small kustomization of the stack's own that references the component and patches
+only what differs on this machine:
+
+- the network: the host's, so NATS and the apiserver (processes on the host's loopback) are
+  reached at the stack's own addresses, and the HTTP port is a free one;
+- the paths: the node's simulated hardware, in the node's folder. The kubelet's device
+  manager socket stays at ``/var/lib/kubelet/device-plugins`` whatever the kubelet's root
+  (a constant of the device plugin API), which is why one real node per host can have it.
+
+Its kube-scheduler reads the component's KubeSchedulerConfiguration with the extenders
+pointed at the extender, a process of the stack. The simulated nodes keep their DRA agents.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+import yaml
+
+from neuron_dra_cli.errors import CliError
+from neuron_dra_cli.stack import components, kubectl, process
+from neuron_dra_cli.stack.layout import Layout
+
+__all__ = [
+    "DAEMONSET",
+    "NODE_LABELS",
+    "PluginSetup",
+    "apply",
+    "check_count",
+    "extender",
+    "kustomization",
+    "render",
+    "scheduler",
+    "scheduler_config",
+]
+
+REPO = Path(__file__).resolve().parents[5]
+COMPONENT = REPO / "deploy" / "kustomize" / "components" / "device-plugin"
+SCHEDULER_CONFIG = (
+    REPO
+    / "deploy"
+    / "kustomize"
+    / "components"
+    / "scheduler-extender"
+    / "default-scheduler"
+    / "kube-scheduler-config.yaml"
+)
+NAMESPACE: Final = "neuron-dra-driver"
+DAEMONSET: Final = "neuron-dra-device-plugin"
+#: The component's node selection, and the instance type the extender reads.
+NODE_LABELS: Final = {
+    "neuron.aws.com/device-management": "device-plugin",
+    "node.kubernetes.io/instance-type": "trn2.48xlarge",
+}
+
+
+@dataclass(frozen=True)
+class PluginSetup:
+    """What the DaemonSet's patches need of the stack and its real node."""
+
+    image: str  # the product's image as imported (``localhost/neuron-dra:<tag>``)
+    nats_url: str
+    apiserver_port: int
+    hardware: Path
+    http_port: int
+
+
+def _host(path: Path) -> dict[str, str]:
+    return {"path": str(path.resolve()), "type": "Directory"}
+
+
+def kustomization(setup: PluginSetup, *, folder: Path, component: Path = COMPONENT) -> str:
+    """The stack's kustomization (JSON, which is YAML) in ``folder``: ``component`` with the
+    patches of this machine."""
+    hw = setup.hardware
+    env = {
+        "NEURON_DRA_NATS_SERVERS": setup.nats_url,
+        "NEURON_DRA_HTTP_PORT": str(setup.http_port),
+        # Allocate's device paths are read by containerd on the host.
+        "NEURON_DRA_DEV_ROOT": str((hw / "dev").resolve()),
+        # No kube-proxy on the stack: the apiserver's own address.
+        "KUBERNETES_SERVICE_HOST": "127.0.0.1",
+        "KUBERNETES_SERVICE_PORT": str(setup.apiserver_port),
+    }
+    patch = {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {"name": DAEMONSET},
+        "spec": {
+            "template": {
+                "spec": {
+                    # NATS and the apiserver listen on the host's loopback only.
+                    "hostNetwork": True,
+                    "dnsPolicy": "ClusterFirstWithHostNet",
+                    "containers": [
+                        {
+                            "name": "device-plugin",
+                            "env": [{"name": k, "value": v} for k, v in env.items()],
+                        }
+                    ],
+                    "volumes": [
+                        {"name": "sys", "hostPath": _host(hw / "sys")},
+                        {"name": "dev", "hostPath": _host(hw / "dev")},
+                        {"name": "neuron", "hostPath": _host(hw / "opt" / "aws" / "neuron")},
+                    ],
+                }
+            }
+        },
+    }
+    container = "/spec/template/spec/containers/0"
+    # JSON patches: a strategic merge would add a second port.
+    ops = [
+        {"op": "replace", "path": f"{container}/ports/0/containerPort", "value": setup.http_port},
+        # The image is only in the node's containerd: never try a registry.
+        {"op": "add", "path": f"{container}/imagePullPolicy", "value": "Never"},
+    ]
+    name, tag = setup.image.rsplit(":", 1)
+    target = {"kind": "DaemonSet", "name": DAEMONSET}
+    doc = {
+        "apiVersion": "kustomize.config.k8s.io/v1beta1",
+        "kind": "Kustomization",
+        # kustomize takes a component only by a relative path.
+        "components": [os.path.relpath(component.resolve(), folder.resolve())],
+        "images": [{"name": "neuron-dra", "newName": name, "newTag": tag}],
+        "patches": [
+            {"target": target, "patch": json.dumps(patch)},
+            {"target": target, "patch": json.dumps(ops)},
+        ],
+    }
+    return json.dumps(doc, indent=2) + "\n"
+
+
+def render(kubeconfig: Path, folder: Path) -> list[dict[str, Any]]:
+    """``kubectl kustomize folder``: the DaemonSet, its ServiceAccount and RBAC."""
+    out = kubectl.run(kubeconfig, ["kustomize", str(folder)]).stdout
+    return [d for d in yaml.safe_load_all(out) if d]
+
+
+def apply(
+    *, layout: Layout, kubeconfig: Path, setup: PluginSetup, node: str, timeout: float = 180.0
+) -> None:
+    """Write the stack's kustomization, apply what it renders (the DaemonSet, its account
+    and RBAC), and wait until the DaemonSet's pod is Ready on ``node``."""
+    folder = layout.root / "real-node-device-plugin"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "kustomization.yaml").write_text(kustomization(setup, folder=folder))
+    objects = render(kubeconfig, folder)
+    kubectl.run(
+        kubeconfig,
+        ["apply", "-f", "-"],
+        input=json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}),
+    )
+    deadline = time.monotonic() + timeout
+    while not _ready_on(kubeconfig, node):
+        if time.monotonic() > deadline:
+            raise CliError(
+                f"DaemonSet {NAMESPACE}/{DAEMONSET}: no Ready pod on {node} within "
+                f"{timeout:.0f} s (kubectl -n {NAMESPACE} describe pods)"
+            )
+        time.sleep(1.0)
+
+
+def _ready_on(kubeconfig: Path, node: str) -> bool:
+    proc = kubectl.run(
+        kubeconfig,
+        ["get", "pods", "-n", NAMESPACE, "-l", f"app.kubernetes.io/name={DAEMONSET}", "-o", "json"],
+        check=False,
+    )
+    if proc.returncode != 0:
+        return False
+    for pod in json.loads(proc.stdout).get("items", []):
+        conditions = {c["type"]: c["status"] for c in pod["status"].get("conditions", [])}
+        if pod["spec"].get("nodeName") == node and conditions.get("Ready") == "True":
+            return True
+    return False
+
+
+def extender(*, kubeconfig: Path) -> components.Component:
+    """The scheduler extender, a process of the stack on a free loopback port."""
+    return components.python_service(
+        name="scheduler-extender",
+        kind="scheduler-extender",
+        module="neuron_dra_scheduler_extender",
+        env={"NEURON_DRA_KUBECONFIG": str(kubeconfig)},
+        ready_path="/readyz",
+    )
+
+
+def scheduler_config(source: dict[str, Any], *, extender_url: str) -> dict[str, Any]:
+    """The component's KubeSchedulerConfiguration ``source`` with its extenders at
+    ``extender_url`` (the component's is a node port, which the stack has not)."""
+    config = copy.deepcopy(source)
+    extenders = config.get("extenders") or []
+    if not extenders:
+        raise CliError(f"{SCHEDULER_CONFIG}: no extenders to point at {extender_url}")
+    for entry in extenders:
+        entry["urlPrefix"] = extender_url
+    return config
+
+
+def scheduler(
+    base: components.Component, *, extender_url: str, kubeconfig: Path, folder: Path
+) -> components.Component:
+    """``base`` (the stack's kube-scheduler) reading the component's configuration, written
+    to ``folder`` with the extender's address, this kubeconfig and no leader election (the
+    flags a config file replaces)."""
+    config = scheduler_config(
+        yaml.safe_load(SCHEDULER_CONFIG.read_text()), extender_url=extender_url
+    )
+    config["clientConnection"] = {"kubeconfig": str(kubeconfig)}
+    config["leaderElection"] = {"leaderElect": False}
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "kube-scheduler-config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    argv = [a for a in base.argv if not a.startswith(("--kubeconfig", "--leader-elect"))]
+    return components.Component(
+        name=base.name,
+        kind=base.kind,
+        argv=[*argv, f"--config={path}"],
+        ports=base.ports,
+        ready=base.ready,
+    )
+
+
+def free_port() -> int:
+    """A free host port for the plugin's HTTP server (host network)."""
+    return process.free_port()
+
+
+def check_count(real_nodes: int, *, option: str) -> None:
+    """One real node per host: the kubelet's device manager socket folder is fixed."""
+    if real_nodes != 1:
+        raise CliError(
+            f"{option} runs the device plugin on exactly one real node (--real-nodes 1, not "
+            f"{real_nodes}): the kubelet's device manager listens in "
+            "/var/lib/kubelet/device-plugins whatever its root, so only one real node per "
+            "host can serve device plugins"
+        )
