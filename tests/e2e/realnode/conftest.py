@@ -49,15 +49,23 @@ def _stack(state_dir: Path, *, fleet: Path, extra: list[str]) -> Iterator[KubeSt
         stop_stack(state_dir)
 
 
+def real_node_stack(
+    tmp_path_factory: pytest.TempPathFactory, *, name: str, extra: tuple[str, ...] = ()
+) -> Iterator[KubeStack]:
+    """The stack of a package-scoped fixture: one real node with the driver's DaemonSets
+    beside one simulated node the driver leaves alone, and ``extra`` flags of ``dev up``."""
+    yield from _stack(
+        tmp_path_factory.mktemp(name),
+        fleet=FLEET,
+        extra=["--real-nodes", "1", "--real-node-driver", *extra],
+    )
+
+
 @pytest.fixture(scope="package")
 def real_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeStack]:
     """The real node beside one simulated node the driver leaves alone, the driver's
     DaemonSets on the real node."""
-    yield from _stack(
-        tmp_path_factory.mktemp("real-stack"),
-        fleet=FLEET,
-        extra=["--real-nodes", "1", "--real-node-driver"],
-    )
+    yield from real_node_stack(tmp_path_factory, name="real-stack")
 
 
 @pytest.fixture(scope="module")

@@ -33,17 +33,22 @@ def _driver_pods(stack: KubeStack) -> dict[str, list[tuple[str, str]]]:
     return found
 
 
-def test_the_driver_daemonsets_run_on_the_real_node_only(real_stack: KubeStack) -> None:
-    pods = _driver_pods(real_stack)
+def driver_runs_on_the_real_node_only(stack: KubeStack) -> None:
+    """Each DaemonSet has one pod, Running on the real node, of this checkout's image."""
+    pods = _driver_pods(stack)
     assert pods == {
         "neuron-dra-discovery": [(REAL_NODE, "Running")],
         "neuron-dra-kubelet-plugin": [(REAL_NODE, "Running")],
     }
     for name in realdriver.DAEMONSETS:
-        ds = real_stack.get_json("daemonset", name, "-n", NAMESPACE)
+        ds = stack.get_json("daemonset", name, "-n", NAMESPACE)
         image = ds["spec"]["template"]["spec"]["containers"][0]["image"]
         assert image.startswith("localhost/neuron-dra:0.1.0"), image
         assert ds["status"]["numberReady"] == 1
+
+
+def test_the_driver_daemonsets_run_on_the_real_node_only(real_stack: KubeStack) -> None:
+    driver_runs_on_the_real_node_only(real_stack)
 
 
 def _slice_devices(stack: KubeStack) -> list[str]:
@@ -53,11 +58,16 @@ def _slice_devices(stack: KubeStack) -> list[str]:
     return sorted(d["name"] for s in slices for d in s["spec"].get("devices", []))
 
 
-def test_the_real_nodes_resource_slice_lists_its_16_devices(real_stack: KubeStack) -> None:
-    devices = real_stack.wait_for(
-        f"{REAL_NODE}'s ResourceSlice", lambda: _slice_devices(real_stack), timeout=60
+def real_slice_lists_its_16_devices(stack: KubeStack) -> None:
+    """The real node's neuron.aws.com ResourceSlice, from discovery's inventory on the bus."""
+    devices = stack.wait_for(
+        f"{REAL_NODE}'s ResourceSlice", lambda: _slice_devices(stack), timeout=60
     )
     assert devices == sorted(f"neurondevice{i}" for i in range(16))
+
+
+def test_the_real_nodes_resource_slice_lists_its_16_devices(real_stack: KubeStack) -> None:
+    real_slice_lists_its_16_devices(real_stack)
 
 
 def _connected_pod(name: str, *, image: str) -> list[dict[str, Any]]:
@@ -125,34 +135,44 @@ def _connected_pod(name: str, *, image: str) -> list[dict[str, Any]]:
     return [template, pod]
 
 
+def driver_image(stack: KubeStack) -> str:
+    """The product's image as the real node's containerd has it (the plugin's)."""
+    ds = stack.get_json("daemonset", realdriver.PLUGIN, "-n", NAMESPACE)
+    return str(ds["spec"]["template"]["spec"]["containers"][0]["image"])
+
+
 def test_a_pod_gets_its_four_connected_devices_in_a_real_container(
     real_stack: KubeStack,
 ) -> None:
-    image = real_stack.get_json("daemonset", "neuron-dra-kubelet-plugin", "-n", NAMESPACE)["spec"][
-        "template"
-    ]["spec"]["containers"][0]["image"]
-    real_stack.create_namespace(CLAIMS)
+    a_pod_gets_four_connected_devices(real_stack)
+
+
+def a_pod_gets_four_connected_devices(stack: KubeStack) -> None:
+    """A seed pod claiming four connected devices runs on the real node and prints exactly
+    their device nodes and cores."""
+    image = driver_image(stack)
+    stack.create_namespace(CLAIMS)
     manifest = {"apiVersion": "v1", "kind": "List", "items": _connected_pod("pod0", image=image)}
-    real_stack.kubectl("apply", "-f", "-", input=json.dumps(manifest))
+    stack.kubectl("apply", "-f", "-", input=json.dumps(manifest))
 
     def phase() -> str:
-        return str(real_stack.get_json("pod", "pod0", "-n", CLAIMS)["status"].get("phase", ""))
+        return str(stack.get_json("pod", "pod0", "-n", CLAIMS)["status"].get("phase", ""))
 
-    real_stack.wait_for("pod0 Running", lambda: phase() == "Running", timeout=120)
-    pod = real_stack.get_json("pod", "pod0", "-n", CLAIMS)
+    stack.wait_for("pod0 Running", lambda: phase() == "Running", timeout=120)
+    pod = stack.get_json("pod", "pod0", "-n", CLAIMS)
     assert pod["spec"]["nodeName"] == REAL_NODE
     claim_name = pod["status"]["resourceClaimStatuses"][0]["resourceClaimName"]
-    claim = real_stack.get_json("resourceclaim", claim_name, "-n", CLAIMS)
+    claim = stack.get_json("resourceclaim", claim_name, "-n", CLAIMS)
     results = claim["status"]["allocation"]["devices"]["results"]
     indices = sorted(int(r["device"].removeprefix("neurondevice")) for r in results)
     assert len(indices) == 4
     assert indices[0] % 4 == 0
     assert indices == list(range(indices[0], indices[0] + 4))
-    logs = real_stack.wait_for(
+    logs = stack.wait_for(
         "pod0's output",
         lambda: (
-            real_stack.kubectl("logs", "pod0", "-n", CLAIMS).stdout.count("\n") >= 2
-            and real_stack.kubectl("logs", "pod0", "-n", CLAIMS).stdout
+            stack.kubectl("logs", "pod0", "-n", CLAIMS).stdout.count("\n") >= 2
+            and stack.kubectl("logs", "pod0", "-n", CLAIMS).stdout
         ),
         timeout=30,
     )

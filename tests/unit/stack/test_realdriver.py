@@ -4,21 +4,24 @@ the host's network, at the kubelet's and the node's own paths, with this checkou
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import stat
 from pathlib import Path
 from typing import Any
 
 import pytest
+from cryptography import x509
 from neuron_dra_cli.stack import realdriver, realnodes
 from neuron_dra_cli.stack.layout import Layout
+from neuron_dra_cli.stack.pki import Pki
 
 from tests.fixtures.stack import neuron_dra
 
 NODE = Path("/tmp/ndra-x/real-node-0")
 
 
-def _setup() -> realdriver.NodeSetup:
+def _setup(*, bus_auth: bool = False) -> realdriver.NodeSetup:
     return realdriver.NodeSetup(
         image="localhost/neuron-dra:0.1.0-abc123",
         nats_url="nats://127.0.0.1:4001",
@@ -30,14 +33,19 @@ def _setup() -> realdriver.NodeSetup:
         kubelet_healthz_port=4002,
         discovery_port=4003,
         plugin_port=4004,
+        bus_auth=bus_auth,
     )
+
+
+def _render(folder: Path, setup: realdriver.NodeSetup) -> list[dict[str, Any]]:
+    (folder / "kustomization.yaml").write_text(realdriver.kustomization(setup, folder=folder))
+    return realdriver.render(Path("/nowhere/kubeconfig"), folder)
 
 
 @pytest.fixture(scope="module")
 def rendered(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
     folder = tmp_path_factory.mktemp("real-node-driver")
-    (folder / "kustomization.yaml").write_text(realdriver.kustomization(_setup(), folder=folder))
-    docs = realdriver.render(Path("/nowhere/kubeconfig"), folder)
+    docs = _render(folder, _setup())
     assert sorted((d["kind"], d["metadata"]["name"]) for d in docs) == [
         ("DaemonSet", "neuron-dra-discovery"),
         ("DaemonSet", "neuron-dra-kubelet-plugin"),
@@ -88,6 +96,53 @@ def test_the_plugin_uses_the_kubelets_paths_and_the_apiservers_address(
     assert hosts["cdi"] == str(NODE / "cdi")
     assert hosts["dev"] == str(NODE / "hw" / "dev")
     assert hosts["state"] == str(NODE / "plugin-state")
+
+
+def test_without_bus_auth_the_agents_get_no_bus_token(
+    rendered: dict[str, dict[str, Any]],
+) -> None:
+    for ds in rendered.values():
+        assert "NEURON_DRA_NATS_TOKEN_FILE" not in _env(ds)
+        assert "bus-token" not in {v["name"] for v in _pod(ds)["volumes"]}
+
+
+def test_on_the_authenticated_bus_each_agent_reads_its_projected_token_and_natss_ca(
+    tmp_path: Path,
+) -> None:
+    docs = _render(tmp_path, _setup(bus_auth=True))
+    daemonsets = {d["metadata"]["name"]: d for d in docs if d["kind"] == "DaemonSet"}
+    assert sorted(daemonsets) == sorted(realdriver.DAEMONSETS)
+    for ds in daemonsets.values():
+        env = _env(ds)
+        assert env["NEURON_DRA_NATS_TOKEN_FILE"] == "/var/run/secrets/neuron-dra/bus/token"
+        assert env["NEURON_DRA_NATS_TLS_CA"] == "/var/run/secrets/neuron-dra/bus/ca.crt"
+        # The stack's own patches still apply beside the component's.
+        assert env["NEURON_DRA_NATS_SERVERS"] == "nats://127.0.0.1:4001"
+        assert _pod(ds)["hostNetwork"] is True
+        volume = next(v for v in _pod(ds)["volumes"] if v["name"] == "bus-token")
+        assert volume["projected"]["sources"] == [
+            {"serviceAccountToken": {"audience": "neuron-dra-bus", "expirationSeconds": 3600,
+                                     "path": "token"}},
+            {"secret": {"name": "neuron-dra-nats-tls",
+                        "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+        ]  # fmt: skip
+
+
+def test_natss_secret_holds_a_certificate_for_the_address_the_agents_dial(tmp_path: Path) -> None:
+    pki = Pki(tmp_path)
+    secret = realdriver.nats_tls_secret(pki)
+    assert (secret["type"], secret["metadata"]) == (
+        "kubernetes.io/tls",
+        {"name": "neuron-dra-nats-tls", "namespace": "neuron-dra-driver"},
+    )
+    data = secret["stringData"]
+    assert sorted(data) == ["ca.crt", "tls.crt", "tls.key"]
+    ca = x509.load_pem_x509_certificate(data["ca.crt"].encode())
+    cert = x509.load_pem_x509_certificate(data["tls.crt"].encode())
+    cert.verify_directly_issued_by(ca)
+    names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    # _setup's NATS address, where the agents on the host's network dial it.
+    assert ipaddress.ip_address("127.0.0.1") in names.get_values_for_type(x509.IPAddress)
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="mknod needs root")

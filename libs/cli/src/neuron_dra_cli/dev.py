@@ -96,7 +96,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "(deploy/kustomize/overlays/local) run there as real containers, patched only for "
         "this machine by <state-dir>/real-node-driver/kustomization.yaml (real nodes only, "
         "host network, the kubelet's paths); the real kubelet calls the plugin and "
-        "containerd injects its CDI devices. The simulated nodes keep their processes",
+        "containerd injects its CDI devices. The simulated nodes keep their processes. "
+        "With --bus-auth the kustomization adds the bus-auth component, so each agent "
+        "connects with its projected ServiceAccount token over TLS (Secret "
+        "neuron-dra-nats-tls, made from the stack's PKI)",
     )
     p.add_argument(
         "--real-node-device-plugin",

@@ -396,7 +396,10 @@ def up(opts: UpOptions, *, progress: Progress = print) -> state.StackState:
                     launcher, real=real, apiserver_port=ports["apiserver"]
                 )
             else:
-                _start_real_node_driver(launcher, real=real, apiserver_port=ports["apiserver"])
+                _start_real_node_driver(
+                    launcher, real=real, apiserver_port=ports["apiserver"], pki=pki,
+                    bus_auth=auth is not None,
+                )  # fmt: skip
         progress("neuron-dra: waiting for every node to be Ready")
         t_nodes = time.monotonic()
         names = [n.name for n in opts.fleet.nodes] + realnodes.node_names(opts.real_nodes)
@@ -435,11 +438,6 @@ def _check_real_node_driver(opts: UpOptions) -> None:
             f"--real-node-driver runs the driver on exactly one real node (--real-nodes 1, "
             f"not {opts.real_nodes}): each real node keeps its kubelet root, CDI folder and "
             "hardware in a folder of its own, and a DaemonSet has one pod spec"
-        )
-    if opts.bus_auth:
-        raise CliError(
-            "--real-node-driver does not go with --bus-auth yet: the DaemonSets would need "
-            "the bus-auth component's tokens and the stack's CA"
         )
 
 
@@ -486,10 +484,11 @@ def _real_node_inputs(opts: UpOptions, progress: Progress) -> _RealNodeInputs:
 
 
 def _start_real_node_driver(
-    launcher: Launcher, *, real: _RealNodeInputs, apiserver_port: int
+    launcher: Launcher, *, real: _RealNodeInputs, apiserver_port: int, pki: Pki, bus_auth: bool
 ) -> None:
     """The real node's simulated hardware, the product's image in its containerd, then the
-    discovery and kubelet-plugin DaemonSets, waited for until Ready there."""
+    discovery and kubelet-plugin DaemonSets (with ``bus_auth``, each with its projected bus
+    token and NATS's CA), waited for until Ready there."""
     assert real.image is not None
     layout = launcher.layout
     name = realnodes.node_names(1)[0]
@@ -515,8 +514,10 @@ def _start_real_node_driver(
             kubelet_healthz_port=kubelet.ports["healthz"],
             discovery_port=discovery_port,
             plugin_port=plugin_port,
+            bus_auth=bus_auth,
         ),
         nodes=[name],
+        pki=pki,
     )
 
 

@@ -11,6 +11,12 @@ patches what differs on this machine, never a second copy of the pod specs:
 - the paths: the real kubelet's root, its node's CDI folder (containerd reads it) and the
   node's simulated hardware, all under the node's folder.
 
+On the authenticated bus (``--bus-auth``) the kustomization lists the ``bus-auth`` component
+too, as a cluster's overlay would: the kubelet projects each pod's ServiceAccount token for
+the bus and the CA of the Secret ``neuron-dra-nats-tls``, which the stack makes from its PKI
+(see :func:`nats_tls_secret`). The pods dial NATS at the host's loopback, which its
+certificate names.
+
 Each real node is a trn2.48xlarge with simulated hardware, whose device nodes are
 character devices (see :func:`write_hardware`).
 """
@@ -33,8 +39,9 @@ from neuron_dra_common.hardware.simulate import SimNode, write_node
 
 from neuron_dra_cli import imagebuild
 from neuron_dra_cli.errors import CliError
-from neuron_dra_cli.stack import kubectl, process, realconfig, realnodes
+from neuron_dra_cli.stack import busauth, kubectl, process, realconfig, realnodes
 from neuron_dra_cli.stack.layout import Layout
+from neuron_dra_cli.stack.pki import Pki
 from neuron_dra_cli.toolbuild import ContainerdBinaries
 
 __all__ = [
@@ -44,6 +51,7 @@ __all__ = [
     "NodeSetup",
     "apply",
     "kustomization",
+    "nats_tls_secret",
     "write_hardware",
 ]
 
@@ -56,6 +64,8 @@ DISCOVERY: Final = "neuron-dra-discovery"
 PLUGIN: Final = "neuron-dra-kubelet-plugin"
 DAEMONSETS: Final = (DISCOVERY, PLUGIN)
 INSTANCE_TYPE: Final = "trn2.48xlarge"
+#: The Secret the bus-auth component reads NATS's certificate and its CA from.
+NATS_TLS_SECRET: Final = "neuron-dra-nats-tls"
 #: Linux's "local/experimental use" character major (Documentation/admin-guide/devices.txt):
 #: no driver serves it, so opening a simulated device fails (ENXIO) as a Neuron device node
 #: would without the Neuron driver, while runc can still create it in a container.
@@ -99,6 +109,8 @@ class NodeSetup:
     kubelet_healthz_port: int
     discovery_port: int
     plugin_port: int
+    #: The authenticated bus: the kustomization lists the bus-auth component.
+    bus_auth: bool = False
 
 
 def _env(pairs: Mapping[str, str]) -> list[dict[str, str]]:
@@ -223,6 +235,9 @@ def kustomization(setup: NodeSetup, *, folder: Path, overlay: Path = LOCAL_OVERL
             {"target": {"kind": "DaemonSet", "name": PLUGIN}, "patch": _port(setup.plugin_port)},
         ],
     }  # fmt: skip
+    if setup.bus_auth:
+        # The projected bus token and NATS's CA in each agent, as on a cluster.
+        doc["components"] = [os.path.relpath(busauth.COMPONENT.resolve(), folder.resolve())]
     return json.dumps(doc, indent=2) + "\n"
 
 
@@ -231,6 +246,24 @@ def _wanted(obj: dict[str, Any]) -> bool:
     services, RBAC) runs as the stack's processes or is applied already."""
     name = obj.get("metadata", {}).get("name")
     return obj.get("kind") in ("DaemonSet", "ServiceAccount") and name in DAEMONSETS
+
+
+def nats_tls_secret(pki: Pki) -> dict[str, Any]:
+    """The Secret ``neuron-dra-nats-tls`` as cert-manager writes it (``kubernetes.io/tls``
+    with ``ca.crt``), from the stack's PKI: NATS's certificate (it names 127.0.0.1, where
+    the pods on the host's network dial it) and the CA every client checks it against."""
+    cert = pki.nats()
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "kubernetes.io/tls",
+        "metadata": {"name": NATS_TLS_SECRET, "namespace": NAMESPACE},
+        "stringData": {
+            "ca.crt": pki.ca.cert.read_text(),
+            "tls.crt": cert.cert.read_text(),
+            "tls.key": cert.key.read_text(),
+        },
+    }
 
 
 def render(kubeconfig: Path, folder: Path) -> list[dict[str, Any]]:
@@ -256,10 +289,12 @@ def apply(
     kubeconfig: Path,
     setup: NodeSetup,
     nodes: Sequence[str],
+    pki: Pki,
     timeout: float = 180.0,
 ) -> None:
-    """Write the stack's kustomization, apply its DaemonSets, and wait until each has a
-    Ready pod on every real node."""
+    """Write the stack's kustomization, apply its DaemonSets (on the authenticated bus with
+    the Secret their projected volumes read), and wait until each has a Ready pod on every
+    real node."""
     folder = layout.root / "real-node-driver"
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "kustomization.yaml").write_text(kustomization(setup, folder=folder))
@@ -267,6 +302,9 @@ def apply(
     found = sorted(o["metadata"]["name"] for o in objects if o["kind"] == "DaemonSet")
     if found != sorted(DAEMONSETS):
         raise CliError(f"{LOCAL_OVERLAY}: expected DaemonSets {DAEMONSETS}, rendered {found}")
+    if setup.bus_auth:
+        # Before the pods: the kubelet does not start a container whose volume lacks it.
+        objects.insert(0, nats_tls_secret(pki))
     kubectl.run(
         kubeconfig, ["apply", "-f", "-"], input=json.dumps({"kind": "List", "apiVersion": "v1",
                                                            "items": objects})
