@@ -131,6 +131,22 @@ def test_the_device_plugin_runs_on_the_labelled_real_node_only(stack: KubeStack)
     )
 
 
+def test_the_extender_calls_the_api_as_its_own_service_account(stack: KubeStack) -> None:
+    # Its kubeconfig holds a token of the component's ServiceAccount, not admin's: the
+    # component's ClusterRole is what it runs with.
+    own = Layout(stack.state_dir).component_kubeconfig(realdeviceplugin.EXTENDER_KIND)
+
+    def as_extender(*args: str) -> str:
+        return stack.kubectl("--kubeconfig", str(own), *args, check=False).stdout.strip()
+
+    assert as_extender("auth", "whoami", "-o", "jsonpath={.status.userInfo.username}") == (
+        f"system:serviceaccount:{DRIVER_NAMESPACE}:{realdeviceplugin.EXTENDER_ACCOUNT}"
+    )
+    assert as_extender("auth", "can-i", "create", "pods", "--subresource=binding") == "yes"
+    assert as_extender("auth", "can-i", "delete", "pods", "-A") == "no"
+    assert as_extender("auth", "can-i", "patch", "nodes") == "no"
+
+
 def test_the_node_shows_the_plugins_resources(stack: KubeStack) -> None:
     expected = {
         NEURON: "16",

@@ -267,7 +267,12 @@ def up(opts: UpOptions, *, progress: Progress = print) -> state.StackState:
         )
 
         def apply_objects() -> dict[str, Path]:
-            return _apply_cluster_objects(layout, auth)
+            found = _apply_cluster_objects(layout, auth)
+            if opts.real_node_device_plugin:
+                found[realdeviceplugin.EXTENDER_KIND] = realdeviceplugin.extender_kubeconfig(
+                    layout, layout.kubeconfig
+                )
+            return found
 
         service_kubeconfigs = background.submit(_timed, apply_objects)
         kcm_cfg = write_kubeconfig(
@@ -287,9 +292,13 @@ def up(opts: UpOptions, *, progress: Progress = print) -> state.StackState:
         scheduler = comp.scheduler(
             binary=bins.kube_scheduler, kubeconfig=sched_cfg, port=ports["scheduler"]
         )
-        extender = []
+        # Started with the services, once its account's token is written (see apply_objects);
+        # its address is known now, for the scheduler's configuration.
+        extender: list[comp.Component] = []
         if opts.real_node_device_plugin:
-            ext = realdeviceplugin.extender(kubeconfig=layout.kubeconfig)
+            ext = realdeviceplugin.extender(
+                kubeconfig=layout.component_kubeconfig(realdeviceplugin.EXTENDER_KIND)
+            )
             extender = [ext]
             scheduler = realdeviceplugin.scheduler(
                 scheduler,
@@ -306,7 +315,6 @@ def up(opts: UpOptions, *, progress: Progress = print) -> state.StackState:
                     port=ports["kcm"],
                 ),
                 scheduler,
-                *extender,
             ]
         )
         progress(f"neuron-dra: starting {len(opts.fleet.nodes)} simulated nodes")
@@ -376,6 +384,7 @@ def up(opts: UpOptions, *, progress: Progress = print) -> state.StackState:
             *health_components(
                 nats_url=current.nats_url, kubeconfig=own_kubeconfigs["failure-detector"]
             ),
+            *extender,
         ]
         # One starting per core: each spends about half a second importing on a core of its
         # own and then mostly waits (for NATS, the apiserver, its kubelet's registration).

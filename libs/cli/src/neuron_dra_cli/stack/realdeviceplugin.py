@@ -32,16 +32,19 @@ from typing import Any, Final
 import yaml
 
 from neuron_dra_cli.errors import CliError
-from neuron_dra_cli.stack import components, kubectl, process
+from neuron_dra_cli.stack import accounts, components, kubectl, process
 from neuron_dra_cli.stack.layout import Layout
 
 __all__ = [
     "DAEMONSET",
+    "EXTENDER_ACCOUNT",
+    "EXTENDER_KIND",
     "NODE_LABELS",
     "PluginSetup",
     "apply",
     "check_count",
     "extender",
+    "extender_kubeconfig",
     "kustomization",
     "render",
     "scheduler",
@@ -50,15 +53,12 @@ __all__ = [
 
 REPO = Path(__file__).resolve().parents[5]
 COMPONENT = REPO / "deploy" / "kustomize" / "components" / "device-plugin"
-SCHEDULER_CONFIG = (
-    REPO
-    / "deploy"
-    / "kustomize"
-    / "components"
-    / "scheduler-extender"
-    / "default-scheduler"
-    / "kube-scheduler-config.yaml"
-)
+EXTENDER_COMPONENT = REPO / "deploy" / "kustomize" / "components" / "scheduler-extender"
+SCHEDULER_CONFIG = EXTENDER_COMPONENT / "default-scheduler" / "kube-scheduler-config.yaml"
+#: The extender's own ServiceAccount in its component: the stack runs it with that account's
+#: token and the component's ClusterRole, as on a cluster, never as admin.
+EXTENDER_ACCOUNT: Final = "neuron-dra-scheduler-extender"
+EXTENDER_KIND: Final = "scheduler-extender"
 NAMESPACE: Final = "neuron-dra-driver"
 DAEMONSET: Final = "neuron-dra-device-plugin"
 #: The component's node selection, and the instance type the extender reads.
@@ -190,13 +190,24 @@ def _ready_on(kubeconfig: Path, node: str) -> bool:
 
 
 def extender(*, kubeconfig: Path) -> components.Component:
-    """The scheduler extender, a process of the stack on a free loopback port."""
+    """The scheduler extender, a process of the stack on a free loopback port, calling the
+    API with ``kubeconfig`` (see :func:`extender_kubeconfig`)."""
     return components.python_service(
         name="scheduler-extender",
-        kind="scheduler-extender",
+        kind=EXTENDER_KIND,
         module="neuron_dra_scheduler_extender",
         env={"NEURON_DRA_KUBECONFIG": str(kubeconfig)},
         ready_path="/readyz",
+    )
+
+
+def extender_kubeconfig(layout: Layout, admin_kubeconfig: Path) -> Path:
+    """Apply the extender component's ServiceAccount and RBAC as they are, and write the
+    extender's kubeconfig with a token of that account (at the path
+    ``layout.component_kubeconfig("scheduler-extender")``, known before it is written)."""
+    kubectl.run(admin_kubeconfig, ["apply", "-f", str(EXTENDER_COMPONENT / "rbac.yaml")])
+    return accounts.service_kubeconfig(
+        layout, admin_kubeconfig, EXTENDER_KIND, account=EXTENDER_ACCOUNT
     )
 
 
