@@ -70,11 +70,13 @@ def real_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeStack]:
 
 @pytest.fixture(scope="module")
 def device_plugin_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeStack]:
-    """The real node served by the device plugin beside one simulated DRA node."""
+    """The real node served by the device plugin beside one simulated DRA node, on the
+    authenticated bus (as production runs): the plugin reads its health events with its own
+    projected bus token."""
     yield from _stack(
         tmp_path_factory.mktemp("device-plugin-stack"),
         fleet=MIXED_FLEET,
-        extra=["--real-nodes", "1", "--real-node-device-plugin"],
+        extra=["--real-nodes", "1", "--real-node-device-plugin", "--bus-auth"],
     )
 
 

@@ -16,13 +16,14 @@ import shutil
 from typing import Any
 
 import pytest
-from neuron_dra_cli.stack import realdeviceplugin, realdriver
+from neuron_dra_cli.stack import busauth, realdeviceplugin, realdriver
 from neuron_dra_cli.stack.layout import Layout
-from neuron_dra_common.bus import Bus
+from neuron_dra_common.bus import Bus, BusCredentials
 from neuron_dra_common.events import DeviceHealthChanged
 from neuron_dra_common.hardware.layout import NodePaths
 from neuron_dra_common.topology import InvalidDeviceCount, is_connected_set, visible_cores
 
+from tests.e2e.realnode.busauth.test_driver_on_the_authenticated_bus import callout_log
 from tests.e2e.realnode.conftest import REAL_NODE, import_base
 from tests.fixtures.stack import REPO, KubeStack
 
@@ -145,6 +146,28 @@ def test_the_extender_calls_the_api_as_its_own_service_account(stack: KubeStack)
     assert as_extender("auth", "can-i", "create", "pods", "--subresource=binding") == "yes"
     assert as_extender("auth", "can-i", "delete", "pods", "-A") == "no"
     assert as_extender("auth", "can-i", "patch", "nodes") == "no"
+
+
+def test_the_plugin_is_admitted_to_the_bus_as_itself_on_its_node(stack: KubeStack) -> None:
+    # The callout names whom it admitted: the node is the one the plugin's pod-bound token
+    # names, not one the client claimed.
+    def admitted() -> str:
+        return next(
+            (
+                str(r.get("service_account"))
+                for r in callout_log(stack)
+                if r.get("message") == "auth callout: admitted"
+                and r.get("identity") == f"device-plugin@{REAL_NODE}"
+            ),
+            "",
+        )
+
+    account = stack.wait_for("the callout to admit the device plugin", admitted, timeout=60)
+    assert account == f"{DRIVER_NAMESPACE}/neuron-dra-device-plugin"
+    daemonset = stack.get_json("daemonset", "-n", DRIVER_NAMESPACE, realdeviceplugin.DAEMONSET)
+    [container] = daemonset["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["NEURON_DRA_NATS_TOKEN_FILE"] == "/var/run/secrets/neuron-dra/bus/token"
 
 
 def test_the_node_shows_the_plugins_resources(stack: KubeStack) -> None:
@@ -270,8 +293,17 @@ def test_a_device_the_node_loses_leaves_allocatable(stack: KubeStack) -> None:
 def publish(stack: KubeStack, event: DeviceHealthChanged) -> None:
     """Publish ``event`` as the health monitor does when a device fails or is repaired."""
 
+    files = busauth.BusAuth(stack.state_dir / "bus-auth")
+
     async def send() -> None:
-        bus = await Bus.connect([stack.nats_url], name="device-plugin-test")
+        # The bus is authenticated: the test publishes as its admin, over TLS.
+        bus = await Bus.connect(
+            [stack.nats_url],
+            name="device-plugin-test",
+            credentials=BusCredentials(
+                token_file=str(files.token(busauth.ADMIN)), tls_ca=str(files.tls_ca)
+            ),
+        )
         try:
             await bus.publisher(source="/test").publish(event)
         finally:

@@ -92,3 +92,17 @@ def test_the_failure_detector_publishes_node_health_not_device_health() -> None:
 def test_the_reader_publishes_no_event() -> None:
     publish = permissions_for("reader").publish
     assert not [s for s in publish if s.startswith("neuron.")]
+
+
+def test_the_device_plugin_reads_health_and_publishes_only_its_dead_letters() -> None:
+    grants = permissions_for("device-plugin", node=NODE)
+    events = [s for s in grants.publish if s.startswith("neuron.")]
+    assert events == ["neuron.deadletter.NEURON_HEALTH.device-plugin-health"]
+    assert "$JS.API.CONSUMER.CREATE.NEURON_HEALTH" in grants.publish
+    # Besides the stream check every service makes at start, it reads no other stream.
+    assert not [
+        s
+        for s in grants.publish
+        if ("INVENTORY" in s or "ALLOCATION" in s) and not s.startswith("$JS.API.STREAM.INFO.")
+    ]
+    assert grants.subscribe == ("_INBOX.>",)

@@ -25,7 +25,10 @@ def with_bus_auth(folder: Path, overlay: str) -> Docs:
     rel = os.path.relpath(KUSTOMIZE, folder)
     (folder / "kustomization.yaml").write_text(
         "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n"
-        f"resources: [{rel}/{overlay}]\ncomponents: [{rel}/components/bus-auth]\n"
+        f"resources: [{rel}/{overlay}]\n"
+        # The device plugin too, which is a bus client of its own when an overlay lists it.
+        f"components: [{rel}/components/device-plugin, {rel}/components/bus-auth, "
+        f"{rel}/components/device-plugin-bus-auth]\n"
     )
     return render(folder)
 

@@ -12,8 +12,9 @@ from tests.unit.deploy.test_kustomize import KUSTOMIZE, by_kind, render
 
 #: The containers that run as root: the kubelet plugin creates sockets in the kubelet's
 #: root-owned plugin directories and writes /var/run/cdi; the health probe reads the kernel
-#: log (/dev/kmsg, root's).
-ROOT = {"neuron-dra-kubelet-plugin", "neuron-dra-health-probe"}
+#: log (/dev/kmsg, root's); the device plugin (a component) creates its socket in the
+#: kubelet's root-owned device-plugins directory.
+ROOT = {"neuron-dra-kubelet-plugin", "neuron-dra-health-probe", "neuron-dra-device-plugin"}
 #: The only capability added anywhere: reading the kernel log needs CAP_SYSLOG.
 ADDED = {"neuron-dra-health-probe": ["SYSLOG"]}
 

@@ -17,19 +17,49 @@ from tests.fixtures.stack import neuron_dra
 NODE = Path("/tmp/ndra-x/real-node-0")
 
 
-@pytest.fixture(scope="module")
-def rendered(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], dict[str, Any]]:
-    folder = tmp_path_factory.mktemp("real-node-device-plugin")
+def render(folder: Path, *, bus_auth: bool = False) -> dict[tuple[str, str], dict[str, Any]]:
     setup = realdeviceplugin.PluginSetup(
         image="localhost/neuron-dra:0.1.0-abc123",
         nats_url="nats://127.0.0.1:4001",
         apiserver_port=6443,
         hardware=NODE / "hw",
         http_port=4005,
+        bus_auth=bus_auth,
     )
     (folder / "kustomization.yaml").write_text(realdeviceplugin.kustomization(setup, folder=folder))
     docs = realdeviceplugin.render(Path("/nowhere/kubeconfig"), folder)
     return {(d["kind"], d["metadata"]["name"]): d for d in docs}
+
+
+@pytest.fixture(scope="module")
+def rendered(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], dict[str, Any]]:
+    return render(tmp_path_factory.mktemp("real-node-device-plugin"))
+
+
+def _env(daemonset: dict[str, Any]) -> dict[str, str]:
+    [container] = daemonset["spec"]["template"]["spec"]["containers"]
+    return {e["name"]: e.get("value", "") for e in container["env"]}
+
+
+def test_on_the_authenticated_bus_the_plugin_presents_its_projected_bus_token(
+    tmp_path: Path, rendered: dict[tuple[str, str], dict[str, Any]]
+) -> None:
+    name = ("DaemonSet", "neuron-dra-device-plugin")
+    plain = rendered[name]
+    assert "NEURON_DRA_NATS_TOKEN_FILE" not in _env(plain)
+    authed = render(tmp_path, bus_auth=True)[name]
+    env = _env(authed)
+    assert env["NEURON_DRA_NATS_TOKEN_FILE"] == "/var/run/secrets/neuron-dra/bus/token"
+    assert env["NEURON_DRA_NATS_TLS_CA"] == "/var/run/secrets/neuron-dra/bus/ca.crt"
+    # This machine's patches stay.
+    assert env["NEURON_DRA_NATS_SERVERS"] == "nats://127.0.0.1:4001"
+    assert authed["spec"]["template"]["spec"]["hostNetwork"] is True
+    [volume] = [
+        v for v in authed["spec"]["template"]["spec"]["volumes"] if v["name"] == "bus-token"
+    ]
+    sources = volume["projected"]["sources"]
+    assert sources[0]["serviceAccountToken"]["audience"] == "neuron-dra-bus"
+    assert sources[1]["secret"]["name"] == "neuron-dra-nats-tls"
 
 
 def test_the_component_renders_whole_with_the_image_imported(

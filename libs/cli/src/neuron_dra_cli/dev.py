@@ -114,7 +114,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "hardware's paths); kube-scheduler calls the scheduler extender (the configuration "
         "of components/scheduler-extender/default-scheduler), so pods asking "
         "aws.amazon.com/neuron get a connected set there, while the simulated nodes stay "
-        "DRA nodes. Not with --real-node-driver or --bus-auth",
+        "DRA nodes. With --bus-auth the kustomization adds the device-plugin-bus-auth "
+        "component: the plugin reads its node's health events with its own projected bus "
+        "token. Not with --real-node-driver",
     )
     paths.add_state_dir_option(p)
     p.set_defaults(handler=cmd_up)

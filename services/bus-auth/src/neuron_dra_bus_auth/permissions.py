@@ -56,7 +56,7 @@ __all__ = [
     "permissions_for",
 ]
 
-NodeAgent = Literal["discovery", "health-probe", "kubelet-plugin"]
+NodeAgent = Literal["discovery", "health-probe", "kubelet-plugin", "device-plugin"]
 ClusterService = Literal[
     "slice-publisher",
     "topology-allocator",
@@ -67,7 +67,12 @@ ClusterService = Literal[
 ]
 Role = Literal[NodeAgent, ClusterService, "reader", "admin"]
 
-NODE_AGENTS: Final[tuple[NodeAgent, ...]] = ("discovery", "health-probe", "kubelet-plugin")
+NODE_AGENTS: Final[tuple[NodeAgent, ...]] = (
+    "discovery",
+    "health-probe",
+    "kubelet-plugin",
+    "device-plugin",
+)
 CLUSTER_SERVICES: Final[tuple[ClusterService, ...]] = (
     "slice-publisher",
     "topology-allocator",
@@ -147,6 +152,9 @@ def _node_agent(role: NodeAgent, node: str) -> Permissions:
     elif role == "health-probe":
         publish += [_subject("health", token, ">"), *_read(HEALTH)]
         publish += _dead_letters((HEALTH, "health-probe"))
+    elif role == "device-plugin":
+        # It only reads its node's health events (to report devices Unhealthy to the kubelet).
+        publish += [*_read(HEALTH), *_dead_letters((HEALTH, "device-plugin-health"))]
     else:
         publish += [
             _subject("claim", "prepared", token, ">"),

@@ -30,7 +30,7 @@ from tests.fixtures.stack import KubeStack
 INTRUDERS = "real-node-intruders"
 
 
-def _callout_log(stack: KubeStack) -> list[dict[str, Any]]:
+def callout_log(stack: KubeStack) -> list[dict[str, Any]]:
     """The auth callout's log (a process of the stack), one JSON record a line."""
     text = (stack.state_dir / "logs" / f"{busauth.KIND}.log").read_text(errors="replace")
     return [json.loads(line) for line in text.splitlines() if line.startswith("{")]
@@ -77,7 +77,7 @@ def test_the_agents_run_on_the_real_node_with_their_projected_bus_tokens(
     # kubelet's pod-bound token names, not one the client claimed.
     admitted = {
         r.get("identity"): r.get("service_account")
-        for r in _callout_log(stack)
+        for r in callout_log(stack)
         if r.get("message") == "auth callout: admitted"
     }
     assert admitted.get(f"discovery@{REAL_NODE}") == f"{NAMESPACE}/neuron-dra-discovery"
@@ -194,7 +194,7 @@ def test_a_container_without_a_bus_identity_is_refused(real_bus_auth_stack: Kube
     assert all("authorization violation" in line for line in lines), logs
     reasons = [
         r.get("reason", "")
-        for r in _callout_log(stack)
+        for r in callout_log(stack)
         if r.get("message") == "auth callout: refused"
     ]
     assert any(r.startswith("no token") for r in reasons), reasons

@@ -402,8 +402,9 @@ def up(opts: UpOptions, *, progress: Progress = print) -> state.StackState:
         if real is not None and real.image is not None:
             if opts.real_node_device_plugin:
                 _start_real_node_device_plugin(
-                    launcher, real=real, apiserver_port=ports["apiserver"]
-                )
+                    launcher, real=real, apiserver_port=ports["apiserver"], pki=pki,
+                    bus_auth=auth is not None,
+                )  # fmt: skip
             else:
                 _start_real_node_driver(
                     launcher, real=real, apiserver_port=ports["apiserver"], pki=pki,
@@ -459,11 +460,6 @@ def _check_real_node_device_plugin(opts: UpOptions) -> None:
         raise CliError(
             f"{option} does not go with --real-node-driver: a node is served by the device "
             "plugin or by the DRA driver, never both"
-        )
-    if opts.bus_auth:
-        raise CliError(
-            f"{option} does not go with --bus-auth yet: the DaemonSet would need the "
-            "bus-auth component's token and the stack's CA"
         )
 
 
@@ -531,10 +527,11 @@ def _start_real_node_driver(
 
 
 def _start_real_node_device_plugin(
-    launcher: Launcher, *, real: _RealNodeInputs, apiserver_port: int
+    launcher: Launcher, *, real: _RealNodeInputs, apiserver_port: int, pki: Pki, bus_auth: bool
 ) -> None:
     """The real node's simulated hardware, the product's image in its containerd, then the
-    device plugin's DaemonSet, waited for until Ready there."""
+    device plugin's DaemonSet (with its bus token on the authenticated bus), waited for until
+    Ready there."""
     assert real.image is not None
     layout = launcher.layout
     name = realnodes.node_names(1)[0]
@@ -552,8 +549,10 @@ def _start_real_node_device_plugin(
             apiserver_port=apiserver_port,
             hardware=realdriver.hardware_root(layout, name),
             http_port=realdeviceplugin.free_port(),
+            bus_auth=bus_auth,
         ),
         node=name,
+        pki=pki,
     )
 
 

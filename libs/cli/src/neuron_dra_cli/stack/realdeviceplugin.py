@@ -32,8 +32,9 @@ from typing import Any, Final
 import yaml
 
 from neuron_dra_cli.errors import CliError
-from neuron_dra_cli.stack import accounts, components, kubectl, process
+from neuron_dra_cli.stack import accounts, components, kubectl, process, realdriver
 from neuron_dra_cli.stack.layout import Layout
+from neuron_dra_cli.stack.pki import Pki
 
 __all__ = [
     "DAEMONSET",
@@ -53,6 +54,7 @@ __all__ = [
 
 REPO = Path(__file__).resolve().parents[5]
 COMPONENT = REPO / "deploy" / "kustomize" / "components" / "device-plugin"
+BUS_AUTH_COMPONENT = REPO / "deploy" / "kustomize" / "components" / "device-plugin-bus-auth"
 EXTENDER_COMPONENT = REPO / "deploy" / "kustomize" / "components" / "scheduler-extender"
 SCHEDULER_CONFIG = EXTENDER_COMPONENT / "default-scheduler" / "kube-scheduler-config.yaml"
 #: The extender's own ServiceAccount in its component: the stack runs it with that account's
@@ -77,6 +79,8 @@ class PluginSetup:
     apiserver_port: int
     hardware: Path
     http_port: int
+    #: On the authenticated bus: the plugin presents its projected bus token and NATS's CA.
+    bus_auth: bool = False
 
 
 def _host(path: Path) -> dict[str, str]:
@@ -134,7 +138,10 @@ def kustomization(setup: PluginSetup, *, folder: Path, component: Path = COMPONE
         "apiVersion": "kustomize.config.k8s.io/v1beta1",
         "kind": "Kustomization",
         # kustomize takes a component only by a relative path.
-        "components": [os.path.relpath(component.resolve(), folder.resolve())],
+        "components": [
+            os.path.relpath(c.resolve(), folder.resolve())
+            for c in (component, *([BUS_AUTH_COMPONENT] if setup.bus_auth else []))
+        ],
         "images": [{"name": "neuron-dra", "newName": name, "newTag": tag}],
         "patches": [
             {"target": target, "patch": json.dumps(patch)},
@@ -151,14 +158,24 @@ def render(kubeconfig: Path, folder: Path) -> list[dict[str, Any]]:
 
 
 def apply(
-    *, layout: Layout, kubeconfig: Path, setup: PluginSetup, node: str, timeout: float = 180.0
+    *,
+    layout: Layout,
+    kubeconfig: Path,
+    setup: PluginSetup,
+    node: str,
+    pki: Pki,
+    timeout: float = 180.0,
 ) -> None:
     """Write the stack's kustomization, apply what it renders (the DaemonSet, its account
-    and RBAC), and wait until the DaemonSet's pod is Ready on ``node``."""
+    and RBAC; on the authenticated bus also the Secret its projected volume reads), and wait
+    until the DaemonSet's pod is Ready on ``node``."""
     folder = layout.root / "real-node-device-plugin"
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "kustomization.yaml").write_text(kustomization(setup, folder=folder))
     objects = render(kubeconfig, folder)
+    if setup.bus_auth:
+        # Before the pod: the kubelet does not start a container whose volume lacks it.
+        objects.insert(0, realdriver.nats_tls_secret(pki))
     kubectl.run(
         kubeconfig,
         ["apply", "-f", "-"],
