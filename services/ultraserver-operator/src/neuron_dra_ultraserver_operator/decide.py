@@ -6,7 +6,9 @@ decision lists the writes in an order that makes a crash at any point safe to re
 1. the allocator grants (idempotent per workload UID, recorded on the bus);
 2. the grant is recorded in the workload's status (state Allocating);
 3. every node gets its allocation record, first ``Pending``, then, once all have it, ``Bound``
-   (the kubelet plugin prepares only ``Bound`` nodes, so no pod starts on half a gang);
+   (the kubelet plugin prepares only ``Bound`` nodes, so no pod starts on half a gang); the
+   ``Pending`` round also removes the workload's records from nodes its status no longer
+   names (a replaced unit's), so a crash after step 2 still clears them;
 4. the ResourceClaimTemplate is applied; 5. the state becomes Allocated.
 
 An Allocated workload is confirmed with the allocator on every pass (same nodes), so its
@@ -199,7 +201,15 @@ def _bind(
     bound = workload.status.state in BOUND
     out: list[Action] = []
     if not bound:
-        out += _node_writes(workload, records, facts, phase="Pending", trace=trace)
+        # Nodes the status no longer names (a replaced unit's) lose this workload's record
+        # in the same round as the new nodes get theirs: other Node objects, independent.
+        named = set(workload.nodes)
+        strays = tuple(
+            NodeWrite(node=n, record=None)
+            for n in sorted(records)
+            if n not in named and _held_by(records, n, workload)
+        )
+        out += _node_writes(workload, records, facts, phase="Pending", trace=trace, also=strays)
     out += _node_writes(workload, records, facts, phase="Bound", trace=trace)
     template = claim_template(workload, held, fleet.members, traceparent=trace)
     out.append(ApplyTemplate(template=template, step="" if bound else "allocate:template"))
@@ -372,8 +382,6 @@ def _replaced(
 ) -> list[Action]:
     held = workload.status.allocations
     new = records_from_grants(answer.grants, names=fleet.names)
-    before = [n.node_name for r in held for n in r.nodes]
-    given_up = sorted(set(before) - set(answer.nodes))
     broken = [r for r in held if _touches(r, affected)]
     by_index = {r.ultraserver_index: r for r in new}
     parts = []
@@ -387,18 +395,16 @@ def _replaced(
             f"{gained})"
         )
     message = "replaced " + "; ".join(parts)
-    clears = tuple(
-        NodeWrite(node=n, record=None) for n in given_up if _held_by(records, n, workload)
-    )
-    out: list[Action] = [WriteNodeRecords(writes=clears)] if clears else []
-    # Recorded before the new nodes are touched: a crash after this resumes from the status.
-    out += status_write(
+    # Recorded before any node is touched: a crash after this resumes from the status, and
+    # the nodes given up lose their records with the first node writes (see ``_bind``).
+    out = status_write(
         workload,
         now=facts.now,
         state="Allocating",
         reason="Replacing",
         message=message,
         records=new,
+        step="allocate:recorded",
     )
     out.append(Emit(reason="Replaced", message=message, warning=True))
     return out + _bind(_holding(workload, new), fleet, records, facts, trace=facts.traceparent)
@@ -522,8 +528,11 @@ def _node_writes(
     *,
     phase: Literal["Pending", "Bound"],
     trace: str,
+    also: tuple[NodeWrite, ...] = (),
 ) -> list[Action]:
-    writes = []
+    """The writes of ``phase`` to the workload's nodes that do not hold it yet, with ``also``
+    (writes to other nodes) in the same round."""
+    writes = list(also)
     wanted = node_allocations(workload, workload.status.allocations, phase=phase)
     for node, record in wanted.items():
         held = records.get(node)

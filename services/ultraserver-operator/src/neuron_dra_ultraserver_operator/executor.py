@@ -149,13 +149,26 @@ class Executor:
         loop = asyncio.get_running_loop()
         began = loop.time()
         took: list[tuple[float, str]] = []
+        #: Events are for people, not a step of the allocation: each is sent beside the
+        #: writes that follow it instead of holding them up, and all are done before this
+        #: returns.
+        events: list[asyncio.Task[None]] = []
         try:
-            for action in actions:
-                started = loop.time()
-                try:
-                    facts = await self._perform(workload, action, facts)
-                finally:
-                    took.append((loop.time() - started, type(action).__name__))
+            try:
+                for action in actions:
+                    if isinstance(action, Emit):
+                        events += self._emit(workload, action)
+                        continue
+                    started = loop.time()
+                    try:
+                        facts = await self._perform(workload, action, facts)
+                    finally:
+                        took.append((loop.time() - started, type(action).__name__))
+            finally:
+                sent = await asyncio.gather(*events, return_exceptions=True)
+            for outcome in sent:
+                if isinstance(outcome, BaseException):
+                    raise outcome
         except _Refused as exc:
             log.warning(
                 "write refused",
@@ -211,10 +224,6 @@ class Executor:
                 await self._release(wl)
             case SetFinalizer():
                 await self._finalizer(wl, present=action.present)
-            case Emit():
-                await self._event(
-                    wl, reason=action.reason, message=action.message, warn=action.warning
-                )
             case ForgetEvents():
                 self._last_event.pop(wl.metadata.uid, None)
                 self._states.pop(wl.metadata.uid, None)
@@ -588,12 +597,19 @@ class Executor:
     async def _claims(self, wl: Workload) -> tuple[str, ...]:
         return tuple(sorted(await self._workload_claims(wl)))
 
-    async def _event(self, wl: Workload, *, reason: str, message: str, warn: bool) -> None:
-        """Record an Event on the workload (once per distinct reason and message in a row)."""
+    def _emit(self, wl: Workload, action: Emit) -> list[asyncio.Task[None]]:
+        """Start recording ``action``'s Event on the workload, once per distinct reason and
+        message in a row (decided here, in the order of the actions, not when it is sent)."""
         key = wl.metadata.uid
-        if self._last_event.get(key) == (reason, message):
-            return
-        self._last_event[key] = (reason, message)
+        said = (action.reason, action.message)
+        if self._last_event.get(key) == said:
+            return []
+        self._last_event[key] = said
+        sending = self._event(wl, reason=action.reason, message=action.message, warn=action.warning)
+        return [asyncio.create_task(sending, name=f"event {wl.key} {action.reason}")]
+
+    async def _event(self, wl: Workload, *, reason: str, message: str, warn: bool) -> None:
+        """Record an Event on the workload."""
         now = stamp()
         body = {
             "metadata": {
