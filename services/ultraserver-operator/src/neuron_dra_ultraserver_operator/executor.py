@@ -521,9 +521,9 @@ class Executor:
         name is never touched. Pods not scheduled yet stay, unless their claims take other
         nodes than the ``wanted`` selectors (made from an earlier version of the template,
         e.g. for a pod Kubernetes recreated after evicting one from a lost node's tainted
-        devices): those would wait for the old nodes for ever. A pod on a ``force`` node goes at once:
-        its kubelet is gone and would never confirm, so a graceful delete would leave it
-        Terminating and its controller waiting."""
+        devices): those would wait for the old nodes for ever. A pod on a ``force`` node
+        goes at once: its kubelet is gone and would never confirm, so a graceful delete
+        would leave it Terminating and its controller waiting."""
         ns = wl.metadata.namespace
         (pods, _), claims = await asyncio.gather(
             self.client.list(PODS, namespace=ns), self._workload_claims(wl)
