@@ -139,6 +139,8 @@ class Executor:
         self._touch = touch
         self._crash = crash
         self._last_event: dict[str, tuple[str, str]] = {}
+        #: workload UID -> its Events being sent
+        self._sending: dict[str, list[asyncio.Task[None]]] = {}
 
     async def perform(self, workload: Workload, actions: Sequence[Action], facts: Facts) -> Facts:
         """Perform ``actions`` for ``workload``; ``facts`` with what the queries learned.
@@ -152,23 +154,19 @@ class Executor:
         loop = asyncio.get_running_loop()
         began = loop.time()
         took: list[tuple[float, str]] = []
-        #: Events are for people, not a step of the allocation: each is sent beside the
-        #: writes that follow it instead of holding them up, and all are done before this
-        #: returns.
-        events: list[asyncio.Task[None]] = []
+        # Events are for people, not a step of the allocation: each is sent beside the
+        # writes and queries that follow it instead of holding them up (see ``sent``).
+        events = self._sending.setdefault(workload.metadata.uid, [])
         try:
-            try:
-                for action in actions:
-                    if isinstance(action, Emit):
-                        events += self._emit(workload, action)
-                        continue
-                    started = loop.time()
-                    try:
-                        facts = await self._perform(workload, action, facts)
-                    finally:
-                        took.append((loop.time() - started, _named(action)))
-            finally:
-                await _together(events)
+            for action in actions:
+                if isinstance(action, Emit):
+                    events += self._emit(workload, action)
+                    continue
+                started = loop.time()
+                try:
+                    facts = await self._perform(workload, action, facts)
+                finally:
+                    took.append((loop.time() - started, _named(action)))
         except _Refused as exc:
             log.warning(
                 "write refused",
@@ -183,6 +181,10 @@ class Executor:
         finally:
             _report_slow(workload, took, total=loop.time() - began)
         return facts
+
+    async def sent(self, workload: Workload) -> None:
+        """Wait until the Events of ``workload`` are sent (the end of a pass)."""
+        await _together(self._sending.pop(workload.metadata.uid, ()))
 
     async def _perform(self, wl: Workload, action: Action, facts: Facts) -> Facts:
         match action:
