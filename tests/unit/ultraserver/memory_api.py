@@ -16,6 +16,7 @@ from neuron_dra_common.ultraserver import node_allocation, ultraserver_name
 from neuron_dra_topology_allocator.allocator import Allocator
 from neuron_dra_topology_allocator.projection import Projection
 from neuron_dra_ultraserver_operator.discovery import Member, UltraServerView
+from neuron_dra_ultraserver_operator.faults import CrashPoint, no_crash
 from neuron_dra_ultraserver_operator.fleet import FleetIndex
 from neuron_dra_ultraserver_operator.health import NodeHealth
 from neuron_dra_ultraserver_operator.reconciler import WorkloadReconciler
@@ -53,6 +54,9 @@ class Api:
         self.claims: dict[str, Obj] = {}
         #: (method, path) of every request, in order
         self.calls: list[tuple[str, str]] = []
+        #: Nodes whose writes fail (the apiserver answers 500), as if the operator died
+        #: before they were made
+        self.failing: set[str] = set()
 
     def run_pods(self, template: str, nodes: list[str]) -> None:
         """One pod using ``template`` on each of ``nodes`` (what a Deployment would run),
@@ -110,6 +114,8 @@ class Api:
             self.templates[name] = body
         elif method == "GET" and "nodes" in parts:
             return copy.deepcopy(self.nodes[parts[-1]])
+        elif "nodes" in parts and parts[-1] in self.failing:
+            raise ApiException(500, "internal error")
         elif "nodes" in parts:
             # A merge patch of the annotations (null removes one), refused when it names
             # another version than the Node's; it answers with the Node written.
@@ -182,6 +188,7 @@ class World:
         tracer: Tracer | None = None,
         on_allocate: Callable[[Event], None] = lambda event: None,
         node_cache: Callable[[Api], Mapping[str, Obj]] = lambda api: api.nodes,
+        crash: CrashPoint = no_crash,
     ) -> None:
         self.api = Api(servers)
         projection = Projection()
@@ -227,19 +234,28 @@ class World:
         async def publish(event: Event, msg_id: str) -> None:
             self.published.append((event, msg_id))
 
-        self.reconciler = WorkloadReconciler(
-            client=self.api,  # type: ignore[arg-type]
-            workloads=self.api.workloads,
-            # The informer's copy of the Nodes (by default always current).
-            nodes=node_cache(self.api),
-            fleet=FleetIndex(lambda: _views, self.api.nodes, self.health),
-            allocate=allocate,
-            changed=lambda names: None,
-            requeue=lambda key, after: self.requeued.append(key),
-            released=lambda: None,
-            tracer=tracer,
-            publish=publish,
-        )
+        def start(crash: CrashPoint) -> WorkloadReconciler:
+            return WorkloadReconciler(
+                client=self.api,  # type: ignore[arg-type]
+                workloads=self.api.workloads,
+                # The informer's copy of the Nodes (by default always current).
+                nodes=node_cache(self.api),
+                fleet=FleetIndex(lambda: _views, self.api.nodes, self.health),
+                allocate=allocate,
+                changed=lambda names: None,
+                requeue=lambda key, after: self.requeued.append(key),
+                released=lambda: None,
+                tracer=tracer,
+                publish=publish,
+                crash=crash,
+            )
+
+        self._start = start
+        self.reconciler = start(crash)
+
+    def restart(self) -> None:
+        """A new operator process (nothing remembered), without a crash point."""
+        self.reconciler = self._start(no_crash)
 
     def lose(self, node: str) -> None:
         """The failure detector declares ``node`` lost (its Node still says Ready)."""

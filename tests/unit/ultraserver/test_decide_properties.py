@@ -42,7 +42,9 @@ from neuron_dra_ultraserver_operator.actions import (
     Release,
     RequestAllocation,
     Requeue,
+    RetireTemplate,
     SetFinalizer,
+    Together,
     WriteNodeRecords,
     WriteStatus,
     asks,
@@ -50,6 +52,7 @@ from neuron_dra_ultraserver_operator.actions import (
 from neuron_dra_ultraserver_operator.decide import decide
 from neuron_dra_ultraserver_operator.discovery import Member
 from neuron_dra_ultraserver_operator.inputs import Facts, FleetView, Held
+from neuron_dra_ultraserver_operator.manifests import selectors
 from neuron_dra_ultraserver_operator.model import FINALIZER, TRACEPARENT, workload_from_api
 
 Obj = dict[str, Any]
@@ -226,8 +229,20 @@ class World:
                         before = self.held.get(write.node)
                         trace = write.traceparent or (before.traceparent if before else "")
                         self.held[write.node] = Held(record=write.record, traceparent=trace)
+            case Together():
+                for inner in action.actions:
+                    facts = await self.perform(key, obj, inner, facts)
             case ApplyTemplate():
                 self.templates[f"ml/{action.template['metadata']['name']}"] = action.template
+            case RetireTemplate():
+                name = f"ml/{action.template['metadata']['name']}"
+                template = self.templates.get(name)
+                if (
+                    template
+                    and template["metadata"]["labels"][WORKLOAD_UID_LABEL] == ref.uid
+                    and selectors(template) != selectors(action.template)
+                ):
+                    del self.templates[name]
             case DeleteTemplate():
                 template = self.templates.get(f"ml/{action.name}")
                 if template and template["metadata"]["labels"][WORKLOAD_UID_LABEL] == ref.uid:

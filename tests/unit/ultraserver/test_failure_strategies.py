@@ -6,6 +6,8 @@ real allocator (its placement and request handling, without the bus): see ``memo
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 
 from tests.unit.ultraserver.memory_api import World
@@ -180,3 +182,26 @@ def test_no_op_only_reports() -> None:
     assert condition(world, "Degraded") == "True"
     assert condition(world, "Ready") == "False"
     assert "NodeFailed" in world.reasons()
+
+
+def test_a_waiting_pod_whose_claim_takes_the_replaced_nodes_is_made_again() -> None:
+    world = World(3, size=4, count=1, strategy="ReplaceAffected")
+    world.reconcile()
+    before = world.nodes()
+    world.api.run_pods("train", before[:3])
+    # Kubernetes evicted the pod of the failing node and its controller made it again; its
+    # claim was made from the template that still named the old nodes, so it waits for them.
+    template = world.api.templates["train"]
+    world.api.claims["again-n"] = {
+        "metadata": {"name": "again-n", "labels": dict(template["metadata"]["labels"])},
+        "spec": {"devices": copy.deepcopy(template["spec"]["spec"]["devices"])},
+    }
+    world.api.pods["again"] = {
+        "metadata": {"name": "again", "namespace": "ml"},
+        "spec": {"resourceClaims": [{"name": "n", "resourceClaimTemplateName": "train"}]},
+        "status": {"resourceClaimStatuses": [{"name": "n", "resourceClaimName": "again-n"}]},
+    }
+    world.lose(before[3])
+    world.reconcile()
+    assert world.status["state"] == "Allocated", world.status["message"]
+    assert set(world.api.deleted) == {"again", *(f"pod-{n}" for n in before[:3])}

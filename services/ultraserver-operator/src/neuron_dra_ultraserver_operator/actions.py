@@ -26,7 +26,9 @@ __all__ = [
     "Release",
     "RequestAllocation",
     "Requeue",
+    "RetireTemplate",
     "SetFinalizer",
+    "Together",
     "TouchUltraServers",
     "WakeWaiting",
     "WriteNodeRecords",
@@ -93,6 +95,14 @@ class ApplyTemplate(_Action, frozen=True, kw_only=True):
     template: Obj
 
 
+class RetireTemplate(_Action, frozen=True, kw_only=True):
+    """Delete the workload's template if its claims would take other nodes than
+    ``template``'s (a replacement: its spec is immutable, so the new one is created anew).
+    Pods created until the new one exists wait for it instead of taking the old nodes."""
+
+    template: Obj
+
+
 class DeleteTemplate(_Action, frozen=True, kw_only=True):
     """Delete the workload's template (if it is the workload's) and the pods using it;
     ``step`` fires only when a template was deleted. Pods on ``force`` nodes (lost: no
@@ -105,10 +115,12 @@ class DeleteTemplate(_Action, frozen=True, kw_only=True):
 class DeletePods(_Action, frozen=True, kw_only=True):
     """Delete the workload's pods (those using its template) running on a node outside
     ``keep``, so their controllers recreate them where the workload is now; on ``force``
-    nodes without a grace period."""
+    nodes without a grace period. A pod not scheduled yet goes too when its claims take
+    other nodes than ``selectors`` (the CEL selectors of the template it should use)."""
 
     keep: tuple[str, ...]
     force: tuple[str, ...] = ()
+    selectors: tuple[str, ...] = ()
 
 
 class ListClaims(_Action, frozen=True, kw_only=True):
@@ -146,6 +158,13 @@ class TouchUltraServers(_Action, frozen=True, kw_only=True):
     names: tuple[str, ...]
 
 
+class Together(_Action, frozen=True, kw_only=True):
+    """Writes independent of each other, performed at once (never a query, nor an Event);
+    each one's ``step`` fires after it. The next action starts when all are done."""
+
+    actions: tuple[Action, ...]
+
+
 Action = (
     SetFinalizer
     | RequestAllocation
@@ -153,6 +172,7 @@ Action = (
     | WriteStatus
     | WriteNodeRecords
     | ApplyTemplate
+    | RetireTemplate
     | DeleteTemplate
     | DeletePods
     | ListClaims
@@ -162,6 +182,7 @@ Action = (
     | WakeWaiting
     | Recheck
     | TouchUltraServers
+    | Together
 )
 
 

@@ -6,8 +6,12 @@ decision lists the writes in an order that makes a crash at any point safe to re
 1. the allocator grants (idempotent per workload UID, recorded on the bus);
 2. the grant is recorded in the workload's status (state Allocating);
 3. every node gets its allocation record, first ``Pending``, then, once all have it, ``Bound``
-   (the kubelet plugin prepares only ``Bound`` nodes, so no pod starts on half a gang);
-4. the ResourceClaimTemplate is applied; 5. the state becomes Allocated.
+   (the kubelet plugin prepares only ``Bound`` nodes, so no pod starts on half a gang); the
+   ``Pending`` round also removes the workload's records from nodes its status no longer
+   names (a replaced unit's), so a crash after step 2 still clears them;
+4. the ResourceClaimTemplate is applied (one naming other nodes was deleted beside the
+   ``Pending`` round), and the pods left on other nodes are deleted beside it; 5. the state
+   becomes Allocated.
 
 An Allocated workload is confirmed with the allocator on every pass (same nodes), so its
 view converges on what the objects record even after it lost its history. A NotReady or lost
@@ -41,13 +45,15 @@ from neuron_dra_ultraserver_operator.actions import (
     Release,
     RequestAllocation,
     Requeue,
+    RetireTemplate,
     SetFinalizer,
+    Together,
     TouchUltraServers,
     WakeWaiting,
     WriteNodeRecords,
 )
 from neuron_dra_ultraserver_operator.inputs import Facts, FleetView, Held, Owner, Refusal
-from neuron_dra_ultraserver_operator.manifests import claim_template
+from neuron_dra_ultraserver_operator.manifests import claim_template, selectors
 from neuron_dra_ultraserver_operator.model import FINALIZER, AllocationRecord, Workload
 from neuron_dra_ultraserver_operator.ownership import describe, taken
 from neuron_dra_ultraserver_operator.records import node_allocations, records_from_grants
@@ -197,22 +203,38 @@ def _bind(
 ) -> list[Action]:
     held = workload.status.allocations
     bound = workload.status.state in BOUND
-    out: list[Action] = []
-    if not bound:
-        out += _node_writes(workload, records, facts, phase="Pending", trace=trace)
-    out += _node_writes(workload, records, facts, phase="Bound", trace=trace)
     template = claim_template(workload, held, fleet.members, traceparent=trace)
-    out.append(ApplyTemplate(template=template, step="" if bound else "allocate:template"))
     message = (
         f"{len(held)} x {workload.spec.topology_size}-node on "
         + ", ".join(dict.fromkeys(r.ultra_server for r in held))
         + f"; ResourceClaimTemplate {workload.template_name}"
     )
-    if not bound:
+    if bound:
+        out = _node_writes(workload, records, facts, phase="Bound", trace=trace)
+        out.append(ApplyTemplate(template=template))
+    else:
+        # Nodes the status no longer names (a replaced unit's) lose this workload's record
+        # in the same round as the new nodes get theirs (other Node objects), and a template
+        # that names other nodes goes meanwhile: its claims could only take the old ones.
+        named = set(workload.nodes)
+        strays = tuple(
+            NodeWrite(node=n, record=None)
+            for n in sorted(records)
+            if n not in named and _held_by(records, n, workload)
+        )
+        pending = _node_writes(workload, records, facts, phase="Pending", trace=trace, also=strays)
+        out = [Together(actions=(*pending, RetireTemplate(template=template)))]
+        out += _node_writes(workload, records, facts, phase="Bound", trace=trace)
         # The template names these nodes now: pods of the workload still on other nodes (a
-        # replaced unit's) are recreated by their controllers and land here.
+        # replaced unit's) are recreated by their controllers and wait for it (the old one
+        # is gone), then land here; so the pods go while it is written.
         down = {n for n in fleet.failed} | {n for n, ok in fleet.ready.items() if not ok}
-        out.append(DeletePods(keep=workload.nodes, force=tuple(sorted(down))))
+        pods = DeletePods(
+            keep=workload.nodes, force=tuple(sorted(down)), selectors=selectors(template)
+        )
+        out.append(
+            Together(actions=(ApplyTemplate(template=template, step="allocate:template"), pods))
+        )
     out += status_write(
         workload,
         now=facts.now,
@@ -372,8 +394,6 @@ def _replaced(
 ) -> list[Action]:
     held = workload.status.allocations
     new = records_from_grants(answer.grants, names=fleet.names)
-    before = [n.node_name for r in held for n in r.nodes]
-    given_up = sorted(set(before) - set(answer.nodes))
     broken = [r for r in held if _touches(r, affected)]
     by_index = {r.ultraserver_index: r for r in new}
     parts = []
@@ -387,18 +407,16 @@ def _replaced(
             f"{gained})"
         )
     message = "replaced " + "; ".join(parts)
-    clears = tuple(
-        NodeWrite(node=n, record=None) for n in given_up if _held_by(records, n, workload)
-    )
-    out: list[Action] = [WriteNodeRecords(writes=clears)] if clears else []
-    # Recorded before the new nodes are touched: a crash after this resumes from the status.
-    out += status_write(
+    # Recorded before any node is touched: a crash after this resumes from the status, and
+    # the nodes given up lose their records with the first node writes (see ``_bind``).
+    out = status_write(
         workload,
         now=facts.now,
         state="Allocating",
         reason="Replacing",
         message=message,
         records=new,
+        step="allocate:recorded",
     )
     out.append(Emit(reason="Replaced", message=message, warning=True))
     return out + _bind(_holding(workload, new), fleet, records, facts, trace=facts.traceparent)
@@ -522,8 +540,11 @@ def _node_writes(
     *,
     phase: Literal["Pending", "Bound"],
     trace: str,
+    also: tuple[NodeWrite, ...] = (),
 ) -> list[Action]:
-    writes = []
+    """The writes of ``phase`` to the workload's nodes that do not hold it yet, with ``also``
+    (writes to other nodes) in the same round."""
+    writes = list(also)
     wanted = node_allocations(workload, workload.status.allocations, phase=phase)
     for node, record in wanted.items():
         held = records.get(node)

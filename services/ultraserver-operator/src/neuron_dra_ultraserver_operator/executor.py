@@ -53,7 +53,9 @@ from neuron_dra_ultraserver_operator.actions import (
     Release,
     RequestAllocation,
     Requeue,
+    RetireTemplate,
     SetFinalizer,
+    Together,
     TouchUltraServers,
     WakeWaiting,
     WriteNodeRecords,
@@ -61,6 +63,7 @@ from neuron_dra_ultraserver_operator.actions import (
 )
 from neuron_dra_ultraserver_operator.faults import CrashPoint, no_crash
 from neuron_dra_ultraserver_operator.inputs import Facts, Refusal
+from neuron_dra_ultraserver_operator.manifests import device_selectors, selectors
 from neuron_dra_ultraserver_operator.model import (
     FIELD_MANAGER,
     FINALIZER,
@@ -136,6 +139,8 @@ class Executor:
         self._touch = touch
         self._crash = crash
         self._last_event: dict[str, tuple[str, str]] = {}
+        #: workload UID -> its Events being sent
+        self._sending: dict[str, list[asyncio.Task[None]]] = {}
 
     async def perform(self, workload: Workload, actions: Sequence[Action], facts: Facts) -> Facts:
         """Perform ``actions`` for ``workload``; ``facts`` with what the queries learned.
@@ -149,13 +154,19 @@ class Executor:
         loop = asyncio.get_running_loop()
         began = loop.time()
         took: list[tuple[float, str]] = []
+        # Events are for people, not a step of the allocation: each is sent beside the
+        # writes and queries that follow it instead of holding them up (see ``sent``).
+        events = self._sending.setdefault(workload.metadata.uid, [])
         try:
             for action in actions:
+                if isinstance(action, Emit):
+                    events += self._emit(workload, action)
+                    continue
                 started = loop.time()
                 try:
                     facts = await self._perform(workload, action, facts)
                 finally:
-                    took.append((loop.time() - started, type(action).__name__))
+                    took.append((loop.time() - started, _named(action)))
         except _Refused as exc:
             log.warning(
                 "write refused",
@@ -170,6 +181,10 @@ class Executor:
         finally:
             _report_slow(workload, took, total=loop.time() - began)
         return facts
+
+    async def sent(self, workload: Workload) -> None:
+        """Wait until the Events of ``workload`` are sent (the end of a pass)."""
+        await _together(self._sending.pop(workload.metadata.uid, ()))
 
     async def _perform(self, wl: Workload, action: Action, facts: Facts) -> Facts:
         match action:
@@ -190,31 +205,25 @@ class Executor:
                 self._touch(action.touch)
                 _observe_allocation(wl, action.status, now=facts.now)
             case WriteNodeRecords():
-                done = await asyncio.gather(
-                    *(self._node(wl, w, step=action.step) for w in action.writes),
-                    return_exceptions=True,
-                )
-                for outcome in done:
-                    if isinstance(outcome, BaseException):
-                        raise outcome
+                await _together(self._node(wl, w, step=action.step) for w in action.writes)
                 return facts
+            case Together():
+                await _together(self._perform(wl, a, facts) for a in action.actions)
             case ApplyTemplate():
                 await self._apply_template(wl, action.template)
+            case RetireTemplate():
+                await self._retire_template(wl, action.template)
             case DeleteTemplate():
                 if not await self._delete_template(wl, action.name, force=action.force):
                     return facts
             case DeletePods():
                 await self._delete_pods(
-                    wl, wl.template_name, keep=set(action.keep), force=set(action.force)
+                    wl, keep=set(action.keep), force=set(action.force), wanted=action.selectors
                 )
             case Release():
                 await self._release(wl)
             case SetFinalizer():
                 await self._finalizer(wl, present=action.present)
-            case Emit():
-                await self._event(
-                    wl, reason=action.reason, message=action.message, warn=action.warning
-                )
             case ForgetEvents():
                 self._last_event.pop(wl.metadata.uid, None)
                 self._states.pop(wl.metadata.uid, None)
@@ -419,7 +428,7 @@ class Executor:
                 Refusal(kind="ResourceClaimTemplate", name=name, holder=_owner_of(existing))
             )
         uid = str((existing.get("metadata") or {}).get("uid") or "")
-        if _selectors(existing) != _selectors(template):
+        if selectors(existing) != selectors(template):
             # Other nodes (a replacement): its spec is immutable, so an apply could only be
             # refused; that very object is replaced at once.
             log.info("template replaced", extra={"template": name})
@@ -485,27 +494,44 @@ class Executor:
                 uid = str((rct.get("metadata") or {}).get("uid") or "")
                 await self._delete(RESOURCE_CLAIM_TEMPLATES, name, ns, uid=uid)
                 deleted = True
-        await self._delete_pods(wl, name, keep=set(), force=set(force))
+        await self._delete_pods(wl, keep=set(), force=set(force))
         return deleted
 
+    async def _retire_template(self, wl: Workload, template: Obj) -> None:
+        """Delete the workload's template (only that very object: a UID precondition) when
+        its claims would take other nodes than ``template``'s; leave any other alone."""
+        meta = template["metadata"]
+        name, ns = meta["name"], meta["namespace"]
+        try:
+            existing = await self.client.get(RESOURCE_CLAIM_TEMPLATES, name, namespace=ns)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+            return
+        if not owned(existing, wl) or selectors(existing) == selectors(template):
+            return  # another's is refused when the template is written; this one stays
+        log.info("template retired", extra={"template": name})
+        uid = str((existing.get("metadata") or {}).get("uid") or "")
+        await self._delete(RESOURCE_CLAIM_TEMPLATES, name, ns, uid=uid)
+
     async def _delete_pods(
-        self, wl: Workload, template: str, *, keep: set[str], force: set[str]
+        self, wl: Workload, *, keep: set[str], force: set[str], wanted: Sequence[str] = ()
     ) -> None:
         """Delete the workload's pods that run on a node outside ``keep``. A pod is the
         workload's when one of its claims carries the workload's UID label (claims copy it
         from the template): a pod of another workload that uses a template of the same
-        name is never touched. Pods not scheduled yet stay, unless their claims were made
-        from an earlier version of the template (a pod created while a replacement was
-        under way, e.g. after Kubernetes evicted one from a lost node's tainted devices):
-        those would wait for the old nodes for ever. A pod on a ``force`` node goes at once:
-        its kubelet is gone and would never confirm, so a graceful delete would leave it
-        Terminating and its controller waiting."""
+        name is never touched. Pods not scheduled yet stay, unless their claims take other
+        nodes than the ``wanted`` selectors (made from an earlier version of the template,
+        e.g. for a pod Kubernetes recreated after evicting one from a lost node's tainted
+        devices): those would wait for the old nodes for ever. A pod on a ``force`` node
+        goes at once: its kubelet is gone and would never confirm, so a graceful delete
+        would leave it Terminating and its controller waiting."""
         ns = wl.metadata.namespace
         (pods, _), claims = await asyncio.gather(
             self.client.list(PODS, namespace=ns), self._workload_claims(wl)
         )
         using = [pod for pod in pods if _claims_of(pod) & claims.keys()]
-        stale = await self._stale_pending(wl, template, using, claims) if keep else set()
+        stale = _stale_pending(using, claims, wanted=tuple(wanted)) if keep else set()
         deletes = []
         for pod in using:
             spec = pod.get("spec") or {}
@@ -519,9 +545,7 @@ class Executor:
                 continue
             deletes.append(self._delete(PODS, meta.get("name", ""), ns, grace=0 if now else None))
         # Independent deletes: sent together, not one after another.
-        for outcome in await asyncio.gather(*deletes, return_exceptions=True):
-            if isinstance(outcome, BaseException):
-                raise outcome
+        await _together(deletes)
 
     async def _workload_claims(self, wl: Workload) -> dict[str, Obj]:
         """The workload's claims (those carrying its UID label), by name."""
@@ -531,32 +555,6 @@ class Executor:
             label_selector=f"{WORKLOAD_UID_LABEL}={wl.metadata.uid}",
         )
         return {str((c.get("metadata") or {}).get("name", "")): c for c in claims}
-
-    async def _stale_pending(
-        self, wl: Workload, template: str, pods: list[Obj], made: Mapping[str, Obj]
-    ) -> set[str]:
-        """Names of the pods not scheduled yet whose claims' device requests are not the
-        current ``template``'s (claims copy their template's spec when they are made)."""
-        pending = [p for p in pods if not (p.get("spec") or {}).get("nodeName")]
-        if not pending:
-            return set()
-        ns = wl.metadata.namespace
-        try:
-            rct = await self.client.get(RESOURCE_CLAIM_TEMPLATES, template, namespace=ns)
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
-            return set()
-        if not owned(rct, wl):
-            return set()
-        wanted = ((rct.get("spec") or {}).get("spec") or {}).get("devices")
-        stale: set[str] = set()
-        for pod in pending:
-            for name in _claims_of(pod):
-                claim = made.get(name)
-                if claim is not None and (claim.get("spec") or {}).get("devices") != wanted:
-                    stale.add(str((pod.get("metadata") or {}).get("name", "")))
-        return stale
 
     async def _delete(
         self,
@@ -588,12 +586,19 @@ class Executor:
     async def _claims(self, wl: Workload) -> tuple[str, ...]:
         return tuple(sorted(await self._workload_claims(wl)))
 
-    async def _event(self, wl: Workload, *, reason: str, message: str, warn: bool) -> None:
-        """Record an Event on the workload (once per distinct reason and message in a row)."""
+    def _emit(self, wl: Workload, action: Emit) -> list[asyncio.Task[None]]:
+        """Start recording ``action``'s Event on the workload, once per distinct reason and
+        message in a row (decided here, in the order of the actions, not when it is sent)."""
         key = wl.metadata.uid
-        if self._last_event.get(key) == (reason, message):
-            return
-        self._last_event[key] = (reason, message)
+        said = (action.reason, action.message)
+        if self._last_event.get(key) == said:
+            return []
+        self._last_event[key] = said
+        sending = self._event(wl, reason=action.reason, message=action.message, warn=action.warning)
+        return [asyncio.create_task(sending, name=f"event {wl.key} {action.reason}")]
+
+    async def _event(self, wl: Workload, *, reason: str, message: str, warn: bool) -> None:
+        """Record an Event on the workload."""
         now = stamp()
         body = {
             "metadata": {
@@ -623,6 +628,21 @@ class Executor:
         except ApiException as exc:
             # An Event is for people; losing one must not stall the reconcile.
             log.warning("event not recorded", extra={"workload": wl.key, "error": str(exc)})
+
+
+def _named(action: Action) -> str:
+    """How the slow-reconcile log names an action (the ones performed together, with +)."""
+    if isinstance(action, Together):
+        return "+".join(_named(a) for a in action.actions)
+    return type(action).__name__
+
+
+async def _together(calls: Iterable[Awaitable[object]]) -> None:
+    """Await ``calls`` at once; the first failure is raised once all of them ended (none is
+    left running behind the caller)."""
+    for outcome in await asyncio.gather(*calls, return_exceptions=True):
+        if isinstance(outcome, BaseException):
+            raise outcome
 
 
 #: A reconcile slower than this is logged with what its actions took.
@@ -662,14 +682,25 @@ def _version(obj: Obj) -> str:
     return str((obj.get("metadata") or {}).get("resourceVersion") or "")
 
 
-def _selectors(template: Obj) -> list[str]:
-    """The CEL selectors of a ResourceClaimTemplate's requests (which nodes its claims take)."""
-    devices = (((template.get("spec") or {}).get("spec") or {}).get("devices")) or {}
-    out = []
-    for request in devices.get("requests") or ():
-        for selector in (request.get("exactly") or {}).get("selectors") or ():
-            out.append(str((selector.get("cel") or {}).get("expression") or ""))
-    return out
+def _stale_pending(
+    pods: Sequence[Obj], made: Mapping[str, Obj], *, wanted: tuple[str, ...]
+) -> set[str]:
+    """Names of the pods not scheduled yet with a claim that takes other nodes than the
+    ``wanted`` selectors (claims copy their template's requests when they are made)."""
+    if not wanted:
+        return set()
+    stale: set[str] = set()
+    for pod in pods:
+        if (pod.get("spec") or {}).get("nodeName"):
+            continue
+        for name in _claims_of(pod):
+            claim = made.get(name)
+            if (
+                claim is not None
+                and device_selectors((claim.get("spec") or {}).get("devices") or {}) != wanted
+            ):
+                stale.add(str((pod.get("metadata") or {}).get("name", "")))
+    return stale
 
 
 def _claims_of(pod: Obj) -> set[str]:

@@ -33,8 +33,10 @@ __all__ = [
     "REQUEST",
     "SERVER_LABEL",
     "claim_template",
+    "device_selectors",
     "node_selector",
     "owner_reference",
+    "selectors",
     "ultraserver_object",
     "ultraserver_status",
 ]
@@ -149,6 +151,21 @@ def claim_template(
             },
         },
     }
+
+
+def selectors(template: Obj) -> tuple[str, ...]:
+    """The CEL selectors of a ResourceClaimTemplate's requests (which nodes its claims take)."""
+    return device_selectors(((template.get("spec") or {}).get("spec") or {}).get("devices") or {})
+
+
+def device_selectors(devices: Obj) -> tuple[str, ...]:
+    """The CEL selectors of the requests in ``devices`` (a claim's ``spec.devices``, copied
+    from its template's when the claim was made)."""
+    return tuple(
+        str((selector.get("cel") or {}).get("expression") or "")
+        for request in devices.get("requests") or ()
+        for selector in (request.get("exactly") or {}).get("selectors") or ()
+    )
 
 
 def _link(modes: tuple[int, ...], mode: int) -> str:

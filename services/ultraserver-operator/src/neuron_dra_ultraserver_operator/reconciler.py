@@ -97,7 +97,10 @@ class WorkloadReconciler:
             SPAN_NAME, context=otel_context.Context(), attributes=attributes
         ) as span:
             try:
-                await self._pass(workload, traceparent=_traceparent(span))
+                try:
+                    await self._pass(workload, traceparent=_traceparent(span))
+                finally:
+                    await self._executor.sent(workload)
             except Exception:
                 metrics.RECONCILE_ERRORS.inc()
                 raise
