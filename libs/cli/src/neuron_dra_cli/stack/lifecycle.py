@@ -488,6 +488,18 @@ def _real_node_inputs(opts: UpOptions, progress: Progress) -> _RealNodeInputs:
     )
 
 
+def _prepare_real_node(launcher: Launcher, *, real: _RealNodeInputs, image: str, what: str) -> str:
+    """The one real node that runs ``what`` (the product's DaemonSets): its simulated
+    hardware written and ``image`` imported into its containerd; returns its name."""
+    name = realnodes.node_names(1)[0]
+    launcher.progress(f"neuron-dra: {what} on {name}")
+    realdriver.write_hardware(launcher.layout, name)
+    realdriver.import_product_image(
+        image=image, binaries=real.containerd, layout=launcher.layout, nodes=[name]
+    )
+    return name
+
+
 def _start_real_node_driver(
     launcher: Launcher, *, real: _RealNodeInputs, apiserver_port: int, pki: Pki, bus_auth: bool
 ) -> None:
@@ -496,12 +508,7 @@ def _start_real_node_driver(
     token and NATS's CA), waited for until Ready there."""
     assert real.image is not None
     layout = launcher.layout
-    name = realnodes.node_names(1)[0]
-    launcher.progress(f"neuron-dra: the driver's DaemonSets on {name}")
-    realdriver.write_hardware(layout, name)
-    realdriver.import_product_image(
-        image=real.image, binaries=real.containerd, layout=layout, nodes=[name]
-    )
+    name = _prepare_real_node(launcher, real=real, image=real.image, what="the driver's DaemonSets")
     kubelet = next(c for c in launcher.current.components if c.name == f"kubelet-{name}")
     paths = realnodes.node_paths(layout, name)
     discovery_port, plugin_port = realdriver.free_ports()
@@ -534,11 +541,8 @@ def _start_real_node_device_plugin(
     Ready there."""
     assert real.image is not None
     layout = launcher.layout
-    name = realnodes.node_names(1)[0]
-    launcher.progress(f"neuron-dra: the device plugin's DaemonSet on {name}")
-    realdriver.write_hardware(layout, name)
-    realdriver.import_product_image(
-        image=real.image, binaries=real.containerd, layout=layout, nodes=[name]
+    name = _prepare_real_node(
+        launcher, real=real, image=real.image, what="the device plugin's DaemonSet"
     )
     realdeviceplugin.apply(
         layout=layout,
@@ -548,7 +552,7 @@ def _start_real_node_device_plugin(
             nats_url=launcher.current.nats_url,
             apiserver_port=apiserver_port,
             hardware=realdriver.hardware_root(layout, name),
-            http_port=realdeviceplugin.free_port(),
+            http_port=process.free_port(),
             bus_auth=bus_auth,
         ),
         node=name,

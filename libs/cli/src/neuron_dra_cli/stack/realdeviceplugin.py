@@ -24,7 +24,6 @@ from __future__ import annotations
 import copy
 import json
 import os
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -32,7 +31,7 @@ from typing import Any, Final
 import yaml
 
 from neuron_dra_cli.errors import CliError
-from neuron_dra_cli.stack import accounts, components, kubectl, process, realdriver
+from neuron_dra_cli.stack import accounts, components, kubectl, realdriver
 from neuron_dra_cli.stack.layout import Layout
 from neuron_dra_cli.stack.pki import Pki
 
@@ -181,29 +180,7 @@ def apply(
         ["apply", "-f", "-"],
         input=json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}),
     )
-    deadline = time.monotonic() + timeout
-    while not _ready_on(kubeconfig, node):
-        if time.monotonic() > deadline:
-            raise CliError(
-                f"DaemonSet {NAMESPACE}/{DAEMONSET}: no Ready pod on {node} within "
-                f"{timeout:.0f} s (kubectl -n {NAMESPACE} describe pods)"
-            )
-        time.sleep(1.0)
-
-
-def _ready_on(kubeconfig: Path, node: str) -> bool:
-    proc = kubectl.run(
-        kubeconfig,
-        ["get", "pods", "-n", NAMESPACE, "-l", f"app.kubernetes.io/name={DAEMONSET}", "-o", "json"],
-        check=False,
-    )
-    if proc.returncode != 0:
-        return False
-    for pod in json.loads(proc.stdout).get("items", []):
-        conditions = {c["type"]: c["status"] for c in pod["status"].get("conditions", [])}
-        if pod["spec"].get("nodeName") == node and conditions.get("Ready") == "True":
-            return True
-    return False
+    realdriver.wait_ready(kubeconfig, daemonsets=(DAEMONSET,), nodes=(node,), timeout=timeout)
 
 
 def extender(*, kubeconfig: Path) -> components.Component:
@@ -262,11 +239,6 @@ def scheduler(
         ports=base.ports,
         ready=base.ready,
     )
-
-
-def free_port() -> int:
-    """A free host port for the plugin's HTTP server (host network)."""
-    return process.free_port()
 
 
 def check_count(real_nodes: int, *, option: str) -> None:

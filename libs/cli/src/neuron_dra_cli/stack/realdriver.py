@@ -52,6 +52,7 @@ __all__ = [
     "apply",
     "kustomization",
     "nats_tls_secret",
+    "wait_ready",
     "write_hardware",
 ]
 
@@ -309,9 +310,17 @@ def apply(
         kubeconfig, ["apply", "-f", "-"], input=json.dumps({"kind": "List", "apiVersion": "v1",
                                                            "items": objects})
     )  # fmt: skip
+    wait_ready(kubeconfig, daemonsets=DAEMONSETS, nodes=nodes, timeout=timeout)
+
+
+def wait_ready(
+    kubeconfig: Path, *, daemonsets: Sequence[str], nodes: Sequence[str], timeout: float
+) -> None:
+    """Wait until each of ``daemonsets`` (in the driver's namespace) has a Ready pod on every
+    one of ``nodes``; else :class:`CliError` naming those that have none."""
     deadline = time.monotonic() + timeout
     while True:
-        missing = _not_ready(kubeconfig, nodes)
+        missing = _not_ready(kubeconfig, daemonsets, nodes)
         if not missing:
             return
         if time.monotonic() > deadline:
@@ -323,7 +332,7 @@ def apply(
         time.sleep(1.0)
 
 
-def _not_ready(kubeconfig: Path, nodes: Sequence[str]) -> list[str]:
+def _not_ready(kubeconfig: Path, daemonsets: Sequence[str], nodes: Sequence[str]) -> list[str]:
     proc = kubectl.run(kubeconfig, ["get", "pods", "-n", NAMESPACE, "-o", "json"], check=False)
     ready: set[tuple[str, str]] = set()
     if proc.returncode == 0:
@@ -332,7 +341,7 @@ def _not_ready(kubeconfig: Path, nodes: Sequence[str]) -> list[str]:
             conditions = {c["type"]: c["status"] for c in pod["status"].get("conditions", [])}
             if conditions.get("Ready") == "True":
                 ready.add((app, pod["spec"].get("nodeName", "")))
-    return [f"{ds} on {n}" for ds in DAEMONSETS for n in nodes if (ds, n) not in ready]
+    return [f"{ds} on {n}" for ds in daemonsets for n in nodes if (ds, n) not in ready]
 
 
 def free_ports() -> tuple[int, int]:
