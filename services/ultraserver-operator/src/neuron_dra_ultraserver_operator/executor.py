@@ -408,6 +408,16 @@ class Executor:
         # The next write of this node (Pending, then Bound) starts from this version.
         self._written[write.node] = (written, seen)
 
+    async def _template(self, name: str, namespace: str) -> Obj | None:
+        """The ResourceClaimTemplate ``namespace/name`` as the API has it now, or None."""
+        try:
+            found: Obj = await self.client.get(RESOURCE_CLAIM_TEMPLATES, name, namespace=namespace)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+            return None
+        return found
+
     async def _apply_template(self, wl: Workload, template: Obj) -> None:
         """Create the workload's template, or apply it over the one the workload owns (its
         ownerReference names the workload's UID); one that exists and is not the workload's
@@ -416,11 +426,8 @@ class Executor:
         again. Pods created in between wait for it."""
         meta = template["metadata"]
         name, ns = meta["name"], meta["namespace"]
-        try:
-            existing = await self.client.get(RESOURCE_CLAIM_TEMPLATES, name, namespace=ns)
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
+        existing = await self._template(name, ns)
+        if existing is None:
             await self._create_template(wl, template)
             return
         if not owned(existing, wl):
@@ -484,16 +491,11 @@ class Executor:
         template."""
         ns = wl.metadata.namespace
         deleted = False
-        try:
-            rct = await self.client.get(RESOURCE_CLAIM_TEMPLATES, name, namespace=ns)
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
-        else:
-            if owned(rct, wl):
-                uid = str((rct.get("metadata") or {}).get("uid") or "")
-                await self._delete(RESOURCE_CLAIM_TEMPLATES, name, ns, uid=uid)
-                deleted = True
+        rct = await self._template(name, ns)
+        if rct is not None and owned(rct, wl):
+            uid = str((rct.get("metadata") or {}).get("uid") or "")
+            await self._delete(RESOURCE_CLAIM_TEMPLATES, name, ns, uid=uid)
+            deleted = True
         await self._delete_pods(wl, keep=set(), force=set(force))
         return deleted
 
@@ -502,11 +504,8 @@ class Executor:
         its claims would take other nodes than ``template``'s; leave any other alone."""
         meta = template["metadata"]
         name, ns = meta["name"], meta["namespace"]
-        try:
-            existing = await self.client.get(RESOURCE_CLAIM_TEMPLATES, name, namespace=ns)
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
+        existing = await self._template(name, ns)
+        if existing is None:
             return
         if not owned(existing, wl) or selectors(existing) == selectors(template):
             return  # another's is refused when the template is written; this one stays
