@@ -71,9 +71,6 @@ class _Memory:
         self.nodes = nodes
         self.pods: dict[str, dict[str, Any]] = {}
 
-    def node(self, name: str) -> NodeView | None:
-        return self.nodes.get(name)
-
     def node_views(self) -> Mapping[str, NodeView]:
         return self.nodes
 

@@ -91,9 +91,6 @@ class FakeCluster:
         self.pods[f"{obj['metadata']['namespace']}/{obj['metadata']['name']}"] = obj
         return decode_pod(obj)
 
-    def node(self, name: str) -> NodeView | None:
-        return self.nodes.get(name)
-
     def node_views(self) -> Mapping[str, NodeView]:
         return self.nodes
 

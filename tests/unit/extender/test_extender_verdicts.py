@@ -56,7 +56,7 @@ def afresh(
     result = ExtenderFilterResult(node_names=[])
     scores = []
     for name in names:
-        view = cluster.node(name)
+        view = cluster.nodes.get(name)
         value = 0
         if view is None:
             result.failed_nodes[name] = f"Node {name} is not known to the Neuron extender yet"
@@ -89,7 +89,7 @@ def test_kept_verdicts_equal_verdicts_worked_out_afresh(script: list[tuple[objec
             assert isinstance(name, str)
             assert isinstance(resource, str)
             assert isinstance(count, int)
-            view = cluster.node(name)
+            view = cluster.nodes.get(name)
             if view is None:
                 continue
             s = shape_of(view)

@@ -112,9 +112,6 @@ class KubeCluster:
     def synced(self) -> bool:
         return self.nodes.synced and self.pods.synced
 
-    def node(self, name: str) -> NodeView | None:
-        return self._node_views.get(name)
-
     def node_views(self) -> Mapping[str, NodeView]:
         return self._node_views
 

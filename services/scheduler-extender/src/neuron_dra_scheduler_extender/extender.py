@@ -44,7 +44,7 @@ from neuron_dra_scheduler_extender.api import (
     PodView,
     decode_node,
 )
-from neuron_dra_scheduler_extender.decide import Placement, Unfit, Usage, judge, verdict
+from neuron_dra_scheduler_extender.decide import Unfit, Usage, judge, verdict
 from neuron_dra_scheduler_extender.inflight import BIND_GRACE, InFlight
 from neuron_dra_scheduler_extender.inputs import Ask, AskError, NodeShape, ask_of, shape_of
 from neuron_dra_scheduler_extender.ledger import (
@@ -84,9 +84,6 @@ _PRIORITY = operator.itemgetter(1)
 
 class Cluster(Protocol):
     """What the extender needs of Kubernetes."""
-
-    def node(self, name: str) -> NodeView | None:
-        """The node as last seen, or None."""
 
     def node_views(self) -> Mapping[str, NodeView]:
         """Every node as last seen, by name (read, never changed, by the extender): filter
@@ -215,20 +212,6 @@ class Extender:
         why, value = verdict(shape, ask, self.usage(shape))
         return why, HostPriority(host=name, score=value)
 
-    def _judge(
-        self, ask: Ask, name: str, view: NodeView | None
-    ) -> tuple[NodeShape, Placement] | Unfit:
-        if view is None:
-            return Unfit(
-                message=f"Node {name} is not known to the Neuron extender yet", final=False
-            )
-        try:
-            shape = self._shape(view)
-        except UnknownInstanceType as exc:
-            return Unfit(message=f"Node {name}: {exc}", final=True)
-        verdict = judge(shape, ask, self.usage(shape))
-        return verdict if isinstance(verdict, Unfit) else (shape, verdict)
-
     def filter(self, args: ExtenderArgs) -> ExtenderFilterResult:
         """The nodes that can give the pod a valid connected set now; the others with why."""
         t0 = time.perf_counter()
@@ -339,7 +322,7 @@ class Extender:
         if ask is None:
             await self.cluster.bind(ns, name, uid=uid, node=node, annotations={})
             return ExtenderBindingResult()
-        view = self.cluster.node(node)
+        view = self.cluster.node_views().get(node)
         if view is None:
             raise LookupError("the node is not known to the Neuron extender yet")
         alloc, before = self._reserve(pod, ask, self._shape(view))
