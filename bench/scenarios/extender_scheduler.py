@@ -305,16 +305,12 @@ def _scheduler(plane: ControlPlane, run: Run, *, extender_url: str | None) -> co
     config.write_text(
         yaml.safe_dump(scheduler_config(source, extender_url=extender_url, kubeconfig=kubeconfig))
     )
-    base = components.scheduler(
-        binary=plane.binaries.kube_scheduler, kubeconfig=kubeconfig, port=process.free_port()
-    )
-    argv = [a for a in base.argv if not a.startswith(("--kubeconfig", "--leader-elect"))]
-    return components.Component(
+    return components.scheduler(
+        binary=plane.binaries.kube_scheduler,
+        kubeconfig=kubeconfig,
+        port=process.free_port(),
+        config=config,
         name=f"kube-scheduler ({run.name})",
-        kind="kube-scheduler",
-        argv=[*argv, f"--config={config}"],
-        ports=base.ports,
-        ready=base.ready,
     )
 
 

@@ -283,19 +283,15 @@ def extender_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Exten
             config = _scheduler_config(
                 source, url=url, kubeconfig=sched_cfg, out=root / f"{name}.yaml"
             )
-            base = comp.scheduler(binary=bins.kube_scheduler, kubeconfig=sched_cfg, port=port)
-            argv = [
-                a for a in base.argv if not a.startswith(("--kubeconfig", "--leader-elect", "--v="))
-            ]
-            # Each scheduling attempt in the log, to read when a test fails.
-            argv.append("--v=3")
             launch(
-                comp.Component(
+                comp.scheduler(
+                    binary=bins.kube_scheduler,
+                    kubeconfig=sched_cfg,
+                    port=port,
+                    config=config,
                     name=name,
-                    kind="kube-scheduler",
-                    argv=[*argv, f"--config={config}"],
-                    ports=base.ports,
-                    ready=base.ready,
+                    # Each scheduling attempt in the log, to read when a test fails.
+                    verbosity=3,
                 )
             )
         yield cluster

@@ -191,19 +191,33 @@ def controller_manager(*, binary: Path, pki: Pki, kubeconfig: Path, port: int) -
     )
 
 
-def scheduler(*, binary: Path, kubeconfig: Path, port: int) -> Component:
+def scheduler(
+    *,
+    binary: Path,
+    kubeconfig: Path,
+    port: int,
+    config: Path | None = None,
+    name: str = "kube-scheduler",
+    verbosity: int = 1,
+) -> Component:
+    """kube-scheduler; with ``config``, started from that KubeSchedulerConfiguration file,
+    which then names the kubeconfig and leader election itself (kube-scheduler ignores those
+    flags beside a config file). ``verbosity`` is its ``--v``."""
+    if config is None:
+        own = [f"--kubeconfig={kubeconfig}", "--leader-elect=false"]
+    else:
+        own = [f"--config={config}"]
     return Component(
-        name="kube-scheduler",
+        name=name,
         kind="kube-scheduler",
         argv=[
             str(binary),
-            f"--kubeconfig={kubeconfig}",
+            *own,
             f"--authentication-kubeconfig={kubeconfig}",
             f"--authorization-kubeconfig={kubeconfig}",
             "--bind-address=127.0.0.1",
             f"--secure-port={port}",
-            "--leader-elect=false",
-            "--v=1",
+            f"--v={verbosity}",
         ],
         ports={"https": port},
         ready=lambda: probes.https_ok(f"https://127.0.0.1:{port}/healthz"),

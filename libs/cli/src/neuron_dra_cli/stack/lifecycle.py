@@ -289,23 +289,26 @@ def up(opts: UpOptions, *, progress: Progress = print) -> state.StackState:
             pair=pki.client("kube-scheduler", user="system:kube-scheduler"),
             user="system:kube-scheduler",
         )
-        scheduler = comp.scheduler(
-            binary=bins.kube_scheduler, kubeconfig=sched_cfg, port=ports["scheduler"]
-        )
         # Started with the services, once its account's token is written (see apply_objects);
         # its address is known now, for the scheduler's configuration.
         extender: list[comp.Component] = []
+        sched_file = None
         if opts.real_node_device_plugin:
             ext = realdeviceplugin.extender(
                 kubeconfig=layout.component_kubeconfig(realdeviceplugin.EXTENDER_KIND)
             )
             extender = [ext]
-            scheduler = realdeviceplugin.scheduler(
-                scheduler,
+            sched_file = realdeviceplugin.scheduler_config_file(
                 extender_url=f"http://127.0.0.1:{ext.ports['http']}",
                 kubeconfig=sched_cfg,
                 folder=layout.root / "real-node-device-plugin",
             )
+        scheduler = comp.scheduler(
+            binary=bins.kube_scheduler,
+            kubeconfig=sched_cfg,
+            port=ports["scheduler"],
+            config=sched_file,
+        )
         launcher.start(
             [
                 comp.controller_manager(

@@ -47,8 +47,8 @@ __all__ = [
     "extender_kubeconfig",
     "kustomization",
     "render",
-    "scheduler",
     "scheduler_config",
+    "scheduler_config_file",
 ]
 
 REPO = Path(__file__).resolve().parents[5]
@@ -217,12 +217,10 @@ def scheduler_config(source: dict[str, Any], *, extender_url: str) -> dict[str, 
     return config
 
 
-def scheduler(
-    base: components.Component, *, extender_url: str, kubeconfig: Path, folder: Path
-) -> components.Component:
-    """``base`` (the stack's kube-scheduler) reading the component's configuration, written
-    to ``folder`` with the extender's address, this kubeconfig and no leader election (the
-    flags a config file replaces)."""
+def scheduler_config_file(*, extender_url: str, kubeconfig: Path, folder: Path) -> Path:
+    """The component's configuration, written to ``folder`` for the stack's kube-scheduler:
+    the extender's address, this kubeconfig and no leader election (see
+    :func:`components.scheduler`'s ``config``)."""
     config = scheduler_config(
         yaml.safe_load(SCHEDULER_CONFIG.read_text()), extender_url=extender_url
     )
@@ -231,14 +229,7 @@ def scheduler(
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / "kube-scheduler-config.yaml"
     path.write_text(yaml.safe_dump(config))
-    argv = [a for a in base.argv if not a.startswith(("--kubeconfig", "--leader-elect"))]
-    return components.Component(
-        name=base.name,
-        kind=base.kind,
-        argv=[*argv, f"--config={path}"],
-        ports=base.ports,
-        ready=base.ready,
-    )
+    return path
 
 
 def check_count(real_nodes: int, *, option: str) -> None:
