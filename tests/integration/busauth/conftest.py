@@ -70,10 +70,17 @@ spec:
 
     @contextlib.contextmanager
     def service(
-        self, module: str, *, token: Path, log: Path, env: dict[str, str] | None = None
+        self,
+        module: str,
+        *,
+        token: Path,
+        log: Path,
+        env: dict[str, str] | None = None,
+        wait_ready: bool = True,
     ) -> Iterator[int]:
-        """Run ``python -m module`` with ``token`` as its NATS token until it is ready;
-        yields its HTTP port, stops it after."""
+        """Run ``python -m module`` with ``token`` as its NATS token until it is ready (at
+        once without ``wait_ready``: one the server refuses never is); yields its HTTP port,
+        stops it after."""
         port = free_port()
         with log.open("ab") as out:
             proc = subprocess.Popen(
@@ -91,7 +98,8 @@ spec:
                 },
             )
         try:
-            _wait_ready(port, proc, log)
+            if wait_ready:
+                _wait_ready(port, proc, log)
             yield port
         finally:
             _stop(proc)

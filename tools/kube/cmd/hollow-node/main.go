@@ -2,7 +2,9 @@
 // code (kubemark's hollow kubelet, with a fake container runtime and a fake
 // cAdvisor) plus the kubelet's own Dynamic Resource Allocation manager, so
 // that DRA kubelet plugins register under <root-dir>/plugins_registry and get
-// NodePrepareResources / NodeUnprepareResources calls as on a real node.
+// NodePrepareResources / NodeUnprepareResources calls as on a real node; with
+// --device-plugins-dir also the kubelet's own device manager, so that device
+// plugins register and get ListAndWatch and Allocate calls as on a real node.
 package main
 
 import (
@@ -57,6 +59,7 @@ type nodeOptions struct {
 	nodeLabels        map[string]string
 	taints            []v1.Taint
 	extendedResources map[string]string
+	devicePluginsDir  string
 	cpu               string
 	memory            string
 	ephemeralStorage  string
@@ -79,6 +82,7 @@ func (o *nodeOptions) addFlags(cmd *cobra.Command) {
 	fs.Var(cliflag.NewMapStringString(&o.nodeLabels), "node-labels", "Labels to register the node with, k=v,k2=v2. The NodeRestriction admission plugin refuses most *.kubernetes.io/ keys.")
 	fs.Var(utilflag.RegisterWithTaintsVar{Value: &o.taints}, "register-with-taints", "Taints to register the node with, key=value:Effect,...")
 	fs.Var(cliflag.NewMapStringString(&o.extendedResources), "extended-resources", "Device-plugin style extended resources in the node's capacity, name=quantity,... (for example aws.amazon.com/neuron=16).")
+	fs.StringVar(&o.devicePluginsDir, "device-plugins-dir", "", "Serve device plugins with the kubelet's own device manager, whose socket folder (/var/lib/kubelet/device-plugins on every kubelet) is this directory: the node runs in a private mount namespace with it bind-mounted there (needs root), and device plugins on the host register at <dir>/kubelet.sock. Their resources replace --extended-resources.")
 	fs.StringVar(&o.cpu, "cpu", "4", "CPU capacity, whole cores.")
 	fs.StringVar(&o.memory, "memory", "16Gi", "Memory capacity.")
 	fs.StringVar(&o.ephemeralStorage, "ephemeral-storage", "100Gi", "Ephemeral storage capacity.")
@@ -138,6 +142,24 @@ func run(ctx context.Context, o *nodeOptions) error {
 	if o.kubeconfig == "" || o.nodeName == "" || o.rootDir == "" {
 		return errors.New("--kubeconfig, --node-name and --root-dir are required")
 	}
+	if o.devicePluginsDir != "" {
+		if len(o.extendedResources) > 0 {
+			return errors.New("--extended-resources and --device-plugins-dir both set the node's extended resources: give one")
+		}
+		dir, err := filepath.Abs(o.devicePluginsDir)
+		if err != nil {
+			return err
+		}
+		if err := os.MkdirAll(dir, 0o750); err != nil {
+			return fmt.Errorf("--device-plugins-dir: %w", err)
+		}
+		if !inOwnMountNamespace(dir) {
+			return reexecInMountNamespace(dir)
+		}
+		if err := bindDevicePluginDir(dir); err != nil {
+			return fmt.Errorf("--device-plugins-dir: %w", err)
+		}
+	}
 	if err := utilfeature.DefaultMutableFeatureGate.SetFromMap(o.featureGates); err != nil {
 		return fmt.Errorf("--feature-gates: %w", err)
 	}
@@ -195,12 +217,19 @@ func run(ctx context.Context, o *nodeOptions) error {
 	}
 
 	var containerManager cm.ContainerManager = cm.NewStubContainerManagerWithDevicePluginResource(extended)
+	managers := &draContainerManager{ContainerManager: containerManager, ephemeralStorage: storage}
 	if utilfeature.DefaultFeatureGate.Enabled(features.DynamicResourceAllocation) {
-		draManager, err := dra.NewManager(klog.Background(), client, root)
-		if err != nil {
+		if managers.dra, err = dra.NewManager(klog.Background(), client, root); err != nil {
 			return fmt.Errorf("DRA manager: %w", err)
 		}
-		containerManager = &draContainerManager{ContainerManager: containerManager, dra: draManager, ephemeralStorage: storage}
+	}
+	if o.devicePluginsDir != "" {
+		if managers.devices, managers.topology, err = newDeviceManager(); err != nil {
+			return fmt.Errorf("device manager: %w", err)
+		}
+	}
+	if managers.dra != nil || managers.devices != nil {
+		containerManager = managers
 	}
 
 	// The fake runtime's socket lives in the root directory when the path

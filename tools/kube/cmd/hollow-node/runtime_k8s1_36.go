@@ -7,11 +7,31 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/trace/noop"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/sets"
 	internalapi "k8s.io/cri-api/pkg/apis"
 	remote "k8s.io/cri-client/pkg"
+	"k8s.io/klog/v2"
+	"k8s.io/kubernetes/pkg/kubelet/cm/containermap"
+	"k8s.io/kubernetes/pkg/kubelet/cm/devicemanager"
+	"k8s.io/kubernetes/pkg/kubelet/cm/topologymanager"
+	"k8s.io/kubernetes/pkg/kubelet/config"
 )
 
 // connectRuntime opens the CRI client to the fake runtime (1.35+ signature).
 func connectRuntime(ctx context.Context, endpoint string) (internalapi.RuntimeService, error) {
 	return remote.NewRemoteRuntimeService(ctx, endpoint, 15*time.Second, noop.NewTracerProvider(), false)
+}
+
+// startDevices starts the device manager (1.35+ signature).
+func startDevices(ctx context.Context, m *devicemanager.ManagerImpl, activePods devicemanager.ActivePodsFunc, sourcesReady config.SourcesReady) error {
+	return m.Start(klog.FromContext(ctx), activePods, sourcesReady, containermap.NewContainerMap(), sets.New[string]())
+}
+
+func addHintProvider(t topologymanager.Manager, m *devicemanager.ManagerImpl) {
+	t.AddHintProvider(klog.Background(), m)
+}
+
+func deviceRunOptions(ctx context.Context, m *devicemanager.ManagerImpl, pod *v1.Pod, container *v1.Container) (*devicemanager.DeviceRunContainerOptions, error) {
+	return m.GetDeviceRunContainerOptions(ctx, pod, container)
 }

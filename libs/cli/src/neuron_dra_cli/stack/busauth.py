@@ -55,7 +55,7 @@ READER: Final = "neuron-dra-bus-reader"
 CALLOUT_ACCOUNT: Final = "neuron-dra-bus-auth"
 #: The services with a bus identity, by the stack's component kind; a node agent's token is
 #: bound to its node.
-NODE_AGENTS: Final = frozenset({"discovery", "health-probe", "kubelet-plugin"})
+NODE_AGENTS: Final = frozenset({"discovery", "health-probe", "kubelet-plugin", "device-plugin"})
 CLUSTER_SERVICES: Final = frozenset(
     {
         "slice-publisher",

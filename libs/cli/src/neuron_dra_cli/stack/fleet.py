@@ -28,6 +28,8 @@ from neuron_dra_cli.stack.instances import SHAPES, ULTRASERVER_TYPES
 
 DEFAULT_DRIVER_VERSION = "2.24.7.0"
 UNMANAGED_LABEL = "neuron.aws.com/driver"
+#: ``device-plugin`` on a node: its devices are served by the device plugin, not DRA.
+DEVICE_MANAGEMENT_LABEL = "neuron.aws.com/device-management"
 ULTRASERVER_NODES = 4
 _NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,40}[a-z0-9])?$")
 _LABEL_KEY_RE = re.compile(
@@ -68,6 +70,14 @@ class NodeSpec:
         it gets no simulated hardware, no discovery and no kubelet plugin, so its pool is
         left to whoever writes it (tests that hand-write ResourceSlices use such nodes)."""
         return self.labels.get(UNMANAGED_LABEL) != "false"
+
+    @property
+    def device_plugin(self) -> bool:
+        """True for a managed node labelled ``neuron.aws.com/device-management:
+        device-plugin`` in the fleet file: as on a cluster, the device plugin serves its
+        devices (``aws.amazon.com/neuron`` and friends, placed by the scheduler extender)
+        and the DRA agents (discovery, kubelet plugin) stay off it."""
+        return self.managed and self.labels.get(DEVICE_MANAGEMENT_LABEL) == "device-plugin"
 
 
 @dataclass(frozen=True)

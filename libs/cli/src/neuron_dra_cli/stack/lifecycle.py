@@ -29,6 +29,7 @@ from neuron_dra_cli.stack import (
     alerting,
     busauth,
     bytecode,
+    deviceplugin,
     healthprobe,
     kubectl,
     plugin,
@@ -266,10 +267,19 @@ def up(opts: UpOptions, *, progress: Progress = print) -> state.StackState:
             ]
         )
 
+        # Pods asking for aws.amazon.com/neuron are placed by the scheduler extender wherever
+        # a device plugin serves them: on the real node, or on simulated nodes labelled so.
+        plugin_nodes = any(n.device_plugin for n in opts.fleet.nodes)
+        with_extender = opts.real_node_device_plugin or plugin_nodes
+
         def apply_objects() -> dict[str, Path]:
             found = _apply_cluster_objects(layout, auth)
-            if opts.real_node_device_plugin:
+            if with_extender:
                 found[realdeviceplugin.EXTENDER_KIND] = realdeviceplugin.extender_kubeconfig(
+                    layout, layout.kubeconfig
+                )
+            if plugin_nodes:
+                found[deviceplugin.KIND] = deviceplugin.device_plugin_kubeconfig(
                     layout, layout.kubeconfig
                 )
             return found
@@ -293,7 +303,7 @@ def up(opts: UpOptions, *, progress: Progress = print) -> state.StackState:
         # its address is known now, for the scheduler's configuration.
         extender: list[comp.Component] = []
         sched_file = None
-        if opts.real_node_device_plugin:
+        if with_extender:
             ext = realdeviceplugin.extender(
                 kubeconfig=layout.component_kubeconfig(realdeviceplugin.EXTENDER_KIND)
             )
@@ -301,7 +311,7 @@ def up(opts: UpOptions, *, progress: Progress = print) -> state.StackState:
             sched_file = realdeviceplugin.scheduler_config_file(
                 extender_url=f"http://127.0.0.1:{ext.ports['http']}",
                 kubeconfig=sched_cfg,
-                folder=layout.root / "real-node-device-plugin",
+                folder=layout.root / "scheduler-extender",
             )
         scheduler = comp.scheduler(
             binary=bins.kube_scheduler,
@@ -369,6 +379,16 @@ def up(opts: UpOptions, *, progress: Progress = print) -> state.StackState:
                 nats_url=current.nats_url,
                 kubeconfig=layout.kubeconfig,
                 plugin_kubeconfig=own_kubeconfigs[plugin.KIND],
+            ),
+            *(
+                deviceplugin.device_plugin_components(
+                    fleet=opts.fleet,
+                    layout=layout,
+                    nats_url=current.nats_url,
+                    kubeconfig=own_kubeconfigs[deviceplugin.KIND],
+                )
+                if plugin_nodes
+                else []
             ),
             *ultraserver_components(
                 nats_url=current.nats_url, kubeconfig=own_kubeconfigs["ultraserver-operator"]

@@ -1,4 +1,5 @@
-"""One simulated node: the real kubelet code (hollow kubelet with the DRA manager)."""
+"""One simulated node: the real kubelet code (hollow kubelet with the DRA manager, and the
+device manager on a node labelled for the device plugin)."""
 
 from __future__ import annotations
 
@@ -33,6 +34,9 @@ def node_component(
     port = process.free_port()
     healthz = process.free_port()
     labels = ",".join(f"{k}={v}" for k, v in sorted(node_labels(fleet, node).items()))
+    # The kubelet's device manager, its socket folder bind-mounted in the node's own mount
+    # namespace (stack.deviceplugin).
+    devices = [f"--device-plugins-dir={root / 'device-plugins'}"] if node.device_plugin else []
     return Component(
         name=f"node-{node.name}",
         kind="node",
@@ -47,6 +51,7 @@ def node_component(
             f"--max-pods={shape.max_pods}",
             f"--kubelet-port={port}",
             f"--healthz-port={healthz}",
+            *devices,
         ],
         ports={"kubelet": port, "healthz": healthz},
         ready=lambda: probes.tcp_open(healthz),

@@ -100,7 +100,7 @@ def plugin_components(
     kubeconfig: Path,
     plugin_kubeconfig: Path | None = None,
 ) -> list[Component]:
-    """One kubelet plugin per node of ``fleet``.
+    """One kubelet plugin per node of ``fleet`` (none on a node of the device plugin).
 
     Call it once the apiserver is up and the nodes' hardware is written (after
     ``services.product_components``); ``kubeconfig`` is the admin one, used only to bind the
@@ -111,5 +111,5 @@ def plugin_components(
     return [
         plugin_component(node=node, layout=layout, nats_url=nats_url, kubeconfig=own)
         for node in fleet.nodes
-        if node.managed
+        if node.managed and not node.device_plugin
     ]

@@ -80,7 +80,9 @@ def product_components(
     written (unless ``hardware`` holds what :func:`write_fleet_hardware` wrote).
     ``kubeconfig`` is the slice publisher's own (``stack.accounts``).
 
-    Nodes labelled ``neuron.aws.com/driver: "false"`` in the fleet are skipped. Discovery
+    Nodes labelled ``neuron.aws.com/driver: "false"`` in the fleet are skipped, and nodes of
+    the device plugin get no discovery (their hardware is written: the plugin and the health
+    probe read it). Discovery
     polls every 2 s on the stack so that a hardware edit shows within seconds (its heartbeats
     go every second regardless; the health probe reads errors every second). With
     ``kubelet_healthz`` (node -> its kubelet's healthz port), a node's heartbeats stop while
@@ -91,6 +93,8 @@ def product_components(
         if not node.managed:
             continue
         sim = hardware[node.name] if hardware is not None else _write_hardware(layout, node)
+        if node.device_plugin:
+            continue
         items.append(
             python_service(
                 name=f"discovery-{node.name}",

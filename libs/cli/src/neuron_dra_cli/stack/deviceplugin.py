@@ -1,0 +1,97 @@
+"""The device plugin on the stack's simulated nodes labelled
+``neuron.aws.com/device-management: device-plugin`` in the fleet file: one process per node.
+
+As on a cluster (``deploy/kustomize/components/device-plugin``), such a node runs no DRA
+agent (no discovery, no kubelet plugin): its devices are served to the kubelet's device
+manager as ``aws.amazon.com/neuron``, ``aws.amazon.com/neurondevice`` and
+``aws.amazon.com/neuroncore``, and pods asking for them are placed by the scheduler extender
+in the stack's kube-scheduler.
+
+The node's hollow kubelet runs the kubelet's own device manager. Its socket folder is
+``/var/lib/kubelet/device-plugins`` on every kubelet, so each such node runs in a mount
+namespace of its own with ``<kubelet root>/device-plugins`` bind-mounted there
+(``hollow-node --device-plugins-dir``); the plugin, a process on the host, registers at
+``<kubelet root>/device-plugins/kubelet.sock`` and serves its socket beside it, and the
+kubelet calls ListAndWatch, GetPreferredAllocation and Allocate as on a real node.
+
+API access: the component's ServiceAccount ``neuron-dra-device-plugin`` and ClusterRole,
+applied as they are, never admin.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Final
+
+from neuron_dra_cli.stack import accounts, kubectl
+from neuron_dra_cli.stack.components import Component, python_service
+from neuron_dra_cli.stack.fleet import Fleet, NodeSpec
+from neuron_dra_cli.stack.layout import Layout
+from neuron_dra_cli.stack.nodes import kubelet_root
+from neuron_dra_cli.stack.plugin import hardware_root
+
+__all__ = [
+    "ACCOUNT",
+    "KIND",
+    "RBAC",
+    "device_plugin_component",
+    "device_plugin_components",
+    "device_plugin_kubeconfig",
+    "socket_dir",
+]
+
+KIND: Final = "device-plugin"
+ACCOUNT: Final = "neuron-dra-device-plugin"
+RBAC: Final = accounts.REPO / "deploy" / "kustomize" / "components" / "device-plugin" / "rbac.yaml"
+
+
+def socket_dir(layout: Layout, node: str) -> Path:
+    """The node's device-plugin socket folder on the host: what its kubelet sees as
+    ``/var/lib/kubelet/device-plugins`` (``kubelet.sock``, the plugin's socket, the kubelet's
+    ``kubelet_internal_checkpoint``)."""
+    return kubelet_root(layout, node) / "device-plugins"
+
+
+def device_plugin_kubeconfig(layout: Layout, admin_kubeconfig: Path) -> Path:
+    """Apply the component's ServiceAccount and RBAC as they are; return the plugins'
+    kubeconfig (a token of that account)."""
+    kubectl.run(admin_kubeconfig, ["apply", "-f", str(RBAC)])
+    return accounts.service_kubeconfig(layout, admin_kubeconfig, KIND, account=ACCOUNT)
+
+
+def device_plugin_component(
+    *, node: NodeSpec, layout: Layout, nats_url: str, kubeconfig: Path
+) -> Component:
+    """The device plugin of one node; ``kubeconfig`` is its own (RBAC-bound). Ready once
+    the kubelet accepted every resource."""
+    hw = hardware_root(layout, node.name)
+    if not (hw / "sys").is_dir():
+        raise FileNotFoundError(
+            f"node {node.name}: no simulated hardware under {hw}; write it first "
+            "(stack.services.write_fleet_hardware does)"
+        )
+    return python_service(
+        name=f"{KIND}-{node.name}",
+        kind=KIND,
+        module="neuron_dra_device_plugin",
+        ready_path="/readyz",
+        env={
+            "NEURON_DRA_NODE_NAME": node.name,
+            "NEURON_DRA_KUBELET_ROOT": str(kubelet_root(layout, node.name)),
+            "NEURON_DRA_HOST_ROOT": str(hw),
+            "NEURON_DRA_NEURON_LS_COMMAND": f"{hw}/opt/aws/neuron/bin/neuron-ls,-j",
+            "NEURON_DRA_KUBECONFIG": str(kubeconfig),
+            "NEURON_DRA_NATS_SERVERS": nats_url,
+        },
+    )
+
+
+def device_plugin_components(
+    *, fleet: Fleet, layout: Layout, nats_url: str, kubeconfig: Path
+) -> list[Component]:
+    """One device plugin per node of ``fleet`` that has one (:attr:`NodeSpec.device_plugin`)."""
+    return [
+        device_plugin_component(node=n, layout=layout, nats_url=nats_url, kubeconfig=kubeconfig)
+        for n in fleet.nodes
+        if n.device_plugin
+    ]

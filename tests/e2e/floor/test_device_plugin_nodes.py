@@ -1,0 +1,220 @@
+"""Nodes kept on the device plugin, on the oldest release (1.34, where DRA serves no extended
+resource): ``dp-trn2-0`` and ``dp-inf2-0`` of the floor fleet are labelled
+``neuron.aws.com/device-management: device-plugin``. Their simulated kubelets run the kubelet's
+own device manager, each in a mount namespace of its own (its socket folder is fixed), so the
+kubelet itself registers the device plugin, reads its ListAndWatch into the Node and calls
+Allocate at pod admission; pods written for AWS's device plugin are placed by the scheduler
+extender in the default kube-scheduler. Seen as a user sees it: the Node, the pod and its
+annotations, and the kubelet's own checkpoint of what Allocate answered.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import Any
+
+import pytest
+from neuron_dra_cli.stack import deviceplugin
+from neuron_dra_cli.stack.layout import Layout
+from neuron_dra_common.topology import InvalidDeviceCount, is_connected_set, visible_cores
+from neuron_dra_protos.deviceplugin.v1beta1 import deviceplugin_pb2 as pb
+
+from tests.fixtures.stack import KubeStack, neuron_dra
+
+pytestmark = [pytest.mark.stack, pytest.mark.floor]
+
+NAMESPACE = "device-plugin-nodes"
+TRN2 = "dp-trn2-0"
+INF2 = "dp-inf2-0"
+NEURON = "aws.amazon.com/neuron"
+#: The kubelet's device manager checkpoint, in its (fixed) socket folder.
+KUBELET_CHECKPOINT = "kubelet_internal_checkpoint"
+
+
+@pytest.fixture(scope="module")
+def stack(floor_stack: KubeStack) -> KubeStack:
+    floor_stack.create_namespace(NAMESPACE)
+    return floor_stack
+
+
+def neuron_resources(stack: KubeStack, node: str, part: str) -> dict[str, str]:
+    got = stack.get_json("node", node)
+    return {k: v for k, v in got["status"].get(part, {}).items() if k.startswith("aws.amazon.com/")}
+
+
+def neuron_pod(name: str, count: int, *, instance_type: str = "") -> str:
+    """A pod written for AWS's device plugin: no node chosen, only ``aws.amazon.com/neuron``
+    (and, with ``instance_type``, a node selector on it)."""
+    selector = {"node.kubernetes.io/instance-type": instance_type} if instance_type else {}
+    return json.dumps(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "namespace": NAMESPACE},
+            "spec": {
+                "nodeSelector": selector,
+                "terminationGracePeriodSeconds": 1,
+                "containers": [
+                    {
+                        "name": "main",
+                        "image": "busybox",
+                        "resources": {"limits": {NEURON: str(count)}},
+                    }
+                ],
+            },
+        }
+    )
+
+
+def kubelet_allocations(stack: KubeStack, node: str, pod_uid: str) -> dict[str, Any]:
+    """What the node's kubelet recorded for ``pod_uid`` in its device manager checkpoint: the
+    device ids per resource, and Allocate's answer (environment, device nodes)."""
+    path = deviceplugin.socket_dir(Layout(stack.state_dir), node) / KUBELET_CHECKPOINT
+    entries = json.loads(path.read_text())["Data"]["PodDeviceEntries"] or []
+    out: dict[str, Any] = {}
+    for e in entries:
+        if e["PodUID"] != pod_uid:
+            continue
+        ids = sorted(i for per_numa in e["DeviceIDs"].values() for i in per_numa)
+        answer = pb.ContainerAllocateResponse.FromString(base64.b64decode(e["AllocResp"]))
+        out[e["ResourceName"]] = {
+            "ids": ids,
+            "envs": dict(answer.envs),
+            "devices": sorted(d.container_path for d in answer.devices),
+        }
+    return out
+
+
+def test_the_device_plugin_not_dra_serves_the_labelled_nodes(stack: KubeStack) -> None:
+    expected = {
+        TRN2: {
+            NEURON: "16",
+            "aws.amazon.com/neurondevice": "16",
+            "aws.amazon.com/neuroncore": "64",
+        },
+        INF2: {
+            NEURON: "12",
+            "aws.amazon.com/neurondevice": "12",
+            "aws.amazon.com/neuroncore": "24",
+        },
+    }
+    for node, resources in expected.items():
+
+        def served(node: str = node, resources: dict[str, str] = resources) -> bool:
+            return neuron_resources(stack, node, "allocatable") == resources
+
+        # From the plugin's ListAndWatch through the kubelet's device manager: the simulated
+        # node is given no extended resource of its own.
+        stack.wait_for(f"{node}'s Neuron resources from its device plugin", served, timeout=90)
+        assert neuron_resources(stack, node, "capacity") == resources
+        registered = json.loads(
+            (
+                deviceplugin.socket_dir(Layout(stack.state_dir), node) / KUBELET_CHECKPOINT
+            ).read_text()
+        )["Data"]["RegisteredDevices"]
+        assert sorted(registered) == sorted(resources)
+    # No DRA agent there: no ResourceSlice, no discovery, no kubelet plugin; and no DRA node
+    # advertises the device plugin's resources.
+    pools = {
+        s["spec"]["pool"]["name"]
+        for s in stack.get_json("resourceslices", "--field-selector", "spec.driver=neuron.aws.com")[
+            "items"
+        ]
+    }
+    assert pools
+    assert not pools & {TRN2, INF2}
+    assert neuron_resources(stack, "trn2-48xl-0", "capacity") == {}
+    names = {
+        c["name"] for c in json.loads((stack.state_dir / "state.json").read_text())["components"]
+    }
+    for node in (TRN2, INF2):
+        assert f"device-plugin-{node}" in names
+        assert f"kubelet-plugin-{node}" not in names
+        assert f"discovery-{node}" not in names
+
+
+def test_three_devices_run_on_inf2_in_one_ring_window_allocated_by_the_kubelet(
+    stack: KubeStack,
+) -> None:
+    """The seed's example: three devices fit no trn2 row, so the extender places the pod on
+    the inf2 node with a contiguous window of its ring; the kubelet admits it by calling the
+    plugin's Allocate for exactly those devices."""
+    stack.kubectl("apply", "-f", "-", input=neuron_pod("three", 3))
+    try:
+        pod = stack.wait_for(
+            "pod three Running",
+            lambda: (
+                p
+                if (p := stack.get_json("pod", "three", "-n", NAMESPACE))["status"].get("phase")
+                == "Running"
+                else None
+            ),
+            timeout=120,
+        )
+        assert pod["spec"]["nodeName"] == INF2
+        chosen = [int(i) for i in pod["metadata"]["annotations"]["AWS_NEURON_IDS"].split(",")]
+        assert len(chosen) == 3
+        assert is_connected_set("inf2.48xlarge", chosen), chosen
+        got = kubelet_allocations(stack, INF2, pod["metadata"]["uid"])
+        assert list(got) == [NEURON]
+        assert got[NEURON]["ids"] == sorted(f"neuron{i}" for i in chosen)
+        assert got[NEURON]["envs"]["NEURON_RT_VISIBLE_CORES"] == visible_cores(chosen, 2)
+        assert got[NEURON]["devices"] == sorted(f"/dev/neuron{i}" for i in chosen)
+    finally:
+        stack.kubectl("delete", "pod", "three", "-n", NAMESPACE, "--wait=true", check=False)
+
+
+def test_a_count_the_rules_refuse_stays_pending_with_the_reason(stack: KubeStack) -> None:
+    # Seven fit an inf2 ring; on trn2, whose rows come in 1, 4, 8 and 16, they do not.
+    stack.kubectl("apply", "-f", "-", input=neuron_pod("seven", 7, instance_type="trn2.48xlarge"))
+    try:
+
+        def message() -> str:
+            pod = stack.get_json("pod", "seven", "-n", NAMESPACE)
+            found = [c for c in pod["status"].get("conditions", []) if c["type"] == "PodScheduled"]
+            return (
+                str(found[0].get("message", "")) if found and found[0]["status"] == "False" else ""
+            )
+
+        refused = stack.wait_for("seven refused by the scheduler", message, timeout=60)
+        assert str(InvalidDeviceCount("trn2.48xlarge", 7)) in refused
+        assert "nodeName" not in stack.get_json("pod", "seven", "-n", NAMESPACE)["spec"]
+    finally:
+        stack.kubectl("delete", "pod", "seven", "-n", NAMESPACE, "--wait=true", check=False)
+
+
+def test_a_faulty_device_leaves_allocatable_until_repaired(stack: KubeStack) -> None:
+    """An uncorrectable error on device 5 (the driver's kernel-log line): the health probe
+    reports it, the plugin's ListAndWatch marks it unhealthy, and the kubelet takes it out of
+    the Node's allocatable; a driver reload brings it back."""
+
+    def allocatable() -> dict[str, str]:
+        return neuron_resources(stack, TRN2, "allocatable")
+
+    stack.wait_for("16 devices allocatable", lambda: allocatable().get(NEURON) == "16", timeout=90)
+    fault = neuron_dra(
+        "dev", "fault", TRN2, "nc", "--device", "5", "--state-dir", str(stack.state_dir)
+    )
+    assert fault.returncode == 0, fault.stderr
+    try:
+        stack.wait_for(
+            "device 5 out of the allocatable count",
+            lambda: (
+                allocatable()
+                == {
+                    NEURON: "15",
+                    "aws.amazon.com/neurondevice": "15",
+                    "aws.amazon.com/neuroncore": "60",
+                }
+            ),
+            timeout=90,
+        )
+        # Capacity still counts it: the device is there, only unusable.
+        assert neuron_resources(stack, TRN2, "capacity")[NEURON] == "16"
+    finally:
+        repair = neuron_dra(
+            "dev", "fault", TRN2, "repair", "--device", "5", "--state-dir", str(stack.state_dir)
+        )
+        assert repair.returncode == 0, repair.stderr
+    stack.wait_for("device 5 back", lambda: allocatable().get(NEURON) == "16", timeout=90)
