@@ -54,9 +54,7 @@ class Actuate:
         return next(n for n in self.fleet.nodes if n.name == name)
 
     def trn2_nodes(self) -> list[str]:
-        return [
-            n.name for n in self.fleet.nodes if n.instance_type == "trn2.48xlarge" and n.managed
-        ]
+        return [n.name for n in self.fleet.nodes if n.instance_type == "trn2.48xlarge" and n.dra]
 
     def cdi_specs(self, node: str) -> dict[str, cdi.Spec]:
         """Claim UID -> the CDI spec the node's plugin wrote for it."""
@@ -211,8 +209,8 @@ class Actuate:
 
 
 def bring_up(stack: KubeStack) -> Iterator[Actuate]:
-    """Wait until the plugin of every managed node is ready (``dev up`` starts them); yield
-    the handle."""
+    """Wait until the plugin of every DRA node is ready (``dev up`` starts them); yield the
+    handle."""
     layout = Layout(stack.state_dir)
     current = state.load(layout.root)
     assert current is not None
@@ -221,7 +219,7 @@ def bring_up(stack: KubeStack) -> Iterator[Actuate]:
     actuate = Actuate(stack=stack, fleet=fleet, layout=layout, plugin_kubeconfig=own)
     try:
         for node in fleet.nodes:
-            if node.managed:
+            if node.dra:
                 actuate.wait_plugin_ready(node.name, timeout=120)
         yield actuate
     finally:

@@ -30,10 +30,10 @@ def layout(tmp_path: Path) -> Layout:
 
 
 def test_only_a_managed_node_labelled_device_plugin_is_one() -> None:
-    assert [(n.name, n.device_plugin) for n in FLEET.nodes] == [
-        ("trn2-48xl-0", False),
-        ("dp-0", True),
-        ("bare-0", False),
+    assert [(n.name, n.device_plugin, n.dra) for n in FLEET.nodes] == [
+        ("trn2-48xl-0", False, True),
+        ("dp-0", True, False),
+        ("bare-0", False, False),
     ]
 
 

@@ -79,6 +79,11 @@ class NodeSpec:
         and the DRA agents (discovery, kubelet plugin) stay off it."""
         return self.managed and self.labels.get(DEVICE_MANAGEMENT_LABEL) == "device-plugin"
 
+    @property
+    def dra(self) -> bool:
+        """True for a node whose devices the DRA agents serve (managed, not the plugin's)."""
+        return self.managed and not self.device_plugin
+
 
 @dataclass(frozen=True)
 class Fleet:

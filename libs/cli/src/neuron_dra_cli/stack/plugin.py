@@ -111,5 +111,5 @@ def plugin_components(
     return [
         plugin_component(node=node, layout=layout, nats_url=nats_url, kubeconfig=own)
         for node in fleet.nodes
-        if node.managed and not node.device_plugin
+        if node.dra
     ]
