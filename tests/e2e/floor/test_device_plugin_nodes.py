@@ -218,3 +218,26 @@ def test_a_faulty_device_leaves_allocatable_until_repaired(stack: KubeStack) -> 
         )
         assert repair.returncode == 0, repair.stderr
     stack.wait_for("device 5 back", lambda: allocatable().get(NEURON) == "16", timeout=90)
+
+
+def test_the_plugin_registers_again_when_the_kubelet_restarts(stack: KubeStack) -> None:
+    """A restarted kubelet's device manager empties its socket folder and forgets the
+    plugins; the plugin sees the new ``kubelet.sock`` and registers again, so the Node's
+    resources come back."""
+    socket = deviceplugin.socket_dir(Layout(stack.state_dir), INF2) / "kubelet.sock"
+    before = socket.stat().st_ino
+    restart = neuron_dra("dev", "restart", f"node-{INF2}", "--state-dir", str(stack.state_dir))
+    assert restart.returncode == 0, restart.stderr
+
+    def replaced() -> bool:
+        try:
+            return socket.stat().st_ino != before
+        except FileNotFoundError:  # between the old socket's removal and the new one
+            return False
+
+    stack.wait_for("the restarted kubelet's new socket", replaced)
+    stack.wait_for(
+        f"{INF2}'s devices registered again",
+        lambda: neuron_resources(stack, INF2, "allocatable").get(NEURON) == "12",
+        timeout=90,
+    )
