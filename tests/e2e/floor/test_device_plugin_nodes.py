@@ -20,6 +20,7 @@ from neuron_dra_cli.stack.layout import Layout
 from neuron_dra_common.topology import InvalidDeviceCount, is_connected_set, visible_cores
 from neuron_dra_protos.deviceplugin.v1beta1 import deviceplugin_pb2 as pb
 
+from tests.fixtures.extended import NEURON, neuron_resources, served
 from tests.fixtures.stack import KubeStack, neuron_dra
 
 pytestmark = [pytest.mark.stack, pytest.mark.floor]
@@ -27,7 +28,6 @@ pytestmark = [pytest.mark.stack, pytest.mark.floor]
 NAMESPACE = "device-plugin-nodes"
 TRN2 = "dp-trn2-0"
 INF2 = "dp-inf2-0"
-NEURON = "aws.amazon.com/neuron"
 #: The kubelet's device manager checkpoint, in its (fixed) socket folder.
 KUBELET_CHECKPOINT = "kubelet_internal_checkpoint"
 
@@ -36,11 +36,6 @@ KUBELET_CHECKPOINT = "kubelet_internal_checkpoint"
 def stack(floor_stack: KubeStack) -> KubeStack:
     floor_stack.create_namespace(NAMESPACE)
     return floor_stack
-
-
-def neuron_resources(stack: KubeStack, node: str, part: str) -> dict[str, str]:
-    got = stack.get_json("node", node)
-    return {k: v for k, v in got["status"].get(part, {}).items() if k.startswith("aws.amazon.com/")}
 
 
 def neuron_pod(name: str, count: int, *, instance_type: str = "") -> str:
@@ -88,25 +83,17 @@ def kubelet_allocations(stack: KubeStack, node: str, pod_uid: str) -> dict[str, 
 
 def test_the_device_plugin_not_dra_serves_the_labelled_nodes(stack: KubeStack) -> None:
     expected = {
-        TRN2: {
-            NEURON: "16",
-            "aws.amazon.com/neurondevice": "16",
-            "aws.amazon.com/neuroncore": "64",
-        },
-        INF2: {
-            NEURON: "12",
-            "aws.amazon.com/neurondevice": "12",
-            "aws.amazon.com/neuroncore": "24",
-        },
+        TRN2: served(16, 4),
+        INF2: served(12, 2),
     }
     for node, resources in expected.items():
 
-        def served(node: str = node, resources: dict[str, str] = resources) -> bool:
+        def shown(node: str = node, resources: dict[str, str] = resources) -> bool:
             return neuron_resources(stack, node, "allocatable") == resources
 
         # From the plugin's ListAndWatch through the kubelet's device manager: the simulated
         # node is given no extended resource of its own.
-        stack.wait_for(f"{node}'s Neuron resources from its device plugin", served, timeout=90)
+        stack.wait_for(f"{node}'s Neuron resources from its device plugin", shown, timeout=90)
         assert neuron_resources(stack, node, "capacity") == resources
         registered = json.loads(
             (
@@ -200,14 +187,7 @@ def test_a_faulty_device_leaves_allocatable_until_repaired(stack: KubeStack) -> 
     try:
         stack.wait_for(
             "device 5 out of the allocatable count",
-            lambda: (
-                allocatable()
-                == {
-                    NEURON: "15",
-                    "aws.amazon.com/neurondevice": "15",
-                    "aws.amazon.com/neuroncore": "60",
-                }
-            ),
+            lambda: allocatable() == served(15, 4),
             timeout=90,
         )
         # Capacity still counts it: the device is there, only unusable.
@@ -224,18 +204,20 @@ def test_the_plugin_registers_again_when_the_kubelet_restarts(stack: KubeStack) 
     """A restarted kubelet's device manager empties its socket folder and forgets the
     plugins; the plugin sees the new ``kubelet.sock`` and registers again, so the Node's
     resources come back."""
-    socket = deviceplugin.socket_dir(Layout(stack.state_dir), INF2) / "kubelet.sock"
-    before = socket.stat().st_ino
+    log = Layout(stack.state_dir).log(f"{deviceplugin.KIND}-{INF2}")
+
+    def registrations() -> int:
+        return sum(
+            1
+            for line in log.read_text().splitlines()
+            if '"registered with the kubelet"' in line and f'"{NEURON}"' in line
+        )
+
+    before = registrations()
+    assert before >= 1
     restart = neuron_dra("dev", "restart", f"node-{INF2}", "--state-dir", str(stack.state_dir))
     assert restart.returncode == 0, restart.stderr
-
-    def replaced() -> bool:
-        try:
-            return socket.stat().st_ino != before
-        except FileNotFoundError:  # between the old socket's removal and the new one
-            return False
-
-    stack.wait_for("the restarted kubelet's new socket", replaced)
+    stack.wait_for("the plugin to register again", lambda: registrations() > before, timeout=90)
     stack.wait_for(
         f"{INF2}'s devices registered again",
         lambda: neuron_resources(stack, INF2, "allocatable").get(NEURON) == "12",

@@ -25,6 +25,7 @@ from neuron_dra_common.topology import InvalidDeviceCount, is_connected_set, vis
 
 from tests.e2e.realnode.busauth.test_driver_on_the_authenticated_bus import callout_log
 from tests.e2e.realnode.conftest import REAL_NODE, import_base
+from tests.fixtures.extended import NEURON, neuron_resources, served
 from tests.fixtures.stack import REPO, KubeStack
 
 NAMESPACE = "device-plugin-test"
@@ -33,7 +34,6 @@ DRA_NODE = "dra-trn2-0"
 INSTANCE = "trn2.48xlarge"
 CORES_PER_DEVICE = 4  # trn2 at its default logical core config (2)
 GUIDE_1X4 = REPO / "examples" / "aws-dra-guide" / "v1" / "1x4-connected-devices.yaml"
-NEURON = "aws.amazon.com/neuron"
 
 # What the container prints: its visible cores, then each /dev/neuronN with its minor number,
 # and stays (its devices stay taken while the test looks).
@@ -106,11 +106,6 @@ def devices_in(log: str) -> list[int]:
     return out
 
 
-def neuron_resources(stack: KubeStack, node: str, part: str) -> dict[str, str]:
-    got = stack.get_json("node", node)
-    return {k: v for k, v in got["status"].get(part, {}).items() if k.startswith("aws.amazon.com/")}
-
-
 def plugin_log(stack: KubeStack) -> str:
     return stack.kubectl(
         "logs", "-n", DRIVER_NAMESPACE, f"daemonset/{realdeviceplugin.DAEMONSET}"
@@ -171,11 +166,7 @@ def test_the_plugin_is_admitted_to_the_bus_as_itself_on_its_node(stack: KubeStac
 
 
 def test_the_node_shows_the_plugins_resources(stack: KubeStack) -> None:
-    expected = {
-        NEURON: "16",
-        "aws.amazon.com/neurondevice": "16",
-        "aws.amazon.com/neuroncore": "64",
-    }
+    expected = served(16, 4)
     stack.wait_for(
         "the Neuron resources in the real node's allocatable",
         lambda: neuron_resources(stack, REAL_NODE, "allocatable") == expected,
@@ -276,14 +267,7 @@ def test_a_device_the_node_loses_leaves_allocatable(stack: KubeStack) -> None:
     shutil.rmtree(NodePaths(hardware).device(15))
     stack.wait_for(
         "device 15 out of the node's allocatable",
-        lambda: (
-            neuron_resources(stack, REAL_NODE, "allocatable")
-            == {
-                NEURON: "15",
-                "aws.amazon.com/neurondevice": "15",
-                "aws.amazon.com/neuroncore": "60",
-            }
-        ),
+        lambda: neuron_resources(stack, REAL_NODE, "allocatable") == served(15, 4),
         timeout=90,
     )
     # Capacity still counts it: the device is there, only unusable.

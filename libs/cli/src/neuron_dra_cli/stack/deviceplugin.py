@@ -28,7 +28,7 @@ from neuron_dra_cli.stack.components import Component, python_service
 from neuron_dra_cli.stack.fleet import Fleet, NodeSpec
 from neuron_dra_cli.stack.layout import Layout
 from neuron_dra_cli.stack.nodes import kubelet_root
-from neuron_dra_cli.stack.plugin import hardware_root
+from neuron_dra_cli.stack.plugin import kubelet_agent_env
 
 __all__ = [
     "ACCOUNT",
@@ -64,25 +64,12 @@ def device_plugin_component(
 ) -> Component:
     """The device plugin of one node; ``kubeconfig`` is its own (RBAC-bound). Ready once
     the kubelet accepted every resource."""
-    hw = hardware_root(layout, node.name)
-    if not (hw / "sys").is_dir():
-        raise FileNotFoundError(
-            f"node {node.name}: no simulated hardware under {hw}; write it first "
-            "(stack.services.write_fleet_hardware does)"
-        )
     return python_service(
         name=f"{KIND}-{node.name}",
         kind=KIND,
         module="neuron_dra_device_plugin",
         ready_path="/readyz",
-        env={
-            "NEURON_DRA_NODE_NAME": node.name,
-            "NEURON_DRA_KUBELET_ROOT": str(kubelet_root(layout, node.name)),
-            "NEURON_DRA_HOST_ROOT": str(hw),
-            "NEURON_DRA_NEURON_LS_COMMAND": f"{hw}/opt/aws/neuron/bin/neuron-ls,-j",
-            "NEURON_DRA_KUBECONFIG": str(kubeconfig),
-            "NEURON_DRA_NATS_SERVERS": nats_url,
-        },
+        env=kubelet_agent_env(node=node, layout=layout, nats_url=nats_url, kubeconfig=kubeconfig),
     )
 
 

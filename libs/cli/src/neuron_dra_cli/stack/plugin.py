@@ -26,6 +26,7 @@ __all__ = [
     "apply_plugin_rbac",
     "cdi_root",
     "hardware_root",
+    "kubelet_agent_env",
     "plugin_component",
     "plugin_components",
 ]
@@ -53,6 +54,28 @@ def apply_plugin_rbac(*, layout: Layout, kubeconfig: Path) -> Path:
     return accounts.service_kubeconfig(layout, kubeconfig, KIND)
 
 
+def kubelet_agent_env(
+    *, node: NodeSpec, layout: Layout, nats_url: str, kubeconfig: Path
+) -> dict[str, str]:
+    """What a plugin of the node's kubelet (the DRA plugin, the device plugin) is told: its
+    node, the kubelet's root, the node's simulated hardware (written already), its own
+    kubeconfig and NATS."""
+    hw = hardware_root(layout, node.name)
+    if not (hw / "sys").is_dir():
+        raise FileNotFoundError(
+            f"node {node.name}: no simulated hardware under {hw}; write it first "
+            "(stack.services.write_fleet_hardware does)"
+        )
+    return {
+        "NEURON_DRA_NODE_NAME": node.name,
+        "NEURON_DRA_KUBELET_ROOT": str(kubelet_root(layout, node.name)),
+        "NEURON_DRA_HOST_ROOT": str(hw),
+        "NEURON_DRA_NEURON_LS_COMMAND": f"{hw}/opt/aws/neuron/bin/neuron-ls,-j",
+        "NEURON_DRA_KUBECONFIG": str(kubeconfig),
+        "NEURON_DRA_NATS_SERVERS": nats_url,
+    }
+
+
 def plugin_component(
     *,
     node: NodeSpec,
@@ -65,13 +88,6 @@ def plugin_component(
 
     ``env`` adds variables (tests set the crash point this way).
     """
-    hw = hardware_root(layout, node.name)
-    if not (hw / "sys").is_dir():
-        raise FileNotFoundError(
-            f"node {node.name}: no simulated hardware under {hw}; write it first "
-            "(stack.services.product_components does)"
-        )
-    root = kubelet_root(layout, node.name)
     return python_service(
         name=f"{KIND}-{node.name}",
         kind=KIND,
@@ -79,13 +95,8 @@ def plugin_component(
         # Ready once the node's kubelet registered it: from then on pods can use the node.
         ready_path="/readyz",
         env={
-            "NEURON_DRA_NODE_NAME": node.name,
-            "NEURON_DRA_KUBELET_ROOT": str(root),
+            **kubelet_agent_env(node=node, layout=layout, nats_url=nats_url, kubeconfig=kubeconfig),
             "NEURON_DRA_CDI_ROOT": str(cdi_root(layout, node.name)),
-            "NEURON_DRA_HOST_ROOT": str(hw),
-            "NEURON_DRA_NEURON_LS_COMMAND": f"{hw}/opt/aws/neuron/bin/neuron-ls,-j",
-            "NEURON_DRA_KUBECONFIG": str(kubeconfig),
-            "NEURON_DRA_NATS_SERVERS": nats_url,
             "NEURON_DRA_PROBE_INTERVAL": "5",
             **(env or {}),
         },
