@@ -15,8 +15,9 @@ import json
 from typing import Any
 
 import pytest
-from neuron_dra_cli.stack import deviceplugin
+from neuron_dra_cli.stack import deviceplugin, state
 from neuron_dra_cli.stack.layout import Layout
+from neuron_dra_cli.stack.nodes import device_plugins_dir
 from neuron_dra_common.topology import InvalidDeviceCount, is_connected_set, visible_cores
 from neuron_dra_protos.deviceplugin.v1beta1 import deviceplugin_pb2 as pb
 
@@ -62,11 +63,17 @@ def neuron_pod(name: str, count: int, *, instance_type: str = "") -> str:
     )
 
 
+def kubelet_checkpoint(stack: KubeStack, node: str) -> dict[str, Any]:
+    """The ``Data`` of the node's kubelet device manager checkpoint."""
+    path = device_plugins_dir(Layout(stack.state_dir), node) / KUBELET_CHECKPOINT
+    data: dict[str, Any] = json.loads(path.read_text())["Data"]
+    return data
+
+
 def kubelet_allocations(stack: KubeStack, node: str, pod_uid: str) -> dict[str, Any]:
     """What the node's kubelet recorded for ``pod_uid`` in its device manager checkpoint: the
     device ids per resource, and Allocate's answer (environment, device nodes)."""
-    path = deviceplugin.socket_dir(Layout(stack.state_dir), node) / KUBELET_CHECKPOINT
-    entries = json.loads(path.read_text())["Data"]["PodDeviceEntries"] or []
+    entries = kubelet_checkpoint(stack, node)["PodDeviceEntries"] or []
     out: dict[str, Any] = {}
     for e in entries:
         if e["PodUID"] != pod_uid:
@@ -95,11 +102,7 @@ def test_the_device_plugin_not_dra_serves_the_labelled_nodes(stack: KubeStack) -
         # node is given no extended resource of its own.
         stack.wait_for(f"{node}'s Neuron resources from its device plugin", shown, timeout=90)
         assert neuron_resources(stack, node, "capacity") == resources
-        registered = json.loads(
-            (
-                deviceplugin.socket_dir(Layout(stack.state_dir), node) / KUBELET_CHECKPOINT
-            ).read_text()
-        )["Data"]["RegisteredDevices"]
+        registered = kubelet_checkpoint(stack, node)["RegisteredDevices"]
         assert sorted(registered) == sorted(resources)
     # No DRA agent there: no ResourceSlice, no discovery, no kubelet plugin; and no DRA node
     # advertises the device plugin's resources.
@@ -112,9 +115,9 @@ def test_the_device_plugin_not_dra_serves_the_labelled_nodes(stack: KubeStack) -
     assert pools
     assert not pools & {TRN2, INF2}
     assert neuron_resources(stack, "trn2-48xl-0", "capacity") == {}
-    names = {
-        c["name"] for c in json.loads((stack.state_dir / "state.json").read_text())["components"]
-    }
+    current = state.load(stack.state_dir)
+    assert current is not None
+    names = {c.name for c in current.components}
     for node in (TRN2, INF2):
         assert f"device-plugin-{node}" in names
         assert f"kubelet-plugin-{node}" not in names

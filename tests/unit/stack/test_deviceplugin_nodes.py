@@ -8,7 +8,7 @@ import pytest
 from neuron_dra_cli.stack import deviceplugin, plugin, services
 from neuron_dra_cli.stack.fleet import parse_fleet
 from neuron_dra_cli.stack.layout import Layout
-from neuron_dra_cli.stack.nodes import node_component
+from neuron_dra_cli.stack.nodes import device_plugins_dir, node_component
 
 FLEET = parse_fleet(
     """
@@ -48,7 +48,7 @@ def test_its_kubelet_runs_the_device_manager_on_its_own_socket_folder(layout: La
             version="1.36.3",
         ).argv
 
-    assert f"--device-plugins-dir={deviceplugin.socket_dir(layout, 'dp-0')}" in argv(1)
+    assert f"--device-plugins-dir={device_plugins_dir(layout, 'dp-0')}" in argv(1)
     assert not [a for a in argv(0) if a.startswith("--device-plugins-dir")]
 
 
@@ -76,7 +76,7 @@ def test_it_gets_a_device_plugin_and_no_dra_agent(layout: Layout) -> None:
     assert device.env["NEURON_DRA_NODE_NAME"] == "dp-0"
     # It registers where the node's kubelet listens: <kubelet root>/device-plugins.
     assert Path(device.env["NEURON_DRA_KUBELET_ROOT"]) / "device-plugins" == (
-        deviceplugin.socket_dir(layout, "dp-0")
+        device_plugins_dir(layout, "dp-0")
     )
     assert device.env["NEURON_DRA_KUBECONFIG"] == "/d"
     assert (Path(device.env["NEURON_DRA_HOST_ROOT"]) / "sys").is_dir()

@@ -27,7 +27,6 @@ from neuron_dra_cli.stack import accounts, kubectl
 from neuron_dra_cli.stack.components import Component, python_service
 from neuron_dra_cli.stack.fleet import Fleet, NodeSpec
 from neuron_dra_cli.stack.layout import Layout
-from neuron_dra_cli.stack.nodes import kubelet_root
 from neuron_dra_cli.stack.plugin import kubelet_agent_env
 
 __all__ = [
@@ -37,19 +36,11 @@ __all__ = [
     "device_plugin_component",
     "device_plugin_components",
     "device_plugin_kubeconfig",
-    "socket_dir",
 ]
 
 KIND: Final = "device-plugin"
 ACCOUNT: Final = "neuron-dra-device-plugin"
 RBAC: Final = accounts.REPO / "deploy" / "kustomize" / "components" / "device-plugin" / "rbac.yaml"
-
-
-def socket_dir(layout: Layout, node: str) -> Path:
-    """The node's device-plugin socket folder on the host: what its kubelet sees as
-    ``/var/lib/kubelet/device-plugins`` (``kubelet.sock``, the plugin's socket, the kubelet's
-    ``kubelet_internal_checkpoint``)."""
-    return kubelet_root(layout, node) / "device-plugins"
 
 
 def device_plugin_kubeconfig(layout: Layout, admin_kubeconfig: Path) -> Path:

@@ -19,6 +19,14 @@ def kubelet_root(layout: Layout, node: str) -> Path:
     return layout.kubelet_root(node)
 
 
+def device_plugins_dir(layout: Layout, node: str) -> Path:
+    """The node's device-plugin folder on the host: what its kubelet (``--device-plugins-dir``)
+    sees as ``/var/lib/kubelet/device-plugins`` (``kubelet.sock``, the plugins' sockets, the
+    kubelet's ``kubelet_internal_checkpoint``); a device plugin given the node's kubelet root
+    registers there."""
+    return kubelet_root(layout, node) / "device-plugins"
+
+
 def node_component(
     *,
     fleet: Fleet,
@@ -36,7 +44,11 @@ def node_component(
     labels = ",".join(f"{k}={v}" for k, v in sorted(node_labels(fleet, node).items()))
     # The kubelet's device manager, its socket folder bind-mounted in the node's own mount
     # namespace (stack.deviceplugin).
-    devices = [f"--device-plugins-dir={root / 'device-plugins'}"] if node.device_plugin else []
+    devices = (
+        [f"--device-plugins-dir={device_plugins_dir(layout, node.name)}"]
+        if node.device_plugin
+        else []
+    )
     return Component(
         name=f"node-{node.name}",
         kind="node",
