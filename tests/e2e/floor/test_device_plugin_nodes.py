@@ -21,7 +21,7 @@ from neuron_dra_cli.stack.nodes import device_plugins_dir
 from neuron_dra_common.topology import InvalidDeviceCount, is_connected_set, visible_cores
 from neuron_dra_protos.deviceplugin.v1beta1 import deviceplugin_pb2 as pb
 
-from tests.fixtures.extended import NEURON, neuron_resources, served
+from tests.fixtures.extended import NEURON, NEURONCORE, neuron_resources, served
 from tests.fixtures.stack import KubeStack, neuron_dra
 
 pytestmark = [pytest.mark.stack, pytest.mark.floor]
@@ -39,9 +39,9 @@ def stack(floor_stack: KubeStack) -> KubeStack:
     return floor_stack
 
 
-def neuron_pod(name: str, count: int, *, instance_type: str = "") -> str:
-    """A pod written for AWS's device plugin: no node chosen, only ``aws.amazon.com/neuron``
-    (and, with ``instance_type``, a node selector on it)."""
+def neuron_pod(name: str, count: int, *, instance_type: str = "", resource: str = NEURON) -> str:
+    """A pod written for AWS's device plugin: no node chosen, only ``count`` of ``resource``
+    (``aws.amazon.com/neuron`` unless told) and, with ``instance_type``, a node selector on it."""
     selector = {"node.kubernetes.io/instance-type": instance_type} if instance_type else {}
     return json.dumps(
         {
@@ -55,12 +55,27 @@ def neuron_pod(name: str, count: int, *, instance_type: str = "") -> str:
                     {
                         "name": "main",
                         "image": "busybox",
-                        "resources": {"limits": {NEURON: str(count)}},
+                        "resources": {"limits": {resource: str(count)}},
                     }
                 ],
             },
         }
     )
+
+
+def running(stack: KubeStack, name: str) -> dict[str, Any]:
+    """Pod ``name`` once it is Running (its containers admitted by the kubelet)."""
+    pod: dict[str, Any] = stack.wait_for(
+        f"pod {name} Running",
+        lambda: (
+            p
+            if (p := stack.get_json("pod", name, "-n", NAMESPACE))["status"].get("phase")
+            == "Running"
+            else None
+        ),
+        timeout=120,
+    )
+    return pod
 
 
 def kubelet_checkpoint(stack: KubeStack, node: str) -> dict[str, Any]:
@@ -132,16 +147,7 @@ def test_three_devices_run_on_inf2_in_one_ring_window_allocated_by_the_kubelet(
     plugin's Allocate for exactly those devices."""
     stack.kubectl("apply", "-f", "-", input=neuron_pod("three", 3))
     try:
-        pod = stack.wait_for(
-            "pod three Running",
-            lambda: (
-                p
-                if (p := stack.get_json("pod", "three", "-n", NAMESPACE))["status"].get("phase")
-                == "Running"
-                else None
-            ),
-            timeout=120,
-        )
+        pod = running(stack, "three")
         assert pod["spec"]["nodeName"] == INF2
         chosen = [int(i) for i in pod["metadata"]["annotations"]["AWS_NEURON_IDS"].split(",")]
         assert len(chosen) == 3
@@ -153,6 +159,36 @@ def test_three_devices_run_on_inf2_in_one_ring_window_allocated_by_the_kubelet(
         assert got[NEURON]["devices"] == sorted(f"/dev/neuron{i}" for i in chosen)
     finally:
         stack.kubectl("delete", "pod", "three", "-n", NAMESPACE, "--wait=true", check=False)
+
+
+def test_nine_neuroncores_are_cores_zero_to_eight_allocated_by_the_kubelet(
+    stack: KubeStack,
+) -> None:
+    """The seed's ``aws.amazon.com/neuroncore: 9`` pod, on the inf2 node (2 cores per device):
+    the extender packs the cores on as few devices as possible, cores 0-8, which are devices 0
+    to 3 whole and core 0 of device 4; the kubelet hands the plugin exactly those cores, and the
+    container gets their device nodes and visible cores. (On trn2, 9 cores would span 3
+    devices, a count its rows refuse.)"""
+    name = "nine-cores"
+    stack.kubectl(
+        "apply",
+        "-f",
+        "-",
+        input=neuron_pod(name, 9, instance_type="inf2.48xlarge", resource=NEURONCORE),
+    )
+    try:
+        pod = running(stack, name)
+        assert pod["spec"]["nodeName"] == INF2
+        annotations = pod["metadata"]["annotations"]
+        assert annotations["AWS_NEURON_IDS"] == "0,1,2,3,4,5,6,7,8"
+        assert annotations["NEURON_RESOURCE_TYPE"] == NEURONCORE
+        got = kubelet_allocations(stack, INF2, pod["metadata"]["uid"])
+        assert list(got) == [NEURONCORE]
+        assert got[NEURONCORE]["ids"] == sorted(f"neuroncore{c}" for c in range(9))
+        assert got[NEURONCORE]["envs"]["NEURON_RT_VISIBLE_CORES"] == "0-8"
+        assert got[NEURONCORE]["devices"] == [f"/dev/neuron{d}" for d in range(5)]
+    finally:
+        stack.kubectl("delete", "pod", name, "-n", NAMESPACE, "--wait=true", check=False)
 
 
 def test_a_count_the_rules_refuse_stays_pending_with_the_reason(stack: KubeStack) -> None:
