@@ -191,23 +191,39 @@ def test_nine_neuroncores_are_cores_zero_to_eight_allocated_by_the_kubelet(
         stack.kubectl("delete", "pod", name, "-n", NAMESPACE, "--wait=true", check=False)
 
 
-def test_a_count_the_rules_refuse_stays_pending_with_the_reason(stack: KubeStack) -> None:
-    # Seven fit an inf2 ring; on trn2, whose rows come in 1, 4, 8 and 16, they do not.
-    stack.kubectl("apply", "-f", "-", input=neuron_pod("seven", 7, instance_type="trn2.48xlarge"))
+@pytest.mark.parametrize(
+    ("name", "resource", "count", "reason"),
+    [
+        # Seven fit an inf2 ring; on trn2, whose rows come in 1, 4, 8 and 16, they do not.
+        ("seven", NEURON, 7, str(InvalidDeviceCount("trn2.48xlarge", 7))),
+        # Nine cores at 4 per device span 3 trn2 devices, which make no row either.
+        (
+            "nine-trn2-cores",
+            NEURONCORE,
+            9,
+            "Instance type trn2.48xlarge does not support requests for neuroncore: 9.",
+        ),
+    ],
+)
+def test_a_count_the_rules_refuse_stays_pending_with_the_reason(
+    stack: KubeStack, name: str, resource: str, count: int, reason: str
+) -> None:
+    pod_json = neuron_pod(name, count, instance_type="trn2.48xlarge", resource=resource)
+    stack.kubectl("apply", "-f", "-", input=pod_json)
     try:
 
         def message() -> str:
-            pod = stack.get_json("pod", "seven", "-n", NAMESPACE)
+            pod = stack.get_json("pod", name, "-n", NAMESPACE)
             found = [c for c in pod["status"].get("conditions", []) if c["type"] == "PodScheduled"]
             return (
                 str(found[0].get("message", "")) if found and found[0]["status"] == "False" else ""
             )
 
-        refused = stack.wait_for("seven refused by the scheduler", message, timeout=60)
-        assert str(InvalidDeviceCount("trn2.48xlarge", 7)) in refused
-        assert "nodeName" not in stack.get_json("pod", "seven", "-n", NAMESPACE)["spec"]
+        refused = stack.wait_for(f"{name} refused by the scheduler", message, timeout=60)
+        assert reason in refused
+        assert "nodeName" not in stack.get_json("pod", name, "-n", NAMESPACE)["spec"]
     finally:
-        stack.kubectl("delete", "pod", "seven", "-n", NAMESPACE, "--wait=true", check=False)
+        stack.kubectl("delete", "pod", name, "-n", NAMESPACE, "--wait=true", check=False)
 
 
 def test_a_faulty_device_leaves_allocatable_until_repaired(stack: KubeStack) -> None:
