@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.health.support import alerts, device_taints, fault
+from tests.e2e.health.support import alerts, device_taints, fault, node_events
 from tests.e2e.health.support import condition as node_condition
 from tests.e2e.ultraserver.converged import deployment, workload
 from tests.fixtures.stack import KubectlFailed, KubeStack
@@ -83,17 +83,6 @@ def kill_kubelet(stack: KubeStack, node: str) -> float:
     (pid,) = [c["pid"] for c in state["components"] if c["name"] == f"node-{node}"]
     os.kill(pid, signal.SIGKILL)
     return time.time()
-
-
-def node_events(stack: KubeStack, node: str, reason: str) -> list[dict[str, Any]]:
-    items: list[dict[str, Any]] = stack.get_json(
-        "events",
-        "-n",
-        "default",
-        "--field-selector",
-        f"involvedObject.kind=Node,involvedObject.name={node},reason={reason}",
-    )["items"]
-    return items
 
 
 def workload_events(stack: KubeStack, name: str, reason: str) -> list[str]:

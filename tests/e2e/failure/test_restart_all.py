@@ -15,11 +15,11 @@ from tests.e2e.failure.test_node_lost import (
     allocated_nodes,
     condition,
     kill_kubelet,
-    node_events,
     running_pods,
     status,
     workload_events,
 )
+from tests.e2e.health.support import node_events
 from tests.fixtures.stack import KubeStack
 
 pytestmark = pytest.mark.stack

@@ -5,13 +5,15 @@ own device manager, each in a mount namespace of its own (its socket folder is f
 kubelet itself registers the device plugin, reads its ListAndWatch into the Node and calls
 Allocate at pod admission; pods written for AWS's device plugin are placed by the scheduler
 extender in the default kube-scheduler. Seen as a user sees it: the Node, the pod and its
-annotations, and the kubelet's own checkpoint of what Allocate answered.
+annotations, the kubelet's own checkpoint of what Allocate answered, and the Events and
+alert of a lost node.
 """
 
 from __future__ import annotations
 
 import base64
 import json
+import time
 from typing import Any
 
 import pytest
@@ -21,6 +23,7 @@ from neuron_dra_cli.stack.nodes import device_plugins_dir
 from neuron_dra_common.topology import InvalidDeviceCount, is_connected_set, visible_cores
 from neuron_dra_protos.deviceplugin.v1beta1 import deviceplugin_pb2 as pb
 
+from tests.e2e.health.support import alerts, fault, node_events
 from tests.fixtures.extended import NEURON, NEURONCORE, neuron_resources, served
 from tests.fixtures.stack import KubeStack, neuron_dra
 
@@ -276,5 +279,28 @@ def test_the_plugin_registers_again_when_the_kubelet_restarts(stack: KubeStack) 
     stack.wait_for(
         f"{INF2}'s devices registered again",
         lambda: neuron_resources(stack, INF2, "allocatable").get(NEURON) == "12",
+        timeout=90,
+    )
+
+
+def test_a_lost_device_plugin_node_is_declared_lost_from_its_plugins_heartbeats(
+    stack: KubeStack,
+) -> None:
+    """No discovery agent runs on a device-plugin node: its plugin sends the node's heartbeats
+    (while the kubelet answers on its socket), so the failure detector declares the node lost
+    within seconds of its death, not the node lifecycle controller's 50 s, with the Event on
+    the Node and the alert a user reads."""
+    assert not node_events(stack, TRN2, "NodeLost")
+    fault(stack, TRN2, "lost")
+    killed = time.monotonic()
+    [event] = stack.wait_for(
+        f"NodeLost on {TRN2}", lambda: node_events(stack, TRN2, "NodeLost"), timeout=60
+    )
+    seen = time.monotonic() - killed
+    assert "no heartbeat" in event["message"], event
+    assert seen < 30, f"declared lost {seen:.1f} s after the kill"
+    stack.wait_for(
+        "NeuronNodeLost in Alertmanager",
+        lambda: alerts(stack, alertname="NeuronNodeLost", node=TRN2),
         timeout=90,
     )

@@ -43,6 +43,19 @@ def condition(stack: KubeStack, node: str, kind: str) -> dict[str, Any]:
     return next((c for c in conditions if c["type"] == kind), {})
 
 
+def node_events(stack: KubeStack, node: str, reason: str) -> list[dict[str, Any]]:
+    """The Events with ``reason`` on Node ``node`` (the failure detector writes them in
+    ``default``)."""
+    items: list[dict[str, Any]] = stack.get_json(
+        "events",
+        "-n",
+        "default",
+        "--field-selector",
+        f"involvedObject.kind=Node,involvedObject.name={node},reason={reason}",
+    )["items"]
+    return items
+
+
 def alerts(stack: KubeStack, **labels: str) -> list[dict[str, Any]]:
     """The active alerts the stack's Alertmanager shows (its v2 API), by labels."""
     state = json.loads((stack.state_dir / "state.json").read_text())

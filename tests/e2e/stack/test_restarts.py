@@ -20,7 +20,7 @@ import pytest
 from neuron_dra_cli.restart_cmd import Restarted, restart_component
 
 from tests.e2e.actuate.support import MANIFESTS
-from tests.e2e.health.support import device_taints, fault
+from tests.e2e.health.support import device_taints, fault, node_events
 from tests.fixtures.stack import KubeStack, neuron_dra
 
 pytestmark = [
@@ -105,15 +105,8 @@ def test_apiserver_restart(stack: KubeStack) -> None:
     )
 
 
-def node_events(stack: KubeStack, node: str, reason: str) -> list[str]:
-    items = stack.get_json(
-        "events",
-        "-n",
-        "default",
-        "--field-selector",
-        f"involvedObject.kind=Node,involvedObject.name={node},reason={reason}",
-    )["items"]
-    return [str(e["message"]) for e in items]
+def node_messages(stack: KubeStack, node: str, reason: str) -> list[str]:
+    return [str(e["message"]) for e in node_events(stack, node, reason)]
 
 
 def test_discovery_restart_on_a_node_is_not_a_lost_node(stack: KubeStack) -> None:
@@ -127,10 +120,10 @@ def test_discovery_restart_on_a_node_is_not_a_lost_node(stack: KubeStack) -> Non
     assert done.away_seconds > 3  # longer than the detector's usual window
     back = stack.wait_for(
         "the detector hearing the agent again",
-        lambda: node_events(stack, NODE, "NodeAgentRestarted"),
+        lambda: node_messages(stack, NODE, "NodeAgentRestarted"),
         timeout=120,
     )
-    assert node_events(stack, NODE, "NodeAgentRestarting")
-    assert node_events(stack, NODE, "NodeLost") == [], back
+    assert node_messages(stack, NODE, "NodeAgentRestarting")
+    assert node_messages(stack, NODE, "NodeLost") == [], back
     assert not any(device_taints(stack, NODE).values()), device_taints(stack, NODE)
     all_up(stack)

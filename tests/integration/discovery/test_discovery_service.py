@@ -152,22 +152,25 @@ def test_bad_settings_exit_with_the_variable_named(tmp_path: Path) -> None:
     assert "NEURON_DRA_POLL_SECONDS='-1'" in proc.stderr
 
 
-async def last_heartbeat(bus: Bus) -> NodeHeartbeat | None:
-    """The stream's heartbeat of NODE (it keeps the latest), if any."""
-    subject = f"neuron.heartbeat.{NODE}"
+async def last_heartbeat(bus: Bus, node: str = NODE) -> NodeHeartbeat | None:
+    """The stream's heartbeat of ``node`` (it keeps the latest), if any."""
+    subject = f"neuron.heartbeat.{node}"
     stored = await replay(bus, name="test-reader", stream=HEARTBEAT.name, subject=subject)
     beats = [e for e in stored if isinstance(e, NodeHeartbeat)]
     return beats[-1] if beats else None
 
 
-async def next_agent_heartbeat(bus: Bus, *, after: NodeHeartbeat | None) -> NodeHeartbeat:
-    """The stream's heartbeat of NODE once one from a process other than ``after``'s is there."""
+async def next_agent_heartbeat(
+    bus: Bus, *, after: NodeHeartbeat | None, node: str = NODE
+) -> NodeHeartbeat:
+    """The stream's heartbeat of ``node`` once one from a process other than ``after``'s is
+    there."""
     for _ in range(300):
-        beat = await last_heartbeat(bus)
+        beat = await last_heartbeat(bus, node)
         if beat is not None and (after is None or beat.instance != after.instance):
             return beat
         await asyncio.sleep(0.2)
-    raise AssertionError("no heartbeat from a new discovery process within 60 s")
+    raise AssertionError(f"no heartbeat of {node} from a new agent process within 60 s")
 
 
 async def test_a_stopped_agent_says_goodbye_and_a_killed_one_does_not(

@@ -94,10 +94,13 @@ def test_the_reader_publishes_no_event() -> None:
     assert not [s for s in publish if s.startswith("neuron.")]
 
 
-def test_the_device_plugin_reads_health_and_publishes_only_its_dead_letters() -> None:
+def test_the_device_plugin_reads_health_and_publishes_its_nodes_heartbeats_only() -> None:
     grants = permissions_for("device-plugin", node=NODE)
     events = [s for s in grants.publish if s.startswith("neuron.")]
-    assert events == ["neuron.deadletter.NEURON_HEALTH.device-plugin-health"]
+    assert events == [
+        "neuron.heartbeat.ip-10-0-0-1_ec2_internal",
+        "neuron.deadletter.NEURON_HEALTH.device-plugin-health",
+    ]
     assert "$JS.API.CONSUMER.CREATE.NEURON_HEALTH" in grants.publish
     # Besides the stream check every service makes at start, it reads no other stream.
     assert not [

@@ -24,6 +24,7 @@ __all__ = [
     "ENV_PREFIX",
     "LeaderElectedSettings",
     "NodeHardwareSettings",
+    "NodeLivenessSettings",
     "ServiceSettings",
     "SettingsError",
     "env_name",
@@ -156,6 +157,29 @@ class NodeHardwareSettings(ServiceSettings, frozen=True, kw_only=True):
     boot_id_path: Annotated[str, msgspec.Meta(description="File holding the node's boot id")] = (
         "/proc/sys/kernel/random/boot_id"
     )
+
+
+class NodeLivenessSettings(NodeHardwareSettings, frozen=True, kw_only=True):
+    """A node agent that also sends the node's heartbeats (:mod:`neuron_dra_common.liveness`):
+    discovery on the nodes the DRA driver serves, the device plugin on the others."""
+
+    liveness_seconds: Annotated[
+        float,
+        msgspec.Meta(
+            gt=0,
+            le=60,
+            description="Seconds between NodeHeartbeat messages, the cluster failure detector's "
+            "sign that the node is alive (it declares a node lost after a few missed)",
+        ),
+    ] = 1.0
+    kubelet_healthz_url: Annotated[
+        str,
+        msgspec.Meta(
+            description="The node's kubelet health endpoint (the kubelet's default is "
+            "http://127.0.0.1:10248/healthz); when set, heartbeats stop while it does not "
+            "answer ok, so a node whose kubelet died is declared lost; empty: not checked"
+        ),
+    ] = ""
 
 
 def env_name(field: str, prefix: str = ENV_PREFIX) -> str:

@@ -153,8 +153,10 @@ def _node_agent(role: NodeAgent, node: str) -> Permissions:
         publish += [_subject("health", token, ">"), *_read(HEALTH)]
         publish += _dead_letters((HEALTH, "health-probe"))
     elif role == "device-plugin":
-        # It only reads its node's health events (to report devices Unhealthy to the kubelet).
-        publish += [*_read(HEALTH), *_dead_letters((HEALTH, "device-plugin-health"))]
+        # It reads its node's health events (to report devices Unhealthy to the kubelet) and,
+        # on a node with no discovery agent, sends the node's heartbeats.
+        publish += [_subject("heartbeat", token), *_read(HEALTH)]
+        publish += _dead_letters((HEALTH, "device-plugin-health"))
     else:
         publish += [
             _subject("claim", "prepared", token, ">"),

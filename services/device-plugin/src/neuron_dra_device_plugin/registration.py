@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Final
@@ -25,13 +25,22 @@ from neuron_dra_protos.deviceplugin.v1beta1 import deviceplugin_pb2_grpc as pb_g
 
 from neuron_dra_device_plugin.servicer import OPTIONS, DevicePluginServicer
 
-__all__ = ["API_VERSION", "KUBELET_SOCKET", "Registrar", "socket_name"]
+__all__ = ["API_VERSION", "KUBELET_SOCKET", "Registrar", "kubelet_socket_probe", "socket_name"]
 
 log = logging.getLogger(__name__)
 
 API_VERSION: Final = "v1beta1"
 KUBELET_SOCKET: Final = "kubelet.sock"
 _REGISTER_TIMEOUT = 10.0
+#: How long a liveness probe waits for the kubelet's socket to answer.
+_PROBE_TIMEOUT = 0.5
+#: The probe's channel tries to reach a kubelet that went away twice a second, not after
+#: gRPC's default back-off (up to two minutes), so a restarted kubelet is soon seen alive.
+_PROBE_OPTIONS: Final = (
+    ("grpc.initial_reconnect_backoff_ms", 250),
+    ("grpc.min_reconnect_backoff_ms", 250),
+    ("grpc.max_reconnect_backoff_ms", 500),
+)
 _RETRY_SECONDS = 5.0
 
 
@@ -55,6 +64,27 @@ def _identity(path: Path) -> _Identity | None:
     except FileNotFoundError:
         return None
     return (st.st_dev, st.st_ino, st.st_ctime_ns)
+
+
+def kubelet_socket_probe(kubelet_socket: Path) -> Callable[[], Awaitable[bool]]:
+    """Whether the kubelet serves on ``kubelet_socket``: the plugin's sign that its node's
+    kubelet is alive, with no network to the node needed (a kubelet that died leaves its
+    socket file, but nothing answers on it). One gRPC channel is kept for all the probes, so a
+    probe every second opens no new connection while the kubelet lives; it connects to a
+    restarted kubelet's new socket on its own."""
+    channel: grpc.aio.Channel | None = None
+
+    async def probe() -> bool:
+        nonlocal channel
+        if channel is None:
+            channel = grpc.aio.insecure_channel(unix_target(kubelet_socket), options=_PROBE_OPTIONS)
+        try:
+            await asyncio.wait_for(channel.channel_ready(), timeout=_PROBE_TIMEOUT)
+        except TimeoutError:
+            return False
+        return True
+
+    return probe
 
 
 async def register(kubelet_socket: Path, *, resource: str, endpoint: str) -> None:

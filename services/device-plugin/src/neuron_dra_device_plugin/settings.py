@@ -6,12 +6,12 @@ from typing import Annotated
 
 import msgspec
 from neuron_dra_common.extended import MANAGED_RESOURCES
-from neuron_dra_common.settings import NodeHardwareSettings
+from neuron_dra_common.settings import NodeLivenessSettings
 
 __all__ = ["DevicePluginSettings"]
 
 
-class DevicePluginSettings(NodeHardwareSettings, frozen=True, kw_only=True):
+class DevicePluginSettings(NodeLivenessSettings, frozen=True, kw_only=True):
     """Serves this node's Neuron devices and cores to the kubelet's device manager
     (aws.amazon.com/neuron, aws.amazon.com/neurondevice, aws.amazon.com/neuroncore)."""
 
@@ -37,6 +37,14 @@ class DevicePluginSettings(NodeHardwareSettings, frozen=True, kw_only=True):
         msgspec.Meta(
             description="Follow the health monitor's DeviceHealthChanged events on NATS "
             "(an unhealthy device leaves the node's allocatable count)"
+        ),
+    ] = True
+    heartbeats: Annotated[
+        bool,
+        msgspec.Meta(
+            description="Send the node's NodeHeartbeat on NATS every --liveness-seconds, so "
+            "the cluster failure detector declares the node lost within seconds when it goes "
+            "silent (on these nodes no discovery agent sends them)"
         ),
     ] = True
     kubelet_watch_interval: Annotated[

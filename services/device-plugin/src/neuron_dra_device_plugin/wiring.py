@@ -1,5 +1,6 @@
 """The plugin's wiring: the node's hardware as an inventory, the health sources (the devices'
-presence, the health monitor's events on NATS), one servicer per resource, the registrar that keeps them registered with the kubelet, and ``/healthz``.
+presence, the health monitor's events on NATS), the node's heartbeats, one servicer per
+resource, the registrar that keeps them registered with the kubelet, and ``/healthz``.
 
 The kubelet path never waits for the API server: the client is only used inside Allocate, to
 honour the scheduler extension's annotations.
@@ -10,7 +11,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from neuron_dra_common.hardware.node import read_node
 from neuron_dra_common.kube import connect
@@ -21,9 +24,13 @@ from neuron_dra_device_plugin.annotations import ApiAnnotatedPods
 from neuron_dra_device_plugin.bushealth import BusHealthFeed
 from neuron_dra_device_plugin.health import HealthState, PresenceProbe
 from neuron_dra_device_plugin.inventory import Inventory
-from neuron_dra_device_plugin.registration import Registrar
+from neuron_dra_device_plugin.registration import Registrar, kubelet_socket_probe
 from neuron_dra_device_plugin.servicer import AnnotatedPods, DevicePluginServicer
 from neuron_dra_device_plugin.settings import DevicePluginSettings
+
+if TYPE_CHECKING:
+    from neuron_dra_common.bus import Publisher
+    from neuron_dra_common.liveness import Heartbeat
 
 __all__ = ["NAME", "build", "inventory_of"]
 
@@ -66,16 +73,23 @@ async def _watch_health(
             await asyncio.wait_for(stopped.wait(), timeout=interval)
 
 
-async def _follow_health_events(
-    settings: DevicePluginSettings, *, feed: BusHealthFeed, stopped: asyncio.Event
+async def _on_bus(
+    settings: DevicePluginSettings,
+    *,
+    feed: BusHealthFeed | None,
+    heartbeat: Callable[[Publisher], Heartbeat] | None,
+    stopped: asyncio.Event,
 ) -> None:
-    """Connect to NATS (retrying for ever) and follow this node's health events; without
-    NATS the plugin keeps serving, with the devices' presence as its only health source."""
+    """Connect to NATS (retrying for ever), then follow this node's health events and send its
+    heartbeats for as long as the connection holds. Without NATS the plugin keeps serving,
+    with the devices' presence as its only health source (and the node, sending no heartbeat,
+    is declared lost by the failure detector, as a node that cannot reach the bus is)."""
     from neuron_dra_common.bus import Bus, credentials_of, limits_of
 
     attempt = 0
     while not stopped.is_set():
         bus: Bus | None = None
+        beating: Heartbeat | None = None
         try:
             bus = await Bus.connect(
                 settings.nats_servers,
@@ -85,18 +99,56 @@ async def _follow_health_events(
             )
             await bus.reconcile(replicas=settings.stream_replicas)
             attempt = 0
-            await feed.follow(bus)
-        except Exception as exc:  # health events are advisory: keep the last view and retry
+            async with asyncio.TaskGroup() as group:
+                if heartbeat is not None:
+                    beating = heartbeat(
+                        bus.publisher(source=f"/neuron-dra/{NAME}/{settings.node_name}")
+                    )
+                    group.create_task(beating.run(), name="heartbeat")
+                if feed is not None:
+                    group.create_task(feed.follow(bus), name="health-events")
+                await stopped.wait()
+                if beating is not None:
+                    # The goodbye heartbeat: an orderly stop is not a lost node.
+                    beating.stop()
+                if feed is not None:
+                    feed.stop()
+        except Exception as exc:  # NATS unreachable or lost: serve on, retry
             delay = _BUS_RETRY[min(attempt, len(_BUS_RETRY) - 1)]
             attempt += 1
-            log.warning(
-                "health events unreachable, retrying", extra={"retry_in": delay, "error": repr(exc)}
-            )
+            log.warning("NATS unreachable, retrying", extra={"retry_in": delay, "error": repr(exc)})
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stopped.wait(), timeout=delay)
         finally:
             if bus is not None:
                 await bus.close()
+
+
+def _heartbeat(
+    settings: DevicePluginSettings, *, kubelet_socket: Path
+) -> Callable[[Publisher], Heartbeat]:
+    """The node's heartbeat, sent with the publisher of each connection to NATS."""
+    from neuron_dra_common.liveness import Heartbeat, kubelet_probe, read_boot_id
+
+    boot_id = read_boot_id(settings.boot_id_path)
+    # The kubelet's health endpoint when told, else its device-plugin socket (the plugin's pod
+    # is not on the host's network, where the endpoint listens by default).
+    probe = (
+        kubelet_probe(settings.kubelet_healthz_url)
+        if settings.kubelet_healthz_url
+        else kubelet_socket_probe(kubelet_socket)
+    )
+
+    def make(publisher: Publisher) -> Heartbeat:
+        return Heartbeat(
+            publisher=publisher,
+            node=settings.node_name,
+            boot_id=boot_id,
+            interval=settings.liveness_seconds,
+            probe=probe,
+        )
+
+    return make
 
 
 async def build(settings: DevicePluginSettings, *, inventory: Inventory) -> Service:
@@ -131,17 +183,21 @@ async def build(settings: DevicePluginSettings, *, inventory: Inventory) -> Serv
         stop=registrar.stop,
         ready=lambda: registrar.registered == len(servicers),
     )
-    if settings.health_events:
-        feed = BusHealthFeed(node=settings.node_name, devices=inventory.devices, state=state)
-
-        def stop_feed() -> None:
-            stopped.set()
-            feed.stop()
-
+    feed = (
+        BusHealthFeed(node=settings.node_name, devices=inventory.devices, state=state)
+        if settings.health_events
+        else None
+    )
+    heartbeat = (
+        _heartbeat(settings, kubelet_socket=registrar.kubelet_socket)
+        if settings.heartbeats
+        else None
+    )
+    if feed is not None or heartbeat is not None:
         service.add_task(
-            "health-events",
-            lambda: _follow_health_events(settings, feed=feed, stopped=stopped),
-            stop=stop_feed,
+            "bus",
+            lambda: _on_bus(settings, feed=feed, heartbeat=heartbeat, stopped=stopped),
+            stop=stopped.set,
         )
     service.add_task(
         "health",

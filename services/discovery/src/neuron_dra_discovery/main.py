@@ -25,15 +25,10 @@ async def build(settings: DiscoverySettings) -> Service:
     """Connect to the bus and wire the agent into a service."""
     from neuron_dra_common.bus import Bus, credentials_of, limits_of
     from neuron_dra_common.driver import package_version
+    from neuron_dra_common.liveness import Heartbeat, kubelet_probe
     from neuron_dra_common.runtime import Service
 
-    from neuron_dra_discovery.agent import (
-        Agent,
-        Heartbeat,
-        hardware_reader,
-        kubelet_probe,
-        make_tracker,
-    )
+    from neuron_dra_discovery.agent import Agent, hardware_reader, make_tracker
 
     bus = await Bus.connect(
         settings.nats_servers,
