@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sys
 import urllib.request
 from collections.abc import AsyncGenerator, Mapping, Sequence
 from pathlib import Path
@@ -58,6 +59,14 @@ class ApiException(Exception):
 #: What a call fails with when no answer came back (the apiserver down, restarting, or too
 #: slow): worth trying again, unlike most answers an :class:`ApiException` carries.
 UNANSWERED: Final = (OSError, TimeoutError, aiohttp.ClientError)
+
+# Before CPython 3.12.8 (and in 3.13.0), a TLS connection closed while the peer has not yet
+# answered the close (a call cancelled mid-response) keeps its socket until the shutdown's
+# 30 s timeout, or for ever once the loop is gone. aiohttp's documented remedy on those
+# versions: it aborts such connections after a short grace, and all of them when the client
+# closes. Newer versions have the fix, and aiohttp warns when asked there.
+_PYTHON = sys.version_info[:3]
+_CLEANUP_CLOSED: Final = _PYTHON < (3, 12, 8) or _PYTHON == (3, 13, 0)
 
 
 def retriable(exc: ApiException) -> bool:
@@ -229,7 +238,9 @@ class KubeClient:
         if self._session is None:
             self._session = aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(
-                    limit=self._pool_size, ssl=self._ssl if self._ssl is not None else True
+                    limit=self._pool_size,
+                    ssl=self._ssl if self._ssl is not None else True,
+                    enable_cleanup_closed=_CLEANUP_CLOSED,
                 ),
                 trust_env=False,
                 # Watch events of large objects are long lines (etcd takes up to 1.5 MiB).
