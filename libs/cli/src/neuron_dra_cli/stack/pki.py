@@ -154,13 +154,13 @@ class Pki:
         )
 
     def nats(self) -> CertPair:
-        """NATS's server certificate (the authenticated bus speaks TLS)."""
+        """NATS's certificate (the authenticated bus speaks TLS): a server's, and a client's
+        too, as a server of a cluster shows it on the routes it opens to the others."""
         return self._issue(
             "nats",
             common_name="neuron-dra-nats",
             server_names=("localhost",),
             server_ips=("127.0.0.1",),
-            client=False,
         )
 
     def client(self, stem: str, *, user: str, groups: tuple[str, ...] = ()) -> CertPair:
