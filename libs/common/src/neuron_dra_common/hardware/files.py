@@ -7,17 +7,38 @@ that is both logged (structured, via ``extra=``) and collected, and returns ``No
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
 from neuron_dra_common.hardware.model import Counter, HardwareProblem
 
-__all__ = ["ProblemLog", "parse_int", "parse_int_list"]
+__all__ = ["ProblemLog", "parse_int", "parse_int_list", "read_small"]
 
 T = TypeVar("T")
 
 log = logging.getLogger("neuron_dra_common.hardware")
+
+#: A sysfs attribute is at most a page; one read takes it whole.
+_PAGE = 4096
+
+
+def read_small(path: Path | str) -> str:
+    """A small file's whole content as UTF-8 text: an open, a read, a close. The probe and
+    discovery read a node's ~1,500 driver files every few seconds, and a text-mode open
+    adds buffering, a terminal check and a decoder to each."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        data = os.read(fd, _PAGE)
+        if len(data) == _PAGE:  # longer than a page (not sysfs): read on to the end
+            chunks = [data]
+            while chunk := os.read(fd, _PAGE):
+                chunks.append(chunk)
+            data = b"".join(chunks)
+    finally:
+        os.close(fd)
+    return data.decode("utf-8")
 
 
 class ProblemLog:
@@ -53,10 +74,10 @@ class ProblemLog:
         """Take over problems another reader already logged."""
         self._items.extend(problems)
 
-    def text(self, path: Path, *, device: int | None = None) -> str | None:
+    def text(self, path: Path | str, *, device: int | None = None) -> str | None:
         """The file's content, or ``None`` (and a problem) when it cannot be read."""
         try:
-            return path.read_text(encoding="utf-8")
+            return read_small(path)
         except FileNotFoundError:
             self.add(path, "missing", device=device)
         except (OSError, UnicodeDecodeError) as exc:
@@ -64,7 +85,7 @@ class ProblemLog:
         return None
 
     def value(
-        self, path: Path, parse: Callable[[str], T], *, device: int | None = None
+        self, path: Path | str, parse: Callable[[str], T], *, device: int | None = None
     ) -> T | None:
         """The file's stripped content through ``parse``; ``None`` and a problem on failure."""
         raw = self.text(path, device=device)
@@ -76,10 +97,11 @@ class ProblemLog:
             self.add(path, f"unexpected content {raw.strip()[:64]!r}: {exc}", device=device)
             return None
 
-    def counter(self, directory: Path, *, device: int | None = None) -> Counter | None:
+    def counter(self, directory: Path | str, *, device: int | None = None) -> Counter | None:
         """A ``{total, present}`` statistics directory as a :class:`Counter`."""
-        total = self.value(directory / "total", parse_int, device=device)
-        present = self.value(directory / "present", parse_int, device=device)
+        # Joined as text: a path object per file costs as much as reading it.
+        total = self.value(f"{directory}/total", parse_int, device=device)
+        present = self.value(f"{directory}/present", parse_int, device=device)
         if total is None or present is None:
             return None
         return Counter(total=total, present=present)

@@ -8,6 +8,7 @@ device and is not described.
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -158,7 +159,7 @@ def _read_arch(directory: Path, index: int, problems: ProblemLog) -> ArchInfo | 
 
 def _read_ecc(directory: Path, index: int, problems: ProblemLog) -> EccCounters:
     counters = {
-        field: problems.counter(directory / name, device=index)
+        field: problems.counter(f"{directory}/{name}", device=index)
         for field, name in ECC_COUNTERS.items()
     }
     return EccCounters(**counters)
@@ -166,23 +167,26 @@ def _read_ecc(directory: Path, index: int, problems: ProblemLog) -> EccCounters:
 
 def _read_cores(base: Path, index: int, problems: ProblemLog) -> tuple[CoreStatus, ...]:
     try:
-        core_ids = sorted(
-            int(m.group(1)) for p in base.iterdir() if (m := _CORE_NAME.fullmatch(p.name))
-        )
+        with os.scandir(base) as entries:
+            core_ids = sorted(
+                int(m.group(1)) for e in entries if (m := _CORE_NAME.fullmatch(e.name))
+            )
     except OSError as exc:
         problems.add(base, f"cannot list cores: {exc}", device=index)
         return ()
     cores: list[CoreStatus] = []
     for core in core_ids:
-        status = base / f"neuron_core{core}" / "stats" / "status"
+        status = f"{base}/neuron_core{core}/stats/status"
         counters: dict[str, Counter] = {}
         try:
-            names = sorted(p.name for p in status.iterdir() if p.is_dir())
+            # The directory's own entry types: no stat per counter.
+            with os.scandir(status) as entries:
+                names = sorted(e.name for e in entries if e.is_dir())
         except OSError as exc:
             problems.add(status, f"cannot list status counters: {exc}", device=index)
             names = []
         for name in names:
-            counter = problems.counter(status / name, device=index)
+            counter = problems.counter(f"{status}/{name}", device=index)
             if counter is not None:
                 counters[name] = counter
         cores.append(CoreStatus(index=core, counters=counters))
