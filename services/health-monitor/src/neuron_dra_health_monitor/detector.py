@@ -221,15 +221,16 @@ class Detector:
         out, self._heard = self._heard, []
         if not self.judging(now=now):
             return out
-        # A node in its restart grace is silent by announcement: it is not judged, and it
-        # does not count among the nodes whose silence at once would blame the bus.
+        # A node silent by announcement (in its restart grace, or past it while the bus has
+        # not yet shown that it carries heartbeats) is not judged, and it does not count among
+        # the nodes whose silence at once would blame the bus.
+        alone = sum(1 for s in self.nodes.values() if not s.lost) <= 1
         judged = {
             name: s
             for name, s in self.nodes.items()
-            if not s.lost and not self.in_grace(s, now=now)
+            if not s.lost and not self._awaited(s, now=now, alone=alone)
         }
-        alone = sum(1 for s in self.nodes.values() if not s.lost) <= 1
-        quiet = [name for name, s in judged.items() if self._quiet(s, now=now, alone=alone)]
+        quiet = [name for name, s in judged.items() if self._quiet(s, now=now)]
         alive = len(judged)
         waiting = sum(1 for s in self.nodes.values() if not s.lost) - alive
         rules = self.rules
@@ -267,17 +268,22 @@ class Detector:
 
     # --- pieces ----------------------------------------------------------------------------
 
-    def _quiet(self, state: NodeState, *, now: float, alone: bool) -> bool:
-        """Silent past its deadline. For a node whose restart grace ran out, only once the bus
-        has carried some heartbeat a full interval after the grace: a bus outage just as the
-        grace ends would otherwise cost a node that is back, and this node alone (its grace
-        ends when nobody else's deadline does)."""
-        if now - state.last <= self.window(state):
-            return False
-        if state.stopping_since is None or alone:
+    def _awaited(self, state: NodeState, *, now: float, alone: bool) -> bool:
+        """Silent by announcement: in its restart grace, or silent past it while the bus has
+        not carried any heartbeat a full interval after the grace. A bus outage just as the
+        grace ends would otherwise cost a node that is back; and such a node, neither quiet
+        nor heard, must not make the rest of the fleet look heard while the bus is out. A node
+        alone waits for no proof (its grace ends when nobody else's deadline does)."""
+        if self.in_grace(state, now=now):
             return True
+        if state.stopping_since is None or alone or now - state.last <= self.window(state):
+            return False
         proof = state.stopping_since + self.rules.restart_grace + state.interval
-        return self._heard_at >= proof
+        return self._heard_at < proof
+
+    def _quiet(self, state: NodeState, *, now: float) -> bool:
+        """Silent past its deadline (a node :meth:`_awaited` is not judged at all)."""
+        return now - state.last > self.window(state)
 
     def _restarting(self, name: str, state: NodeState, *, now: float) -> None:
         state.stopping_since = now
