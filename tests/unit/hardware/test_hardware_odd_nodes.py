@@ -4,6 +4,7 @@ import logging
 from pathlib import Path
 
 import pytest
+from neuron_dra_common.hardware.files import ProblemLog, read_small
 from neuron_dra_common.hardware.model import HardwareProblem, NodeHardware
 from neuron_dra_common.hardware.node import read_node
 from neuron_dra_common.hardware.simulate import write_counter, write_node
@@ -172,3 +173,22 @@ def test_empty_root_reads_as_a_node_without_devices(tmp_path: Path) -> None:
     assert hw.devices == ()
     assert hw.instance_type == ""
     assert any(p.fatal and "instance type unknown" in p.reason for p in hw.problems)
+
+
+@pytest.mark.parametrize("size", [0, 5, 4095, 4096, 4097, 20_000])
+def test_a_driver_file_is_read_whole_whatever_its_length(tmp_path: Path, size: int) -> None:
+    """Files are read with one read of a page; a longer one is read on to its end."""
+    text = ("0123456789abcde\n" * (size // 16 + 1))[:size]
+    (tmp_path / "value").write_text(text)
+    assert read_small(tmp_path / "value") == text
+    assert read_small(str(tmp_path / "value")) == text
+
+
+def test_an_unreadable_driver_file_is_a_problem_not_a_crash(tmp_path: Path) -> None:
+    (tmp_path / "garbage").write_bytes(b"\xff\xfe\n")
+    problems = ProblemLog()
+    assert problems.text(tmp_path / "garbage", device=1) is None
+    assert problems.text(f"{tmp_path}/absent", device=1) is None
+    [garbage, absent] = problems.items
+    assert garbage.reason.startswith("unreadable: UnicodeDecodeError")
+    assert (absent.path, absent.reason) == (f"{tmp_path}/absent", "missing")
