@@ -337,3 +337,45 @@ def test_restarts_within_the_grace_never_lose_a_node_whatever_else_happens(
         assert kinds == ["lost", "recovered"] * (len(kinds) // 2) + ["lost"] * (len(kinds) % 2)
         if name not in killed:
             assert kinds == [], (name, agents.verdicts)
+
+
+def test_two_agents_of_one_node_in_a_hand_over_never_lose_it() -> None:
+    """A node moving from AWS's device plugin to the DRA driver has both agents sending its
+    heartbeats for a while (the device plugin's and discovery's, each with its own instance
+    and numbering, interleaved); the plugin leaves with a goodbye while discovery goes on.
+    The node is never lost: the goodbye reads as its agent restarting, heard again within a
+    second; and when the plugin, gone, sends nothing more, discovery alone keeps it alive."""
+    detector = Detector(RULES)
+    detector.resume(now=0.0)
+    seq = {"plugin": 500, "discovery": 0, "n1": 0, "n2": 0}
+    verdicts: list[tuple[float, str, str]] = []
+
+    def beat(node: str, agent: str, now: float, *, stopping: bool = False) -> None:
+        seq[agent] += 1
+        detector.heard(
+            node,
+            now=now,
+            interval=1.0,
+            sequence=seq[agent],
+            boot_id="boot",
+            instance=agent,
+            stopping=stopping,
+        )
+
+    t = 0.0
+    while t < 40.0:
+        t = round(t + 0.25, 2)
+        if t == int(t):
+            beat("n1", "n1", t)
+            beat("n2", "n2", t)
+            if t < 15.0:
+                beat("n0", "plugin", t)
+            elif t == 15.0:
+                beat("n0", "plugin", t, stopping=True)
+        if t - 0.5 == int(t - 0.5) and t >= 5.0:  # discovery starts at 5.5 s, half a beat apart
+            beat("n0", "discovery", t)
+        verdicts += [(t, v.kind, v.node) for v in detector.judge(now=t)]
+    assert [(k, n) for _, k, n in verdicts] == [("restarting", "n0"), ("restarted", "n0")]
+    [(said, _, _), (heard, _, _)] = verdicts
+    assert said == 15.0
+    assert heard - said <= 1.0
