@@ -224,7 +224,8 @@ class Detector:
         # A node silent by announcement (in its restart grace, or past it while the bus has
         # not yet shown that it carries heartbeats) is not judged, and it does not count among
         # the nodes whose silence at once would blame the bus.
-        alone = sum(1 for s in self.nodes.values() if not s.lost) <= 1
+        up = sum(1 for s in self.nodes.values() if not s.lost)
+        alone = up <= 1
         judged = {
             name: s
             for name, s in self.nodes.items()
@@ -232,7 +233,7 @@ class Detector:
         }
         quiet = [name for name, s in judged.items() if self._quiet(s, now=now)]
         alive = len(judged)
-        waiting = sum(1 for s in self.nodes.values() if not s.lost) - alive
+        waiting = up - alive
         rules = self.rules
         everyone = alive >= 1 and alive + waiting >= 2 and len(quiet) == alive
         most = alive >= rules.quiet_min_nodes and len(quiet) > rules.quiet_fraction * alive
