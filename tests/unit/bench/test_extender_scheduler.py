@@ -18,13 +18,19 @@ from neuron_dra_scheduler_extender.api import (
 )
 from neuron_dra_scheduler_extender.extender import Extender, decode_pod
 
+from bench.noop_extender import answer_filter, answer_prioritize, binding
 from bench.scenarios.extender import SCHEDULED, SCHEDULED_QUICK, _fleet, _Memory, _script
 from bench.scenarios.extender_scheduler import (
     ALONE,
     CLIENT_QPS,
+    NOOP,
+    NOOP_RUN,
+    OURS,
+    RUNS,
     WITH_EXTENDER,
     Binds,
     Outcome,
+    combine,
     drain_rate,
     node_object,
     pod_object,
@@ -38,7 +44,7 @@ KUBECONFIG = Path("/tmp/sched.kubeconfig")
 
 
 def source(run_name: str) -> Obj:
-    [run] = [r for r in (ALONE, *WITH_EXTENDER) if r.name == run_name]
+    [run] = [r for r in RUNS if r.name == run_name]
     loaded: Obj = yaml.safe_load(run.source.read_text())
     return loaded
 
@@ -58,7 +64,11 @@ def test_the_run_alone_is_the_default_scheduler_configuration_without_its_extend
 
 @pytest.mark.parametrize(
     ("run_name", "profile", "node_cache"),
-    [("node names", "my-scheduler", True), ("full Nodes", None, False)],
+    [
+        ("node names", "my-scheduler", True),
+        ("full Nodes", None, False),
+        ("no-op extender", "my-scheduler", True),
+    ],
 )
 def test_runs_with_the_extender_call_this_extender_as_the_component_configures_it(
     run_name: str, profile: str | None, node_cache: bool
@@ -77,8 +87,38 @@ def test_runs_with_the_extender_call_this_extender_as_the_component_configures_i
     assert config["leaderElection"] == {"leaderElect": False}
 
 
+def test_the_no_op_extender_is_called_exactly_as_ours_is_with_node_names() -> None:
+    # Same configuration file, same profile: only the process behind the URL differs.
+    assert (NOOP_RUN.source, NOOP_RUN.profile) == (
+        WITH_EXTENDER[0].source,
+        WITH_EXTENDER[0].profile,
+    )
+    assert (NOOP_RUN.extender, WITH_EXTENDER[0].extender, ALONE.extender) == (NOOP, OURS, "")
+    # Interleaved: the scheduler alone first, then each kind of extender.
+    assert [r.name for r in RUNS] == [
+        "kube-scheduler alone",
+        "no-op extender",
+        "node names",
+        "full Nodes",
+    ]
+
+
+def test_the_no_op_extender_keeps_every_node_scores_none_and_binds_what_it_is_told() -> None:
+    names = {"Pod": {"metadata": {"name": "p"}}, "NodeNames": ["a", "b", "c"]}
+    assert answer_filter(names)["NodeNames"] == ["a", "b", "c"]
+    assert answer_filter(names)["FailedNodes"] == {}
+    nodes = {"Pod": {}, "Nodes": {"items": [node_object("a", "trn2.48xlarge")]}}
+    assert answer_filter(nodes)["Nodes"] == nodes["Nodes"]
+    assert answer_prioritize(names) == [{"Host": n, "Score": 0} for n in "abc"]
+    assert answer_prioritize(nodes) == [{"Host": "a", "Score": 0}]
+    made = binding({"PodName": "p", "PodNamespace": "ns", "PodUID": "u1", "Node": "a"})
+    assert made["metadata"] == {"name": "p", "namespace": "ns", "uid": "u1"}
+    assert made["target"]["name"] == "a"
+    assert "annotations" not in made["metadata"]
+
+
 def test_each_run_names_the_profile_its_configuration_serves() -> None:
-    for run in (ALONE, *WITH_EXTENDER):
+    for run in RUNS:
         profiles = [p["schedulerName"] for p in source(run.name).get("profiles") or []]
         assert run.profile in (profiles or ["default-scheduler"])
 
@@ -189,24 +229,63 @@ def test_refused_binds_are_read_from_the_extenders_metrics() -> None:
     assert refused_binds(metrics.replace('outcome="error"', 'outcome="bound"')) == 0
 
 
+def test_the_rounds_of_a_run_make_one_outcome_whose_rate_is_their_median() -> None:
+    outcome = combine(
+        [
+            Outcome(rates=(90.0,), refused=1),
+            Outcome(rates=(150.0,)),
+            Outcome(rates=(120.0,), refused=2),
+        ]
+    )
+    assert outcome.rates == (90.0, 150.0, 120.0)
+    assert outcome.rate == 120.0
+    assert outcome.refused == 3
+
+
 def test_the_report_sets_each_run_with_the_extender_against_the_scheduler_alone() -> None:
     figures, notes = report(
         {
-            "kube-scheduler alone": Outcome(rate=200.0),
-            "node names": Outcome(rate=120.0, refused=3),
-            "full Nodes": Outcome(rate=80.0, refused=0),
+            "kube-scheduler alone": Outcome(rates=(190.0, 200.0, 260.0)),
+            "no-op extender": Outcome(rates=(150.0, 140.0, 160.0)),
+            "node names": Outcome(rates=(120.0, 100.0, 121.0), refused=3),
+            "full Nodes": Outcome(rates=(80.0, 80.0, 80.0), refused=0),
         },
         nodes=200,
         pods=200,
     )
-    assert [(f.name, f.value, f.baseline, f.ratio) for f in figures] == [
-        ("scheduler pods/s with the extender, node names (200 nodes, 200 pods)", 120.0, 200.0, 0.6),
-        ("scheduler pods/s with the extender, full Nodes (200 nodes, 200 pods)", 80.0, 200.0, 0.4),
+    assert [(f.name, f.value, f.baseline, f.baseline_name, f.ratio) for f in figures] == [
+        (
+            "scheduler pods/s with the extender, node names (200 nodes, 200 pods)",
+            120.0,
+            200.0,
+            "kube-scheduler alone",
+            0.6,
+        ),
+        (
+            "scheduler pods/s with the extender, full Nodes (200 nodes, 200 pods)",
+            80.0,
+            200.0,
+            "kube-scheduler alone",
+            0.4,
+        ),
+        (
+            "scheduler pods/s with the extender, node names, against a no-op extender",
+            120.0,
+            150.0,
+            "no-op extender",
+            0.8,
+        ),
     ]
-    assert all(f.baseline_name == "kube-scheduler alone" for f in figures)
     assert notes[-1] == (
         "goal: scheduler throughput with the extender >= 0.5x without it: "
         "0.60x with node names: met, 0.40x with full Nodes: NOT met"
     )
     assert "3 (node names), 0 (full Nodes)" in notes[-2]
     assert notes[0].startswith("scheduler pods/s: 200 nodes, 200 pods;")
+    assert notes[0].endswith("median of 3 interleaved rounds")
+    assert notes[1] == (
+        "pods/s of each round: kube-scheduler alone 190.0 / 200.0 / 260.0; "
+        "no-op extender 150.0 / 140.0 / 160.0; node names 120.0 / 100.0 / 121.0; "
+        "full Nodes 80.0 / 80.0 / 80.0"
+    )
+    assert "reaches 0.75x the scheduler alone" in notes[2]
