@@ -1,9 +1,11 @@
 """The driver's own DaemonSets on a real node (``dev up --real-nodes 1 --real-node-driver``).
 
-Discovery and the kubelet plugin run there as real containers from deploy/kustomize's local
-overlay; the stack's slice publisher turns discovery's inventory into the node's
-ResourceSlice, and a pod claiming four connected devices runs as a real container with the
-devices the real kubelet had our plugin prepare and containerd inject.
+Discovery, the kubelet plugin and the slice publisher run there as real containers from
+deploy/kustomize's local overlay (the stack starts no slice-publisher process then); the
+publisher's Deployment, with its own ServiceAccount's token and the manifests' RBAC, turns
+discovery's inventory into the node's ResourceSlice, and a pod claiming four connected devices
+runs as a real container with the devices the real kubelet had our plugin prepare and
+containerd inject.
 """
 
 from __future__ import annotations
@@ -22,29 +24,44 @@ CLAIMS = "real-node-claims"
 
 
 def _driver_pods(stack: KubeStack) -> dict[str, list[tuple[str, str]]]:
-    """DaemonSet name -> (node, phase) of each of its pods."""
+    """DaemonSet or Deployment name -> (node, phase) of each of its pods."""
     found: dict[str, list[tuple[str, str]]] = {}
     for pod in stack.get_json("pods", "-n", NAMESPACE)["items"]:
         app = pod["metadata"].get("labels", {}).get("app.kubernetes.io/name", "")
-        if app in realdriver.DAEMONSETS:
+        if app in realdriver.DAEMONSETS + realdriver.DEPLOYMENTS:
             found.setdefault(app, []).append(
                 (pod["spec"].get("nodeName", ""), pod["status"].get("phase", ""))
             )
     return found
 
 
+def _processes(stack: KubeStack) -> set[str]:
+    """The kinds of the processes the stack started (``dev up``'s state)."""
+    state = json.loads((stack.state_dir / "state.json").read_text())
+    return {c["kind"] for c in state["components"]}
+
+
 def driver_runs_on_the_real_node_only(stack: KubeStack) -> None:
-    """Each DaemonSet has one pod, Running on the real node, of this checkout's image."""
+    """Each DaemonSet and the slice publisher's Deployment have one pod, Running on the real
+    node, of this checkout's image; the stack runs no slice publisher of its own."""
     pods = _driver_pods(stack)
     assert pods == {
         "neuron-dra-discovery": [(REAL_NODE, "Running")],
         "neuron-dra-kubelet-plugin": [(REAL_NODE, "Running")],
+        "neuron-dra-slice-publisher": [(REAL_NODE, "Running")],
     }
-    for name in realdriver.DAEMONSETS:
-        ds = stack.get_json("daemonset", name, "-n", NAMESPACE)
-        image = ds["spec"]["template"]["spec"]["containers"][0]["image"]
-        assert image.startswith("localhost/neuron-dra:0.1.0"), image
-        assert ds["status"]["numberReady"] == 1
+    for kind, names in (
+        ("daemonset", realdriver.DAEMONSETS),
+        ("deployment", realdriver.DEPLOYMENTS),
+    ):
+        for name in names:
+            obj = stack.get_json(kind, name, "-n", NAMESPACE)
+            image = obj["spec"]["template"]["spec"]["containers"][0]["image"]
+            assert image.startswith("localhost/neuron-dra:0.1.0"), image
+            assert obj["status"]["numberReady" if kind == "daemonset" else "readyReplicas"] == 1
+    kinds = _processes(stack)
+    assert "slice-publisher" not in kinds
+    assert "kube-apiserver" in kinds  # the state is read right: the stack's own processes
 
 
 def test_the_driver_daemonsets_run_on_the_real_node_only(real_stack: KubeStack) -> None:
@@ -59,11 +76,22 @@ def _slice_devices(stack: KubeStack) -> list[str]:
 
 
 def real_slice_lists_its_16_devices(stack: KubeStack) -> None:
-    """The real node's neuron.aws.com ResourceSlice, from discovery's inventory on the bus."""
+    """The real node's neuron.aws.com ResourceSlice, from discovery's inventory on the bus,
+    written by the slice publisher's pod: the Lease it leads by names that pod."""
     devices = stack.wait_for(
         f"{REAL_NODE}'s ResourceSlice", lambda: _slice_devices(stack), timeout=60
     )
     assert devices == sorted(f"neurondevice{i}" for i in range(16))
+    [pod] = [
+        p["metadata"]["name"]
+        for p in stack.get_json("pods", "-n", NAMESPACE)["items"]
+        if p["metadata"].get("labels", {}).get("app.kubernetes.io/name") == realdriver.PUBLISHER
+    ]
+    holders = {
+        lease["metadata"]["name"]: lease["spec"].get("holderIdentity")
+        for lease in stack.get_json("leases", "-n", NAMESPACE)["items"]
+    }
+    assert pod in holders.values(), holders
 
 
 def test_the_real_nodes_resource_slice_lists_its_16_devices(real_stack: KubeStack) -> None:

@@ -1,6 +1,7 @@
 """The stack's kustomization for the driver on a real node renders the repository's local
-overlay with only this machine's differences: the two node agents, on real nodes only, on
-the host's network, at the kubelet's and the node's own paths, with this checkout's image."""
+overlay with only this machine's differences: the two node agents and the slice publisher, on
+real nodes only, on the host's network, at the kubelet's and the node's own paths, with this
+checkout's image."""
 
 from __future__ import annotations
 
@@ -33,6 +34,7 @@ def _setup(*, bus_auth: bool = False) -> realdriver.NodeSetup:
         kubelet_healthz_port=4002,
         discovery_port=4003,
         plugin_port=4004,
+        publisher_port=4005,
         bus_auth=bus_auth,
     )
 
@@ -49,10 +51,12 @@ def rendered(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, An
     assert sorted((d["kind"], d["metadata"]["name"]) for d in docs) == [
         ("DaemonSet", "neuron-dra-discovery"),
         ("DaemonSet", "neuron-dra-kubelet-plugin"),
+        ("Deployment", "neuron-dra-slice-publisher"),
         ("ServiceAccount", "neuron-dra-discovery"),
         ("ServiceAccount", "neuron-dra-kubelet-plugin"),
+        ("ServiceAccount", "neuron-dra-slice-publisher"),
     ]
-    return {d["metadata"]["name"]: d for d in docs if d["kind"] == "DaemonSet"}
+    return {d["metadata"]["name"]: d for d in docs if d["kind"] in ("DaemonSet", "Deployment")}
 
 
 def _pod(ds: dict[str, Any]) -> dict[str, Any]:
@@ -64,7 +68,7 @@ def _env(ds: dict[str, Any]) -> dict[str, Any]:
     return {e["name"]: e.get("value", e.get("valueFrom")) for e in _pod(ds)["containers"][0]["env"]}
 
 
-def test_both_agents_run_on_real_nodes_only_on_the_hosts_network(
+def test_the_agents_and_the_publisher_run_on_real_nodes_only_on_the_hosts_network(
     rendered: dict[str, dict[str, Any]],
 ) -> None:
     for ds in rendered.values():
@@ -78,6 +82,26 @@ def test_both_agents_run_on_real_nodes_only_on_the_hosts_network(
     assert _pod(rendered["neuron-dra-discovery"])["containers"][0]["ports"] == [
         {"name": "http", "containerPort": 4003}
     ]
+
+
+def test_the_slice_publisher_is_the_base_deployment_with_one_replica_and_the_apiservers_address(
+    rendered: dict[str, dict[str, Any]],
+) -> None:
+    publisher = rendered["neuron-dra-slice-publisher"]
+    # Two on one node's network would want one port.
+    assert publisher["spec"]["replicas"] == 1
+    pod = _pod(publisher)
+    assert pod["serviceAccountName"] == "neuron-dra-slice-publisher"
+    container = pod["containers"][0]
+    assert container["command"] == ["neuron-dra-slice-publisher"]
+    assert container["ports"] == [{"name": "http", "containerPort": 4005}]
+    assert container["readinessProbe"]["httpGet"]["port"] == "http"
+    env = _env(publisher)
+    assert env["NEURON_DRA_HTTP_PORT"] == "4005"
+    assert (env["KUBERNETES_SERVICE_HOST"], env["KUBERNETES_SERVICE_PORT"]) == ("127.0.0.1", "6443")
+    # The base's own settings stay: its identity for the Lease is the pod's name.
+    assert env["NEURON_DRA_IDENTITY"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+    assert container["securityContext"]["runAsNonRoot"] is True
 
 
 def test_the_plugin_uses_the_kubelets_paths_and_the_apiservers_address(
@@ -103,16 +127,16 @@ def test_without_bus_auth_the_agents_get_no_bus_token(
 ) -> None:
     for ds in rendered.values():
         assert "NEURON_DRA_NATS_TOKEN_FILE" not in _env(ds)
-        assert "bus-token" not in {v["name"] for v in _pod(ds)["volumes"]}
+        assert "bus-token" not in {v["name"] for v in _pod(ds).get("volumes", [])}
 
 
 def test_on_the_authenticated_bus_each_agent_reads_its_projected_token_and_natss_ca(
     tmp_path: Path,
 ) -> None:
     docs = _render(tmp_path, _setup(bus_auth=True))
-    daemonsets = {d["metadata"]["name"]: d for d in docs if d["kind"] == "DaemonSet"}
-    assert sorted(daemonsets) == sorted(realdriver.DAEMONSETS)
-    for ds in daemonsets.values():
+    workloads = {d["metadata"]["name"]: d for d in docs if d["kind"] in ("DaemonSet", "Deployment")}
+    assert sorted(workloads) == sorted(realdriver.DAEMONSETS + realdriver.DEPLOYMENTS)
+    for ds in workloads.values():
         env = _env(ds)
         assert env["NEURON_DRA_NATS_TOKEN_FILE"] == "/var/run/secrets/neuron-dra/bus/token"
         assert env["NEURON_DRA_NATS_TLS_CA"] == "/var/run/secrets/neuron-dra/bus/ca.crt"

@@ -372,6 +372,10 @@ def up(opts: UpOptions, *, progress: Progress = print) -> state.StackState:
                 kubeconfig=own_kubeconfigs["slice-publisher"],
                 hardware=sims,
                 kubelet_healthz={c.name.removeprefix("node-"): c.ports["healthz"] for c in nodes},
+                # With the driver on the real node, its Deployment there publishes instead.
+                publisher=not (
+                    real is not None and real.image is not None and opts.real_node_driver
+                ),
             ),
             *plugin.plugin_components(
                 fleet=opts.fleet,
@@ -534,7 +538,7 @@ def _start_real_node_driver(
     name = _prepare_real_node(launcher, real=real, image=real.image, what="the driver's DaemonSets")
     kubelet = next(c for c in launcher.current.components if c.name == f"kubelet-{name}")
     paths = realnodes.node_paths(layout, name)
-    discovery_port, plugin_port = realdriver.free_ports()
+    discovery_port, plugin_port, publisher_port = realdriver.free_ports()
     realdriver.apply(
         layout=layout,
         kubeconfig=layout.kubeconfig,
@@ -549,6 +553,7 @@ def _start_real_node_driver(
             kubelet_healthz_port=kubelet.ports["healthz"],
             discovery_port=discovery_port,
             plugin_port=plugin_port,
+            publisher_port=publisher_port,
             bus_auth=bus_auth,
         ),
         nodes=[name],

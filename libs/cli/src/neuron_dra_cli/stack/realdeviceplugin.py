@@ -180,7 +180,7 @@ def apply(
         ["apply", "-f", "-"],
         input=json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}),
     )
-    realdriver.wait_ready(kubeconfig, daemonsets=(DAEMONSET,), nodes=(node,), timeout=timeout)
+    realdriver.wait_ready(kubeconfig, workloads=(DAEMONSET,), nodes=(node,), timeout=timeout)
 
 
 def extender(*, kubeconfig: Path) -> components.Component:

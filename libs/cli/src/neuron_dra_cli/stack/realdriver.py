@@ -1,11 +1,14 @@
 """The product's own DaemonSets on the real nodes (``dev up --real-nodes N --real-node-driver``).
 
-Discovery and the kubelet plugin run there as real containers, from the very manifests a
-cluster gets (``deploy/kustomize/overlays/local`` with the simulated-hardware component):
-the stack writes only a small kustomization of its own that references that overlay and
-patches what differs on this machine, never a second copy of the pod specs:
+Discovery and the kubelet plugin run there as real containers, and so does the slice
+publisher (the cluster service whose writes the driver's ResourceSlices are, with the
+manifests' ServiceAccount, RBAC and admission policy), from the very manifests a cluster gets
+(``deploy/kustomize/overlays/local`` with the simulated-hardware component): the stack writes
+only a small kustomization of its own that references that overlay and patches what differs
+on this machine, never a second copy of the pod specs:
 
-- the nodes: only the real ones (the simulated nodes keep their agent processes);
+- the nodes: only the real ones (the simulated nodes keep their agent processes, and the
+  slice publisher's Deployment, one replica here, runs there and serves them all);
 - the network: both on the host's network, so NATS and the apiserver (processes on the
   host's loopback) are reached at the stack's own addresses, and each HTTP port is a free one;
 - the paths: the real kubelet's root, its node's CDI folder (containerd reads it) and the
@@ -46,6 +49,7 @@ from neuron_dra_cli.toolbuild import ContainerdBinaries
 
 __all__ = [
     "DAEMONSETS",
+    "DEPLOYMENTS",
     "INSTANCE_TYPE",
     "LOCAL_OVERLAY",
     "NodeSetup",
@@ -64,6 +68,10 @@ NAMESPACE: Final = "neuron-dra-driver"
 DISCOVERY: Final = "neuron-dra-discovery"
 PLUGIN: Final = "neuron-dra-kubelet-plugin"
 DAEMONSETS: Final = (DISCOVERY, PLUGIN)
+PUBLISHER: Final = "neuron-dra-slice-publisher"
+#: The cluster services' Deployments run on the real node (the stack starts no process of
+#: them then).
+DEPLOYMENTS: Final = (PUBLISHER,)
 INSTANCE_TYPE: Final = "trn2.48xlarge"
 #: The Secret the bus-auth component reads NATS's certificate and its CA from.
 NATS_TLS_SECRET: Final = "neuron-dra-nats-tls"
@@ -110,6 +118,7 @@ class NodeSetup:
     kubelet_healthz_port: int
     discovery_port: int
     plugin_port: int
+    publisher_port: int
     #: The authenticated bus: the kustomization lists the bus-auth component.
     bus_auth: bool = False
 
@@ -129,6 +138,19 @@ def _daemonset(name: str, spec: dict[str, Any]) -> str:
             "kind": "DaemonSet",
             "metadata": {"name": name},
             "spec": {"template": {"spec": spec}},
+        }
+    )
+
+
+def _deployment(name: str, spec: dict[str, Any]) -> str:
+    # One replica: on the host's network a second one on the same node would find its port
+    # taken.
+    return json.dumps(
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": name},
+            "spec": {"replicas": 1, "template": {"spec": spec}},
         }
     )
 
@@ -222,6 +244,27 @@ def kustomization(setup: NodeSetup, *, folder: Path, overlay: Path = LOCAL_OVERL
             ],
         },
     )
+    publisher = _deployment(
+        PUBLISHER,
+        {
+            **common,
+            "containers": [
+                {
+                    "name": "slice-publisher",
+                    "env": _env(
+                        {
+                            "NEURON_DRA_NATS_SERVERS": setup.nats_url,
+                            "NEURON_DRA_HTTP_PORT": str(setup.publisher_port),
+                            # As the stack's own process has it: a successor leads soon.
+                            "NEURON_DRA_LEASE_SECONDS": "6",
+                            "KUBERNETES_SERVICE_HOST": "127.0.0.1",
+                            "KUBERNETES_SERVICE_PORT": str(setup.apiserver_port),
+                        }
+                    ),
+                }
+            ],
+        },
+    )
     doc = {
         "apiVersion": "kustomize.config.k8s.io/v1beta1",
         "kind": "Kustomization",
@@ -234,6 +277,8 @@ def kustomization(setup: NodeSetup, *, folder: Path, overlay: Path = LOCAL_OVERL
             {"target": {"kind": "DaemonSet", "name": DISCOVERY}, "patch": _port(setup.discovery_port)},
             {"target": {"kind": "DaemonSet", "name": PLUGIN}, "patch": plugin},
             {"target": {"kind": "DaemonSet", "name": PLUGIN}, "patch": _port(setup.plugin_port)},
+            {"target": {"kind": "Deployment", "name": PUBLISHER}, "patch": publisher},
+            {"target": {"kind": "Deployment", "name": PUBLISHER}, "patch": _port(setup.publisher_port)},
         ],
     }  # fmt: skip
     if setup.bus_auth:
@@ -243,10 +288,14 @@ def kustomization(setup: NodeSetup, *, folder: Path, overlay: Path = LOCAL_OVERL
 
 
 def _wanted(obj: dict[str, Any]) -> bool:
-    """The two DaemonSets and their ServiceAccounts; the rest of the overlay (NATS, the
-    services, RBAC) runs as the stack's processes or is applied already."""
+    """The two DaemonSets, the Deployments of :data:`DEPLOYMENTS` and their ServiceAccounts;
+    the rest of the overlay (NATS, the other services, RBAC) runs as the stack's processes or
+    is applied already."""
     name = obj.get("metadata", {}).get("name")
-    return obj.get("kind") in ("DaemonSet", "ServiceAccount") and name in DAEMONSETS
+    kind = obj.get("kind")
+    return (kind in ("DaemonSet", "ServiceAccount") and name in DAEMONSETS) or (
+        kind in ("Deployment", "ServiceAccount") and name in DEPLOYMENTS
+    )
 
 
 def nats_tls_secret(pki: Pki) -> dict[str, Any]:
@@ -293,16 +342,19 @@ def apply(
     pki: Pki,
     timeout: float = 180.0,
 ) -> None:
-    """Write the stack's kustomization, apply its DaemonSets (on the authenticated bus with
-    the Secret their projected volumes read), and wait until each has a Ready pod on every
-    real node."""
+    """Write the stack's kustomization, apply its DaemonSets and Deployments (on the
+    authenticated bus with the Secret their projected volumes read), and wait until each has
+    a Ready pod on every real node."""
     folder = layout.root / "real-node-driver"
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "kustomization.yaml").write_text(kustomization(setup, folder=folder))
     objects = render(kubeconfig, folder)
-    found = sorted(o["metadata"]["name"] for o in objects if o["kind"] == "DaemonSet")
-    if found != sorted(DAEMONSETS):
-        raise CliError(f"{LOCAL_OVERLAY}: expected DaemonSets {DAEMONSETS}, rendered {found}")
+    found = sorted(o["metadata"]["name"] for o in objects if o["kind"] in _WORKLOADS)
+    if found != sorted(DAEMONSETS + DEPLOYMENTS):
+        raise CliError(
+            f"{LOCAL_OVERLAY}: expected DaemonSets {DAEMONSETS} and Deployments "
+            f"{DEPLOYMENTS}, rendered {found}"
+        )
     if setup.bus_auth:
         # Before the pods: the kubelet does not start a container whose volume lacks it.
         objects.insert(0, nats_tls_secret(pki))
@@ -310,29 +362,33 @@ def apply(
         kubeconfig, ["apply", "-f", "-"], input=json.dumps({"kind": "List", "apiVersion": "v1",
                                                            "items": objects})
     )  # fmt: skip
-    wait_ready(kubeconfig, daemonsets=DAEMONSETS, nodes=nodes, timeout=timeout)
+    wait_ready(kubeconfig, workloads=DAEMONSETS + DEPLOYMENTS, nodes=nodes, timeout=timeout)
+
+
+_WORKLOADS = ("DaemonSet", "Deployment")
 
 
 def wait_ready(
-    kubeconfig: Path, *, daemonsets: Sequence[str], nodes: Sequence[str], timeout: float
+    kubeconfig: Path, *, workloads: Sequence[str], nodes: Sequence[str], timeout: float
 ) -> None:
-    """Wait until each of ``daemonsets`` (in the driver's namespace) has a Ready pod on every
-    one of ``nodes``; else :class:`CliError` naming those that have none."""
+    """Wait until each of ``workloads`` (DaemonSets or Deployments in the driver's
+    namespace) has a Ready pod on every one of ``nodes``; else :class:`CliError` naming
+    those that have none."""
     deadline = time.monotonic() + timeout
     while True:
-        missing = _not_ready(kubeconfig, daemonsets, nodes)
+        missing = _not_ready(kubeconfig, workloads, nodes)
         if not missing:
             return
         if time.monotonic() > deadline:
             raise CliError(
-                f"DaemonSet pods not Ready on the real nodes within {timeout:.0f} s: "
+                f"pods not Ready on the real nodes within {timeout:.0f} s: "
                 + ", ".join(missing)
                 + f" (kubectl -n {NAMESPACE} describe pods)"
             )
         time.sleep(1.0)
 
 
-def _not_ready(kubeconfig: Path, daemonsets: Sequence[str], nodes: Sequence[str]) -> list[str]:
+def _not_ready(kubeconfig: Path, workloads: Sequence[str], nodes: Sequence[str]) -> list[str]:
     proc = kubectl.run(kubeconfig, ["get", "pods", "-n", NAMESPACE, "-o", "json"], check=False)
     ready: set[tuple[str, str]] = set()
     if proc.returncode == 0:
@@ -341,9 +397,10 @@ def _not_ready(kubeconfig: Path, daemonsets: Sequence[str], nodes: Sequence[str]
             conditions = {c["type"]: c["status"] for c in pod["status"].get("conditions", [])}
             if conditions.get("Ready") == "True":
                 ready.add((app, pod["spec"].get("nodeName", "")))
-    return [f"{ds} on {n}" for ds in daemonsets for n in nodes if (ds, n) not in ready]
+    return [f"{w} on {n}" for w in workloads for n in nodes if (w, n) not in ready]
 
 
-def free_ports() -> tuple[int, int]:
-    """Free host ports for discovery's and the plugin's HTTP servers (host network)."""
-    return process.free_port(), process.free_port()
+def free_ports() -> tuple[int, int, int]:
+    """Free host ports for discovery's, the plugin's and the slice publisher's HTTP servers
+    (host network)."""
+    return process.free_port(), process.free_port(), process.free_port()
