@@ -1,9 +1,10 @@
 """The driver's own DaemonSets on a real node (``dev up --real-nodes 1 --real-node-driver``).
 
-Discovery, the kubelet plugin and the slice publisher run there as real containers from
-deploy/kustomize's local overlay (the stack starts no slice-publisher process then); the
-publisher's Deployment, with its own ServiceAccount's token and the manifests' RBAC, turns
-discovery's inventory into the node's ResourceSlice, and a pod claiming four connected devices
+Discovery, the kubelet plugin and the cluster services (slice publisher, topology allocator,
+UltraServer operator, failure detector) run there as real containers from deploy/kustomize's
+local overlay (the stack starts no process of those services then); the publisher's
+Deployment, with its own ServiceAccount's token and the manifests' RBAC, turns discovery's
+inventory into the node's ResourceSlice, and a pod claiming four connected devices
 runs as a real container with the devices the real kubelet had our plugin prepare and
 containerd inject.
 """
@@ -42,13 +43,17 @@ def _processes(stack: KubeStack) -> set[str]:
 
 
 def driver_runs_on_the_real_node_only(stack: KubeStack) -> None:
-    """Each DaemonSet and the slice publisher's Deployment have one pod, Running on the real
-    node, of this checkout's image; the stack runs no slice publisher of its own."""
+    """Each DaemonSet and each cluster service's Deployment have one pod, Running on the
+    real node, of this checkout's image; the stack runs no process of those services, and
+    each one that leads holds its Lease as that pod."""
     pods = _driver_pods(stack)
     assert pods == {
         "neuron-dra-discovery": [(REAL_NODE, "Running")],
         "neuron-dra-kubelet-plugin": [(REAL_NODE, "Running")],
         "neuron-dra-slice-publisher": [(REAL_NODE, "Running")],
+        "neuron-dra-topology-allocator": [(REAL_NODE, "Running")],
+        "neuron-dra-ultraserver-operator": [(REAL_NODE, "Running")],
+        "neuron-dra-failure-detector": [(REAL_NODE, "Running")],
     }
     for kind, names in (
         ("daemonset", realdriver.DAEMONSETS),
@@ -60,8 +65,34 @@ def driver_runs_on_the_real_node_only(stack: KubeStack) -> None:
             assert image.startswith("localhost/neuron-dra:0.1.0"), image
             assert obj["status"]["numberReady" if kind == "daemonset" else "readyReplicas"] == 1
     kinds = _processes(stack)
-    assert "slice-publisher" not in kinds
+    assert not kinds & realdriver.SERVICE_KINDS
     assert "kube-apiserver" in kinds  # the state is read right: the stack's own processes
+    leaders = stack.wait_for(
+        "the Leases held by the services' pods",
+        lambda: _lease_holders(stack) >= {_pod_of(stack, name) for name in LEADERS},
+        timeout=60,
+    )
+    assert leaders
+
+
+#: The services that lead through a Lease (the allocator runs one replica, no Lease).
+LEADERS = (realdriver.PUBLISHER, "neuron-dra-ultraserver-operator", "neuron-dra-failure-detector")
+
+
+def _pod_of(stack: KubeStack, app: str) -> str:
+    [pod] = [
+        p["metadata"]["name"]
+        for p in stack.get_json("pods", "-n", NAMESPACE)["items"]
+        if p["metadata"].get("labels", {}).get("app.kubernetes.io/name") == app
+    ]
+    return str(pod)
+
+
+def _lease_holders(stack: KubeStack) -> set[str]:
+    return {
+        str(lease["spec"].get("holderIdentity"))
+        for lease in stack.get_json("leases", "-n", NAMESPACE)["items"]
+    }
 
 
 def test_the_driver_daemonsets_run_on_the_real_node_only(real_stack: KubeStack) -> None:
@@ -82,16 +113,7 @@ def real_slice_lists_its_16_devices(stack: KubeStack) -> None:
         f"{REAL_NODE}'s ResourceSlice", lambda: _slice_devices(stack), timeout=60
     )
     assert devices == sorted(f"neurondevice{i}" for i in range(16))
-    [pod] = [
-        p["metadata"]["name"]
-        for p in stack.get_json("pods", "-n", NAMESPACE)["items"]
-        if p["metadata"].get("labels", {}).get("app.kubernetes.io/name") == realdriver.PUBLISHER
-    ]
-    holders = {
-        lease["metadata"]["name"]: lease["spec"].get("holderIdentity")
-        for lease in stack.get_json("leases", "-n", NAMESPACE)["items"]
-    }
-    assert pod in holders.values(), holders
+    assert _pod_of(stack, realdriver.PUBLISHER) in _lease_holders(stack)
 
 
 def test_the_real_nodes_resource_slice_lists_its_16_devices(real_stack: KubeStack) -> None:

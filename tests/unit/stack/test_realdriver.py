@@ -1,7 +1,7 @@
 """The stack's kustomization for the driver on a real node renders the repository's local
-overlay with only this machine's differences: the two node agents and the slice publisher, on
-real nodes only, on the host's network, at the kubelet's and the node's own paths, with this
-checkout's image."""
+overlay with only this machine's differences: the two node agents and the four cluster
+services, on real nodes only, on the host's network, at the kubelet's and the node's own paths,
+with this checkout's image."""
 
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ def _setup(*, bus_auth: bool = False) -> realdriver.NodeSetup:
         kubelet_healthz_port=4002,
         discovery_port=4003,
         plugin_port=4004,
-        publisher_port=4005,
+        service_ports={name: 4005 + i for i, name in enumerate(realdriver.DEPLOYMENTS)},
         bus_auth=bus_auth,
     )
 
@@ -48,14 +48,20 @@ def _render(folder: Path, setup: realdriver.NodeSetup) -> list[dict[str, Any]]:
 def rendered(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
     folder = tmp_path_factory.mktemp("real-node-driver")
     docs = _render(folder, _setup())
-    assert sorted((d["kind"], d["metadata"]["name"]) for d in docs) == [
-        ("DaemonSet", "neuron-dra-discovery"),
-        ("DaemonSet", "neuron-dra-kubelet-plugin"),
-        ("Deployment", "neuron-dra-slice-publisher"),
-        ("ServiceAccount", "neuron-dra-discovery"),
-        ("ServiceAccount", "neuron-dra-kubelet-plugin"),
-        ("ServiceAccount", "neuron-dra-slice-publisher"),
+    services = [
+        "neuron-dra-failure-detector",
+        "neuron-dra-slice-publisher",
+        "neuron-dra-topology-allocator",
+        "neuron-dra-ultraserver-operator",
     ]
+    agents = ["neuron-dra-discovery", "neuron-dra-kubelet-plugin"]
+    assert sorted((d["kind"], d["metadata"]["name"]) for d in docs) == sorted(
+        [
+            *(("DaemonSet", name) for name in agents),
+            *(("Deployment", name) for name in services),
+            *(("ServiceAccount", name) for name in agents + services),
+        ]
+    )
     return {d["metadata"]["name"]: d for d in docs if d["kind"] in ("DaemonSet", "Deployment")}
 
 
@@ -84,24 +90,47 @@ def test_the_agents_and_the_publisher_run_on_real_nodes_only_on_the_hosts_networ
     ]
 
 
-def test_the_slice_publisher_is_the_base_deployment_with_one_replica_and_the_apiservers_address(
+@pytest.mark.parametrize(
+    ("deployment", "process"),
+    [
+        ("neuron-dra-slice-publisher", "slice-publisher"),
+        ("neuron-dra-topology-allocator", "topology-allocator"),
+        ("neuron-dra-ultraserver-operator", "ultraserver-operator"),
+        ("neuron-dra-failure-detector", "failure-detector"),
+    ],
+)
+def test_each_cluster_service_is_its_base_deployment_with_one_replica_and_the_apiservers_address(
+    rendered: dict[str, dict[str, Any]], deployment: str, process: str
+) -> None:
+    obj = rendered[deployment]
+    # Two on one node's network would want one port.
+    assert obj["spec"]["replicas"] == 1
+    pod = _pod(obj)
+    assert pod["serviceAccountName"] == deployment
+    [container] = pod["containers"]
+    # The patch merged into the base's container (same name), not beside it.
+    assert container["name"] == process
+    assert container["command"] == [f"neuron-dra-{process}"]
+    port = 4005 + realdriver.DEPLOYMENTS.index(deployment)
+    assert container["ports"] == [{"name": "http", "containerPort": port}]
+    assert container["readinessProbe"]["httpGet"]["port"] == "http"
+    env = _env(obj)
+    assert env["NEURON_DRA_HTTP_PORT"] == str(port)
+    assert (env["KUBERNETES_SERVICE_HOST"], env["KUBERNETES_SERVICE_PORT"]) == ("127.0.0.1", "6443")
+    assert container["securityContext"]["runAsNonRoot"] is True
+    # The stack starts no process of it then.
+    assert process in realdriver.SERVICE_KINDS
+
+
+def test_the_services_that_lead_keep_the_pods_name_as_their_identity(
     rendered: dict[str, dict[str, Any]],
 ) -> None:
-    publisher = rendered["neuron-dra-slice-publisher"]
-    # Two on one node's network would want one port.
-    assert publisher["spec"]["replicas"] == 1
-    pod = _pod(publisher)
-    assert pod["serviceAccountName"] == "neuron-dra-slice-publisher"
-    container = pod["containers"][0]
-    assert container["command"] == ["neuron-dra-slice-publisher"]
-    assert container["ports"] == [{"name": "http", "containerPort": 4005}]
-    assert container["readinessProbe"]["httpGet"]["port"] == "http"
-    env = _env(publisher)
-    assert env["NEURON_DRA_HTTP_PORT"] == "4005"
-    assert (env["KUBERNETES_SERVICE_HOST"], env["KUBERNETES_SERVICE_PORT"]) == ("127.0.0.1", "6443")
-    # The base's own settings stay: its identity for the Lease is the pod's name.
-    assert env["NEURON_DRA_IDENTITY"] == {"fieldRef": {"fieldPath": "metadata.name"}}
-    assert container["securityContext"]["runAsNonRoot"] is True
+    for name in ("neuron-dra-slice-publisher", "neuron-dra-ultraserver-operator",
+                 "neuron-dra-failure-detector"):  # fmt: skip
+        assert _env(rendered[name])["NEURON_DRA_IDENTITY"] == {
+            "fieldRef": {"fieldPath": "metadata.name"}
+        }
+    assert _env(rendered["neuron-dra-slice-publisher"])["NEURON_DRA_LEASE_SECONDS"] == "6"
 
 
 def test_the_plugin_uses_the_kubelets_paths_and_the_apiservers_address(

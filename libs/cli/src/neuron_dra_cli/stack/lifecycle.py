@@ -372,10 +372,6 @@ def up(opts: UpOptions, *, progress: Progress = print) -> state.StackState:
                 kubeconfig=own_kubeconfigs["slice-publisher"],
                 hardware=sims,
                 kubelet_healthz={c.name.removeprefix("node-"): c.ports["healthz"] for c in nodes},
-                # With the driver on the real node, its Deployment there publishes instead.
-                publisher=not (
-                    real is not None and real.image is not None and opts.real_node_driver
-                ),
             ),
             *plugin.plugin_components(
                 fleet=opts.fleet,
@@ -413,6 +409,9 @@ def up(opts: UpOptions, *, progress: Progress = print) -> state.StackState:
             ),
             *extender,
         ]
+        if real is not None and real.image is not None and opts.real_node_driver:
+            # Their Deployments run on the real node instead (realdriver.SERVICES).
+            agents = [a for a in agents if a.kind not in realdriver.SERVICE_KINDS]
         # One starting per core: each spends about half a second importing on a core of its
         # own and then mostly waits (for NATS, the apiserver, its kubelet's registration).
         # Two per core made every plugin take about 1.2 s instead of about 1 s, for 3 s less
@@ -538,7 +537,7 @@ def _start_real_node_driver(
     name = _prepare_real_node(launcher, real=real, image=real.image, what="the driver's DaemonSets")
     kubelet = next(c for c in launcher.current.components if c.name == f"kubelet-{name}")
     paths = realnodes.node_paths(layout, name)
-    discovery_port, plugin_port, publisher_port = realdriver.free_ports()
+    discovery_port, plugin_port = realdriver.free_ports()
     realdriver.apply(
         layout=layout,
         kubeconfig=layout.kubeconfig,
@@ -553,7 +552,7 @@ def _start_real_node_driver(
             kubelet_healthz_port=kubelet.ports["healthz"],
             discovery_port=discovery_port,
             plugin_port=plugin_port,
-            publisher_port=publisher_port,
+            service_ports=realdriver.free_service_ports(),
             bus_auth=bus_auth,
         ),
         nodes=[name],

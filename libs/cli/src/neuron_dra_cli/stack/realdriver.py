@@ -1,14 +1,16 @@
 """The product's own DaemonSets on the real nodes (``dev up --real-nodes N --real-node-driver``).
 
-Discovery and the kubelet plugin run there as real containers, and so does the slice
-publisher (the cluster service whose writes the driver's ResourceSlices are, with the
-manifests' ServiceAccount, RBAC and admission policy), from the very manifests a cluster gets
-(``deploy/kustomize/overlays/local`` with the simulated-hardware component): the stack writes
-only a small kustomization of its own that references that overlay and patches what differs
-on this machine, never a second copy of the pod specs:
+Discovery and the kubelet plugin run there as real containers, and so do the cluster
+services (the slice publisher, the topology allocator, the UltraServer operator and the
+failure detector, each with its manifests' ServiceAccount, RBAC and admission policy), from
+the very manifests a cluster gets (``deploy/kustomize/overlays/local`` with the
+simulated-hardware component): the stack writes only a small kustomization of its own that
+references that overlay and patches what differs on this machine, never a second copy of the
+pod specs:
 
 - the nodes: only the real ones (the simulated nodes keep their agent processes, and the
-  slice publisher's Deployment, one replica here, runs there and serves them all);
+  services' Deployments, one replica each here, run there and serve them all; the stack
+  starts no process of those services);
 - the network: both on the host's network, so NATS and the apiserver (processes on the
   host's loopback) are reached at the stack's own addresses, and each HTTP port is a free one;
 - the paths: the real kubelet's root, its node's CDI folder (containerd reads it) and the
@@ -52,6 +54,8 @@ __all__ = [
     "DEPLOYMENTS",
     "INSTANCE_TYPE",
     "LOCAL_OVERLAY",
+    "SERVICES",
+    "SERVICE_KINDS",
     "NodeSetup",
     "apply",
     "kustomization",
@@ -69,9 +73,19 @@ DISCOVERY: Final = "neuron-dra-discovery"
 PLUGIN: Final = "neuron-dra-kubelet-plugin"
 DAEMONSETS: Final = (DISCOVERY, PLUGIN)
 PUBLISHER: Final = "neuron-dra-slice-publisher"
-#: The cluster services' Deployments run on the real node (the stack starts no process of
-#: them then).
-DEPLOYMENTS: Final = (PUBLISHER,)
+#: The cluster services' Deployments run on the real node: each one's container (named as
+#: the stack's process of that service is, which the stack then does not start) and what
+#: the stack's process is given beyond the manifests' settings.
+SERVICES: Final[Mapping[str, tuple[str, Mapping[str, str]]]] = {
+    # A successor leads soon, as with the stack's own process.
+    PUBLISHER: ("slice-publisher", {"NEURON_DRA_LEASE_SECONDS": "6"}),
+    "neuron-dra-topology-allocator": ("topology-allocator", {}),
+    "neuron-dra-ultraserver-operator": ("ultraserver-operator", {}),
+    "neuron-dra-failure-detector": ("failure-detector", {}),
+}
+DEPLOYMENTS: Final = tuple(SERVICES)
+#: The stack's processes the Deployments take the place of.
+SERVICE_KINDS: Final = frozenset(container for container, _ in SERVICES.values())
 INSTANCE_TYPE: Final = "trn2.48xlarge"
 #: The Secret the bus-auth component reads NATS's certificate and its CA from.
 NATS_TLS_SECRET: Final = "neuron-dra-nats-tls"
@@ -118,7 +132,8 @@ class NodeSetup:
     kubelet_healthz_port: int
     discovery_port: int
     plugin_port: int
-    publisher_port: int
+    #: Deployment -> the host port of its HTTP server (see :func:`free_service_ports`).
+    service_ports: Mapping[str, int]
     #: The authenticated bus: the kustomization lists the bus-auth component.
     bus_auth: bool = False
 
@@ -142,9 +157,20 @@ def _daemonset(name: str, spec: dict[str, Any]) -> str:
     )
 
 
-def _deployment(name: str, spec: dict[str, Any]) -> str:
-    # One replica: on the host's network a second one on the same node would find its port
-    # taken.
+def _deployment(name: str, setup: NodeSetup, common: Mapping[str, Any]) -> str:
+    """The patch of service ``name``'s Deployment: on the real node's network, at its free
+    port, the apiserver at its loopback address. One replica: on the host's network a second
+    one on the same node would find its port taken."""
+    container, extra = SERVICES[name]
+    env = {
+        "NEURON_DRA_NATS_SERVERS": setup.nats_url,
+        "NEURON_DRA_HTTP_PORT": str(setup.service_ports[name]),
+        **extra,
+        # No kube-proxy on the stack: the apiserver's own address.
+        "KUBERNETES_SERVICE_HOST": "127.0.0.1",
+        "KUBERNETES_SERVICE_PORT": str(setup.apiserver_port),
+    }
+    spec = {**common, "containers": [{"name": container, "env": _env(env)}]}
     return json.dumps(
         {
             "apiVersion": "apps/v1",
@@ -244,27 +270,6 @@ def kustomization(setup: NodeSetup, *, folder: Path, overlay: Path = LOCAL_OVERL
             ],
         },
     )
-    publisher = _deployment(
-        PUBLISHER,
-        {
-            **common,
-            "containers": [
-                {
-                    "name": "slice-publisher",
-                    "env": _env(
-                        {
-                            "NEURON_DRA_NATS_SERVERS": setup.nats_url,
-                            "NEURON_DRA_HTTP_PORT": str(setup.publisher_port),
-                            # As the stack's own process has it: a successor leads soon.
-                            "NEURON_DRA_LEASE_SECONDS": "6",
-                            "KUBERNETES_SERVICE_HOST": "127.0.0.1",
-                            "KUBERNETES_SERVICE_PORT": str(setup.apiserver_port),
-                        }
-                    ),
-                }
-            ],
-        },
-    )
     doc = {
         "apiVersion": "kustomize.config.k8s.io/v1beta1",
         "kind": "Kustomization",
@@ -277,8 +282,12 @@ def kustomization(setup: NodeSetup, *, folder: Path, overlay: Path = LOCAL_OVERL
             {"target": {"kind": "DaemonSet", "name": DISCOVERY}, "patch": _port(setup.discovery_port)},
             {"target": {"kind": "DaemonSet", "name": PLUGIN}, "patch": plugin},
             {"target": {"kind": "DaemonSet", "name": PLUGIN}, "patch": _port(setup.plugin_port)},
-            {"target": {"kind": "Deployment", "name": PUBLISHER}, "patch": publisher},
-            {"target": {"kind": "Deployment", "name": PUBLISHER}, "patch": _port(setup.publisher_port)},
+            *(
+                {"target": {"kind": "Deployment", "name": name}, "patch": patch}
+                for name in DEPLOYMENTS
+                for patch in (_deployment(name, setup, common),
+                              _port(setup.service_ports[name]))
+            ),
         ],
     }  # fmt: skip
     if setup.bus_auth:
@@ -400,7 +409,11 @@ def _not_ready(kubeconfig: Path, workloads: Sequence[str], nodes: Sequence[str])
     return [f"{w} on {n}" for w in workloads for n in nodes if (w, n) not in ready]
 
 
-def free_ports() -> tuple[int, int, int]:
-    """Free host ports for discovery's, the plugin's and the slice publisher's HTTP servers
-    (host network)."""
-    return process.free_port(), process.free_port(), process.free_port()
+def free_ports() -> tuple[int, int]:
+    """Free host ports for discovery's and the plugin's HTTP servers (host network)."""
+    return process.free_port(), process.free_port()
+
+
+def free_service_ports() -> dict[str, int]:
+    """A free host port for the HTTP server of each of :data:`DEPLOYMENTS`."""
+    return {name: process.free_port() for name in DEPLOYMENTS}

@@ -75,12 +75,10 @@ def product_components(
     kubeconfig: Path,
     hardware: Mapping[str, SimNode] | None = None,
     kubelet_healthz: Mapping[str, int] | None = None,
-    publisher: bool = True,
 ) -> list[Component]:
     """One discovery per node and the publisher, with every node's simulated hardware
     written (unless ``hardware`` holds what :func:`write_fleet_hardware` wrote).
-    ``kubeconfig`` is the slice publisher's own (``stack.accounts``); without ``publisher``
-    the slice publisher runs elsewhere (its Deployment on the real node, ``realdriver``).
+    ``kubeconfig`` is the slice publisher's own (``stack.accounts``).
 
     Nodes labelled ``neuron.aws.com/driver: "false"`` in the fleet are skipped, and nodes of
     the device plugin get no discovery (their hardware is written: the plugin and the health
@@ -120,8 +118,6 @@ def product_components(
                 },
             )
         )
-    if not publisher:
-        return items
     items.append(
         python_service(
             name="slice-publisher",
