@@ -474,24 +474,26 @@ def report(
     alone = outcomes[ALONE.name].rate
     noop = outcomes[NOOP_RUN.name].rate
     sizes = f"{nodes:,} nodes, {pods:,} pods"
-    figures = [
-        Figure(
-            name=f"scheduler pods/s with the extender, {run.name} ({sizes})",
+
+    def figure(name: str, run: Run, against: Run) -> Figure:
+        return Figure(
+            name=name,
             unit="1/s",
             value=outcomes[run.name].rate,
-            baseline=alone,
-            baseline_name=ALONE.name,
+            baseline=outcomes[against.name].rate,
+            baseline_name=against.name,
         )
+
+    figures = [
+        figure(f"scheduler pods/s with the extender, {run.name} ({sizes})", run, ALONE)
         for run in WITH_EXTENDER
     ]
     names = WITH_EXTENDER[0]
     figures.append(
-        Figure(
-            name=f"scheduler pods/s with the extender, {names.name}, against a no-op extender",
-            unit="1/s",
-            value=outcomes[names.name].rate,
-            baseline=noop,
-            baseline_name=NOOP_RUN.name,
+        figure(
+            f"scheduler pods/s with the extender, {names.name}, against a no-op extender",
+            names,
+            NOOP_RUN,
         )
     )
     each = "; ".join(
