@@ -12,11 +12,13 @@ containerd inject.
 from __future__ import annotations
 
 import json
+import urllib.request
 from typing import Any
 
 from neuron_dra_cli.stack import realdriver
 
 from tests.e2e.actuate.support import ranges
+from tests.e2e.health.support import alerts, condition, device_taints, fault
 from tests.e2e.realnode.conftest import REAL_NODE
 from tests.fixtures.stack import KubeStack
 
@@ -50,10 +52,12 @@ def driver_runs_on_the_real_node_only(stack: KubeStack) -> None:
     assert pods == {
         "neuron-dra-discovery": [(REAL_NODE, "Running")],
         "neuron-dra-kubelet-plugin": [(REAL_NODE, "Running")],
+        "neuron-dra-health-probe": [(REAL_NODE, "Running")],
         "neuron-dra-slice-publisher": [(REAL_NODE, "Running")],
         "neuron-dra-topology-allocator": [(REAL_NODE, "Running")],
         "neuron-dra-ultraserver-operator": [(REAL_NODE, "Running")],
         "neuron-dra-failure-detector": [(REAL_NODE, "Running")],
+        "neuron-dra-alerts": [(REAL_NODE, "Running")],
     }
     for kind, names in (
         ("daemonset", realdriver.DAEMONSETS),
@@ -99,6 +103,31 @@ def test_the_driver_daemonsets_run_on_the_real_node_only(real_stack: KubeStack) 
     driver_runs_on_the_real_node_only(real_stack)
 
 
+def test_nats_is_the_bases_statefulset_on_the_real_node(real_stack: KubeStack) -> None:
+    stack = real_stack
+    pod = stack.get_json("pod", "nats-0", "-n", NAMESPACE)
+    assert (pod["spec"]["nodeName"], pod["status"]["phase"]) == (REAL_NODE, "Running")
+    [container] = pod["spec"]["containers"]
+    assert container["image"].startswith("localhost/nats:"), container["image"]
+    claim = stack.get_json("pvc", "data-nats-0", "-n", NAMESPACE)
+    assert (claim["status"]["phase"], claim["spec"]["volumeName"]) == (
+        "Bound",
+        "neuron-dra-data-nats-0",
+    )
+    assert "nats" not in _processes(stack)
+    # The server the stack's clients reach is that pod (its name is the base's server_name)
+    # with the streams the services declared on its volume.
+    monitor = next(p["containerPort"] for p in container["ports"] if p["name"] == "monitor")
+    with urllib.request.urlopen(f"http://127.0.0.1:{monitor}/varz", timeout=10) as resp:
+        varz = json.load(resp)
+    assert varz["server_name"] == "nats-0"
+    assert f":{varz['port']}" in stack.nats_url
+    with urllib.request.urlopen(f"http://127.0.0.1:{monitor}/jsz", timeout=10) as resp:
+        jsz = json.load(resp)
+    assert jsz["config"]["store_dir"].startswith("/data")
+    assert jsz["streams"] > 0
+
+
 def _slice_devices(stack: KubeStack) -> list[str]:
     slices = stack.get_json("resourceslices", "--field-selector", f"spec.nodeName={REAL_NODE}")[
         "items"
@@ -118,6 +147,51 @@ def real_slice_lists_its_16_devices(stack: KubeStack) -> None:
 
 def test_the_real_nodes_resource_slice_lists_its_16_devices(real_stack: KubeStack) -> None:
     real_slice_lists_its_16_devices(real_stack)
+
+
+HARDWARE_ERROR = "neuron.aws.com/hardware-error"
+
+
+def test_a_device_fault_on_the_real_node_shows_as_its_taint_condition_and_alert(
+    real_stack: KubeStack,
+) -> None:
+    stack = real_stack
+    device = "neurondevice5"
+
+    def taints() -> set[tuple[str, str, str]]:
+        return {
+            (t["key"], t["value"], t["effect"])
+            for t in device_taints(stack, REAL_NODE).get(device, [])
+        }
+
+    def neuron_health() -> tuple[str, str]:
+        found = condition(stack, REAL_NODE, "NeuronHealth")
+        return str(found.get("status", "")), str(found.get("reason", ""))
+
+    real_slice_lists_its_16_devices(stack)
+    fault(stack, REAL_NODE, "hbm-repairable", device=5)
+    try:
+        # The probe's pod read the counter; the publisher's pod wrote the taint.
+        stack.wait_for(
+            f"the NoSchedule taint on {REAL_NODE}/{device}",
+            lambda: taints() == {(HARDWARE_ERROR, "HBM_REPAIRABLE_ERROR", "NoSchedule")},
+            timeout=60,
+        )
+        stack.wait_for(
+            "NeuronHealth NeuronHasError_HBM_REPAIRABLE_ERROR on the Node",
+            lambda: neuron_health() == ("True", "NeuronHasError_HBM_REPAIRABLE_ERROR"),
+            timeout=60,
+        )
+        # The alerts pod told the stack's Alertmanager.
+        [alert] = stack.wait_for(
+            "NeuronDeviceUnhealthy in Alertmanager",
+            lambda: alerts(stack, alertname="NeuronDeviceUnhealthy", node=REAL_NODE, device=device),
+            timeout=60,
+        )
+        assert alert["labels"]["severity"] == "warning"
+    finally:
+        fault(stack, REAL_NODE, "repair")
+    stack.wait_for(f"{device} without taints", lambda: not taints(), timeout=60)
 
 
 def _connected_pod(name: str, *, image: str) -> list[dict[str, Any]]:

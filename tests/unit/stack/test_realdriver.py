@@ -1,5 +1,5 @@
 """The stack's kustomization for the driver on a real node renders the repository's local
-overlay with only this machine's differences: the two node agents and the four cluster
+overlay with only this machine's differences: the three node agents and the five cluster
 services, on real nodes only, on the host's network, at the kubelet's and the node's own paths,
 with this checkout's image."""
 
@@ -35,6 +35,9 @@ def _setup(*, bus_auth: bool = False) -> realdriver.NodeSetup:
         discovery_port=4003,
         plugin_port=4004,
         service_ports={name: 4005 + i for i, name in enumerate(realdriver.DEPLOYMENTS)},
+        probe_port=4020,
+        probe_state=NODE / "health-probe",
+        alertmanager_url="http://127.0.0.1:4021",
         bus_auth=bus_auth,
     )
 
@@ -45,18 +48,24 @@ def _render(folder: Path, setup: realdriver.NodeSetup) -> list[dict[str, Any]]:
 
 
 @pytest.fixture(scope="module")
-def rendered(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
-    folder = tmp_path_factory.mktemp("real-node-driver")
-    docs = _render(folder, _setup())
+def docs(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
+    return _render(tmp_path_factory.mktemp("real-node-driver"), _setup())
+
+
+@pytest.fixture(scope="module")
+def rendered(docs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The DaemonSets and Deployments, by name."""
     services = [
+        "neuron-dra-alerts",
         "neuron-dra-failure-detector",
         "neuron-dra-slice-publisher",
         "neuron-dra-topology-allocator",
         "neuron-dra-ultraserver-operator",
     ]
-    agents = ["neuron-dra-discovery", "neuron-dra-kubelet-plugin"]
+    agents = ["neuron-dra-discovery", "neuron-dra-kubelet-plugin", "neuron-dra-health-probe"]
     assert sorted((d["kind"], d["metadata"]["name"]) for d in docs) == sorted(
         [
+            ("ConfigMap", "neuron-dra-alerts"),
             *(("DaemonSet", name) for name in agents),
             *(("Deployment", name) for name in services),
             *(("ServiceAccount", name) for name in agents + services),
@@ -97,6 +106,7 @@ def test_the_agents_and_the_publisher_run_on_real_nodes_only_on_the_hosts_networ
         ("neuron-dra-topology-allocator", "topology-allocator"),
         ("neuron-dra-ultraserver-operator", "ultraserver-operator"),
         ("neuron-dra-failure-detector", "failure-detector"),
+        ("neuron-dra-alerts", "alerts"),
     ],
 )
 def test_each_cluster_service_is_its_base_deployment_with_one_replica_and_the_apiservers_address(
@@ -131,6 +141,47 @@ def test_the_services_that_lead_keep_the_pods_name_as_their_identity(
             "fieldRef": {"fieldPath": "metadata.name"}
         }
     assert _env(rendered["neuron-dra-slice-publisher"])["NEURON_DRA_LEASE_SECONDS"] == "6"
+
+
+def test_the_alerts_subscriber_posts_to_the_stacks_alertmanager(
+    rendered: dict[str, dict[str, Any]], docs: list[dict[str, Any]]
+) -> None:
+    env = _env(rendered["neuron-dra-alerts"])
+    # Read from the base's ConfigMap, which carries the stack's address.
+    assert env["NEURON_DRA_ALERTMANAGER_URL"] == {
+        "configMapKeyRef": {"name": "neuron-dra-alerts", "key": "alertmanager-url"}
+    }
+    [config] = [d for d in docs if d["kind"] == "ConfigMap"]
+    assert config["metadata"]["name"] == "neuron-dra-alerts"
+    assert config["data"] == {"alertmanager-url": "http://127.0.0.1:4021"}
+    assert (env["NEURON_DRA_RESEND_SECONDS"], env["NEURON_DRA_ALERT_TTL_SECONDS"]) == ("30", "120")
+
+
+def test_the_health_probe_reads_the_nodes_simulated_hardware_and_kernel_log(
+    rendered: dict[str, dict[str, Any]],
+) -> None:
+    probe = rendered["neuron-dra-health-probe"]
+    env = _env(probe)
+    assert env["NEURON_DRA_KERNEL_LOG"] == "/host/var/log/kern.log"
+    assert env["NEURON_DRA_POLL_SECONDS"] == "1"
+    assert env["NEURON_DRA_HOST_ROOT"] == "/host"  # the base's own
+    assert (env["KUBERNETES_SERVICE_HOST"], env["KUBERNETES_SERVICE_PORT"]) == ("127.0.0.1", "6443")
+    [container] = _pod(probe)["containers"]
+    assert container["ports"] == [{"name": "http", "containerPort": 4020}]
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    assert mounts == {
+        "sys": "/host/sys",
+        "dev": "/host/dev",
+        "state": "/var/lib/neuron-dra/health-probe",
+        "kernel-log": "/host/var/log",
+    }
+    hosts = {v["name"]: v["hostPath"]["path"] for v in _pod(probe)["volumes"]}
+    assert hosts == {
+        "sys": str(NODE / "hw" / "sys"),
+        "dev": str(NODE / "hw" / "dev"),
+        "state": str(NODE / "health-probe"),
+        "kernel-log": str(NODE / "hw" / "var" / "log"),
+    }
 
 
 def test_the_plugin_uses_the_kubelets_paths_and_the_apiservers_address(

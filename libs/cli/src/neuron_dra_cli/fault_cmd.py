@@ -22,7 +22,14 @@ __all__ = ["LOST", "apply_fault", "node_processes", "register"]
 
 LOST = "lost"
 #: The per-node components of the stack, by the prefix of their name.
-_NODE_COMPONENTS = ("node-", "discovery-", "kubelet-plugin-", "device-plugin-", "health-probe-")
+_NODE_COMPONENTS = (
+    "node-",
+    "kubelet-",  # a real node's kubelet
+    "discovery-",
+    "kubelet-plugin-",
+    "device-plugin-",
+    "health-probe-",
+)
 
 
 def register(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

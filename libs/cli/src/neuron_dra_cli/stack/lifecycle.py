@@ -36,6 +36,7 @@ from neuron_dra_cli.stack import (
     process,
     realdeviceplugin,
     realdriver,
+    realnats,
     realnodes,
     services,
     state,
@@ -231,15 +232,24 @@ def up(opts: UpOptions, *, progress: Progress = print) -> state.StackState:
 
         hardware = background.submit(_timed, write_hardware)
         auth = busauth.prepare(layout) if opts.bus_auth else None
-        progress("neuron-dra: starting the control plane and NATS")
+        # With the driver on the real node, NATS is its StatefulSet there (started once the
+        # node is up, see realnats); the authenticated bus keeps the stack's own server.
+        nats_on_node = real is not None and real.nats_image is not None
+        progress("neuron-dra: starting the control plane" + ("" if nats_on_node else " and NATS"))
         launcher.start(
             [
-                comp.nats(
-                    state_dir=layout.root,
-                    port=ports["nats"],
-                    monitor_port=ports["nats_monitor"],
-                    config=auth.config if auth else None,
-                    env=auth.nats_env() if auth else None,
+                *(
+                    []
+                    if nats_on_node
+                    else [
+                        comp.nats(
+                            state_dir=layout.root,
+                            port=ports["nats"],
+                            monitor_port=ports["nats_monitor"],
+                            config=auth.config if auth else None,
+                            env=auth.nats_env() if auth else None,
+                        )
+                    ]
                 ),
                 comp.etcd(
                     binary=bins.etcd,
@@ -357,6 +367,18 @@ def up(opts: UpOptions, *, progress: Progress = print) -> state.StackState:
         t_wait = time.monotonic()
         sims, t_hardware = hardware.result()
         own_kubeconfigs, t_objects = service_kubeconfigs.result()
+        if real is not None and real.nats_image is not None:
+            # After the namespace (apply_objects), before anything that uses the bus.
+            progress("neuron-dra: NATS from the local overlay's StatefulSet on the real node")
+            realnats.apply(
+                layout=layout,
+                kubeconfig=layout.kubeconfig,
+                binaries=real.containerd,
+                image=real.nats_image,
+                node=realnodes.node_names(1)[0],
+                port=ports["nats"],
+                monitor_port=ports["nats_monitor"],
+            )
         t_bytecode = warmup.wait()
         progress(
             f"  simulated hardware written in {t_hardware:.1f} s, cluster objects applied in "
@@ -464,6 +486,8 @@ class _RealNodeInputs:
     image: str | None = None
     #: Labels of the real nodes (what the DaemonSets select).
     labels: dict[str, str] | None = None
+    #: The NATS image, when NATS runs from its StatefulSet on the real node (see realnats).
+    nats_image: str | None = None
 
 
 def _check_real_node_driver(opts: UpOptions) -> None:
@@ -490,7 +514,7 @@ def _check_real_node_device_plugin(opts: UpOptions) -> None:
 
 
 def _real_node_inputs(opts: UpOptions, progress: Progress) -> _RealNodeInputs:
-    from neuron_dra_cli import imagebuild, pausebuild
+    from neuron_dra_cli import imagebuild, natsimage, pausebuild
 
     progress("neuron-dra: containerd and the pause image, for the real nodes")
     image = None
@@ -504,7 +528,12 @@ def _real_node_inputs(opts: UpOptions, progress: Progress) -> _RealNodeInputs:
             if opts.real_node_device_plugin
             else {"node.kubernetes.io/instance-type": realdriver.INSTANCE_TYPE}
         )
+    nats_image = None
+    if opts.real_node_driver and not opts.bus_auth:
+        progress("neuron-dra: the NATS image, for the StatefulSet on the real node")
+        nats_image = natsimage.ensure_nats_image(progress=lambda m: progress("  " + m))
     return _RealNodeInputs(
+        nats_image=nats_image,
         containerd=toolbuild.ensure_containerd(progress=lambda m: progress("  " + m)),
         pause=pausebuild.ensure_pause_archive(
             opts.k8s_version, progress=lambda m: progress("  " + m)
@@ -537,7 +566,8 @@ def _start_real_node_driver(
     name = _prepare_real_node(launcher, real=real, image=real.image, what="the driver's DaemonSets")
     kubelet = next(c for c in launcher.current.components if c.name == f"kubelet-{name}")
     paths = realnodes.node_paths(layout, name)
-    discovery_port, plugin_port = realdriver.free_ports()
+    discovery_port, plugin_port, probe_port = realdriver.free_ports()
+    receiver = next(c for c in launcher.current.components if c.name == "alertmanager")
     realdriver.apply(
         layout=layout,
         kubeconfig=layout.kubeconfig,
@@ -553,6 +583,9 @@ def _start_real_node_driver(
             discovery_port=discovery_port,
             plugin_port=plugin_port,
             service_ports=realdriver.free_service_ports(),
+            probe_port=probe_port,
+            probe_state=paths.base / "health-probe",
+            alertmanager_url=alerting.ui_url(receiver.ports).rstrip("/"),
             bus_auth=bus_auth,
         ),
         nodes=[name],
@@ -700,9 +733,9 @@ def wait_default_service_account(kubeconfig: Path, *, timeout: float) -> None:
 
 
 def stop_all(current: state.StackState, *, timeout: float = 15.0) -> None:
-    """Stop every recorded component: nodes first (real ones with their containers and
-    runtimes), then the control plane, then the bus."""
-    realnodes.stop(current, timeout=timeout)
+    """Stop every recorded component: the services and the simulated nodes first, then the
+    real nodes with their containers and runtimes (NATS may be one of those), then the
+    control plane, then the bus."""
     order = {
         "node": 0,
         "kube-scheduler": 1,
@@ -716,6 +749,8 @@ def stop_all(current: state.StackState, *, timeout: float = 15.0) -> None:
         if c.kind in (realnodes.KUBELET_KIND, realnodes.RUNTIME_KIND):
             continue
         by_rank.setdefault(order.get(c.kind, 0), []).append(_running(c))
+    process.stop(by_rank.pop(0, []), timeout=timeout)
+    realnodes.stop(current, timeout=timeout)
     for rank in sorted(by_rank):
         process.stop(by_rank[rank], timeout=timeout)
 

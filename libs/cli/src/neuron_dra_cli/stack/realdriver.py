@@ -1,8 +1,9 @@
 """The product's own DaemonSets on the real nodes (``dev up --real-nodes N --real-node-driver``).
 
-Discovery and the kubelet plugin run there as real containers, and so do the cluster
-services (the slice publisher, the topology allocator, the UltraServer operator and the
-failure detector, each with its manifests' ServiceAccount, RBAC and admission policy), from
+Discovery, the kubelet plugin and the health probe run there as real containers, and so do
+the cluster services (the slice publisher, the topology allocator, the UltraServer operator,
+the failure detector and the alerts subscriber, each with its manifests' ServiceAccount, RBAC
+and admission policy), from
 the very manifests a cluster gets (``deploy/kustomize/overlays/local`` with the
 simulated-hardware component): the stack writes only a small kustomization of its own that
 references that overlay and patches what differs on this machine, never a second copy of the
@@ -71,8 +72,10 @@ LOCAL_OVERLAY = REPO / "deploy" / "kustomize" / "overlays" / "local"
 NAMESPACE: Final = "neuron-dra-driver"
 DISCOVERY: Final = "neuron-dra-discovery"
 PLUGIN: Final = "neuron-dra-kubelet-plugin"
-DAEMONSETS: Final = (DISCOVERY, PLUGIN)
+HEALTH_PROBE: Final = "neuron-dra-health-probe"
+DAEMONSETS: Final = (DISCOVERY, PLUGIN, HEALTH_PROBE)
 PUBLISHER: Final = "neuron-dra-slice-publisher"
+ALERTS: Final = "neuron-dra-alerts"
 #: The cluster services' Deployments run on the real node: each one's container (named as
 #: the stack's process of that service is, which the stack then does not start) and what
 #: the stack's process is given beyond the manifests' settings.
@@ -82,6 +85,12 @@ SERVICES: Final[Mapping[str, tuple[str, Mapping[str, str]]]] = {
     "neuron-dra-topology-allocator": ("topology-allocator", {}),
     "neuron-dra-ultraserver-operator": ("ultraserver-operator", {}),
     "neuron-dra-failure-detector": ("failure-detector", {}),
+    # The stack's timings; Alertmanager's address is the stack's too, in the ConfigMap the
+    # Deployment reads it from (see kustomization).
+    ALERTS: (
+        "alerts",
+        {"NEURON_DRA_RESEND_SECONDS": "30", "NEURON_DRA_ALERT_TTL_SECONDS": "120"},
+    ),
 }
 DEPLOYMENTS: Final = tuple(SERVICES)
 #: The stack's processes the Deployments take the place of.
@@ -134,6 +143,9 @@ class NodeSetup:
     plugin_port: int
     #: Deployment -> the host port of its HTTP server (see :func:`free_service_ports`).
     service_ports: Mapping[str, int]
+    probe_port: int
+    probe_state: Path  # the health probe's state folder on the node
+    alertmanager_url: str
     #: The authenticated bus: the kustomization lists the bus-auth component.
     bus_auth: bool = False
 
@@ -270,6 +282,38 @@ def kustomization(setup: NodeSetup, *, folder: Path, overlay: Path = LOCAL_OVERL
             ],
         },
     )
+    probe = _daemonset(
+        HEALTH_PROBE,
+        {
+            **common,
+            "containers": [
+                {
+                    "name": "health-probe",
+                    "env": _env(
+                        {
+                            "NEURON_DRA_NATS_SERVERS": setup.nats_url,
+                            "NEURON_DRA_HTTP_PORT": str(setup.probe_port),
+                            # The simulated driver's kernel log is a file of the hardware's.
+                            "NEURON_DRA_KERNEL_LOG": "/host/var/log/kern.log",
+                            # As the stack's probes: a fault shows within a second.
+                            "NEURON_DRA_POLL_SECONDS": "1",
+                            "KUBERNETES_SERVICE_HOST": "127.0.0.1",
+                            "KUBERNETES_SERVICE_PORT": str(setup.apiserver_port),
+                        }
+                    ),
+                    "volumeMounts": [
+                        {"name": "kernel-log", "mountPath": "/host/var/log", "readOnly": True}
+                    ],
+                }
+            ],
+            "volumes": [
+                *hardware_volumes[:2],
+                {"name": "state", "hostPath": {**_host(setup.probe_state),
+                                               "type": "DirectoryOrCreate"}},
+                {"name": "kernel-log", "hostPath": _host(hw / "var" / "log")},
+            ],
+        },
+    )  # fmt: skip
     doc = {
         "apiVersion": "kustomize.config.k8s.io/v1beta1",
         "kind": "Kustomization",
@@ -282,6 +326,11 @@ def kustomization(setup: NodeSetup, *, folder: Path, overlay: Path = LOCAL_OVERL
             {"target": {"kind": "DaemonSet", "name": DISCOVERY}, "patch": _port(setup.discovery_port)},
             {"target": {"kind": "DaemonSet", "name": PLUGIN}, "patch": plugin},
             {"target": {"kind": "DaemonSet", "name": PLUGIN}, "patch": _port(setup.plugin_port)},
+            {"target": {"kind": "ConfigMap", "name": ALERTS}, "patch": json.dumps(
+                {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": ALERTS},
+                 "data": {"alertmanager-url": setup.alertmanager_url}})},
+            {"target": {"kind": "DaemonSet", "name": HEALTH_PROBE}, "patch": probe},
+            {"target": {"kind": "DaemonSet", "name": HEALTH_PROBE}, "patch": _port(setup.probe_port)},
             *(
                 {"target": {"kind": "Deployment", "name": name}, "patch": patch}
                 for name in DEPLOYMENTS
@@ -297,13 +346,16 @@ def kustomization(setup: NodeSetup, *, folder: Path, overlay: Path = LOCAL_OVERL
 
 
 def _wanted(obj: dict[str, Any]) -> bool:
-    """The two DaemonSets, the Deployments of :data:`DEPLOYMENTS` and their ServiceAccounts;
-    the rest of the overlay (NATS, the other services, RBAC) runs as the stack's processes or
-    is applied already."""
+    """The DaemonSets, the Deployments of :data:`DEPLOYMENTS`, their ServiceAccounts and the
+    alerts subscriber's ConfigMap; the rest of the overlay (NATS, the other services, RBAC)
+    runs as the stack's processes, is applied already, or is applied by ``realnats``."""
     name = obj.get("metadata", {}).get("name")
     kind = obj.get("kind")
-    return (kind in ("DaemonSet", "ServiceAccount") and name in DAEMONSETS) or (
-        kind in ("Deployment", "ServiceAccount") and name in DEPLOYMENTS
+    return (
+        (kind in ("DaemonSet", "ServiceAccount") and name in DAEMONSETS)
+        or (kind in ("Deployment", "ServiceAccount") and name in DEPLOYMENTS)
+        # Where the alerts subscriber reads Alertmanager's address.
+        or (kind == "ConfigMap" and name == ALERTS)
     )
 
 
@@ -409,9 +461,10 @@ def _not_ready(kubeconfig: Path, workloads: Sequence[str], nodes: Sequence[str])
     return [f"{w} on {n}" for w in workloads for n in nodes if (w, n) not in ready]
 
 
-def free_ports() -> tuple[int, int]:
-    """Free host ports for discovery's and the plugin's HTTP servers (host network)."""
-    return process.free_port(), process.free_port()
+def free_ports() -> tuple[int, int, int]:
+    """Free host ports for discovery's, the plugin's and the health probe's HTTP servers
+    (host network)."""
+    return process.free_port(), process.free_port(), process.free_port()
 
 
 def free_service_ports() -> dict[str, int]:

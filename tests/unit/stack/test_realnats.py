@@ -1,0 +1,67 @@
+"""NATS on the real node is the local overlay's StatefulSet with only this machine's
+differences: the real node, its network, the stack's ports, and a volume made for its claim."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from neuron_dra_cli.stack import realnats
+
+
+@pytest.fixture(scope="module")
+def rendered(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
+    folder = tmp_path_factory.mktemp("real-node-nats")
+    (folder / "kustomization.yaml").write_text(
+        realnats.kustomization(folder=folder, port=4101, monitor_port=4102)
+    )
+    docs = realnats.render(Path("/nowhere/kubeconfig"), folder)
+    assert sorted(d["kind"] for d in docs) == ["ConfigMap", "StatefulSet"]
+    return {d["kind"]: d for d in docs}
+
+
+def test_the_server_runs_on_the_real_node_on_its_network_at_the_stacks_ports(
+    rendered: dict[str, dict[str, Any]],
+) -> None:
+    sts = rendered["StatefulSet"]
+    pod = sts["spec"]["template"]["spec"]
+    assert pod["nodeSelector"] == {"neuron-dra.dev/real-node": "true"}
+    assert pod["hostNetwork"] is True
+    [container] = pod["containers"]
+    assert container["image"] == "localhost/nats:2.14.6"
+    assert container["imagePullPolicy"] == "Never"
+    assert container["args"] == [
+        "--config", "/etc/nats/nats.conf", "--port", "4101", "--http_port", "4102",
+    ]  # fmt: skip
+    assert container["ports"] == [
+        {"name": "client", "containerPort": 4101},
+        {"name": "monitor", "containerPort": 4102},
+    ]
+
+
+def test_the_rest_is_the_base_as_written(rendered: dict[str, dict[str, Any]]) -> None:
+    sts = rendered["StatefulSet"]
+    [container] = sts["spec"]["template"]["spec"]["containers"]
+    # The probes follow the monitor port by name; the preStop hook and the user are the base's.
+    assert container["readinessProbe"]["httpGet"] == {"path": "/healthz", "port": "monitor"}
+    assert "ldm" in " ".join(container["lifecycle"]["preStop"]["exec"]["command"])
+    assert sts["spec"]["template"]["spec"]["securityContext"]["runAsUser"] == realnats.SERVER_UID
+    # The configuration it mounts is the ConfigMap rendered beside it.
+    config = next(v for v in sts["spec"]["template"]["spec"]["volumes"] if v["name"] == "config")
+    assert config["configMap"]["name"] == rendered["ConfigMap"]["metadata"]["name"]
+    assert "jetstream" in rendered["ConfigMap"]["data"]["nats.conf"]
+
+
+def test_the_volume_is_made_for_the_statefulsets_claim_with_its_size(
+    rendered: dict[str, dict[str, Any]], tmp_path: Path
+) -> None:
+    [template] = rendered["StatefulSet"]["spec"]["volumeClaimTemplates"]
+    pv = realnats.volume(tmp_path)
+    spec = pv["spec"]
+    assert f"{template['metadata']['name']}-{realnats.STATEFULSET}-0" == realnats.CLAIM
+    assert spec["claimRef"] == {"namespace": "neuron-dra-driver", "name": realnats.CLAIM}
+    assert spec["capacity"]["storage"] == template["spec"]["resources"]["requests"]["storage"]
+    assert spec["accessModes"] == template["spec"]["accessModes"]
+    assert spec["hostPath"] == {"path": str(tmp_path.resolve()), "type": "Directory"}
+    assert spec["persistentVolumeReclaimPolicy"] == "Retain"
