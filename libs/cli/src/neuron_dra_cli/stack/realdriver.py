@@ -62,6 +62,7 @@ __all__ = [
     "kustomization",
     "nats_tls_secret",
     "wait_ready",
+    "workload_patch",
     "write_hardware",
 ]
 
@@ -158,15 +159,21 @@ def _host(path: Path) -> dict[str, str]:
     return {"path": str(path.resolve())}
 
 
-def _daemonset(name: str, spec: dict[str, Any]) -> str:
+def workload_patch(kind: str, name: str, pod: Mapping[str, Any], **spec: Any) -> str:
+    """A strategic-merge patch (JSON) of workload ``kind``/``name``: ``pod`` merged into its
+    pod template's spec, ``spec`` into its own."""
     return json.dumps(
         {
             "apiVersion": "apps/v1",
-            "kind": "DaemonSet",
+            "kind": kind,
             "metadata": {"name": name},
-            "spec": {"template": {"spec": spec}},
+            "spec": {**spec, "template": {"spec": dict(pod)}},
         }
     )
+
+
+def _daemonset(name: str, spec: dict[str, Any]) -> str:
+    return workload_patch("DaemonSet", name, spec)
 
 
 def _deployment(name: str, setup: NodeSetup, common: Mapping[str, Any]) -> str:
@@ -183,14 +190,7 @@ def _deployment(name: str, setup: NodeSetup, common: Mapping[str, Any]) -> str:
         "KUBERNETES_SERVICE_PORT": str(setup.apiserver_port),
     }
     spec = {**common, "containers": [{"name": container, "env": _env(env)}]}
-    return json.dumps(
-        {
-            "apiVersion": "apps/v1",
-            "kind": "Deployment",
-            "metadata": {"name": name},
-            "spec": {"replicas": 1, "template": {"spec": spec}},
-        }
-    )
+    return workload_patch("Deployment", name, spec, replicas=1)
 
 
 def _port(port: int) -> str:

@@ -49,20 +49,15 @@ SIZE: Final = "10Gi"
 def kustomization(*, folder: Path, port: int, monitor_port: int) -> str:
     """The stack's kustomization (JSON, which is YAML) in ``folder``: the local overlay with
     the StatefulSet on the real node's network at ``port`` (clients) and ``monitor_port``."""
-    placement = {
-        "apiVersion": "apps/v1",
-        "kind": "StatefulSet",
-        "metadata": {"name": STATEFULSET},
-        "spec": {
-            "template": {
-                "spec": {
-                    "nodeSelector": {realconfig.REAL_NODE_LABEL: "true"},
-                    "hostNetwork": True,
-                    "dnsPolicy": "ClusterFirstWithHostNet",
-                }
-            }
+    placement = realdriver.workload_patch(
+        "StatefulSet",
+        STATEFULSET,
+        {
+            "nodeSelector": {realconfig.REAL_NODE_LABEL: "true"},
+            "hostNetwork": True,
+            "dnsPolicy": "ClusterFirstWithHostNet",
         },
-    }
+    )
     ports = [
         {"op": "replace", "path": "/spec/template/spec/containers/0/args",
          "value": ["--config", "/etc/nats/nats.conf", "--port", str(port),
@@ -76,7 +71,7 @@ def kustomization(*, folder: Path, port: int, monitor_port: int) -> str:
         "kind": "Kustomization",
         "resources": [os.path.relpath(realdriver.LOCAL_OVERLAY.resolve(), folder.resolve())],
         "patches": [
-            {"target": {"kind": "StatefulSet", "name": STATEFULSET}, "patch": json.dumps(placement)},
+            {"target": {"kind": "StatefulSet", "name": STATEFULSET}, "patch": placement},
             {"target": {"kind": "StatefulSet", "name": STATEFULSET}, "patch": json.dumps(ports)},
         ],
     }  # fmt: skip
