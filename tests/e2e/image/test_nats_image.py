@@ -88,8 +88,14 @@ def test_nats_image_runs_the_statefulsets_config_with_jetstream(
         assert stored
         assert {p.stat().st_uid for p in stored} == {65532}
         # The StatefulSet's preStop hook, as written there: lame duck mode on pid 1.
-        hook = podman("exec", container.name, "sh", "-c", "nats-server --signal ldm=1")
-        assert hook.returncode == 0, hook.stderr
+        hook = podman("exec", container.name, "sh", "-c", "nats-server --signal ldm=1", check=False)
+        # With no client left the server stops as soon as it enters lame duck mode, and podman
+        # kills an exec session whose container has stopped (137): the hook did its work then
+        # too, which the server's log and its exit code below show.
+        assert hook.returncode == 0 or (hook.returncode == 137 and not container.running()), (
+            hook.returncode,
+            hook.stderr,
+        )
         for _ in range(20):
             if "Entering lame duck mode" in container.logs():
                 break

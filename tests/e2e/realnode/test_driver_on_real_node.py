@@ -58,6 +58,7 @@ def driver_runs_on_the_real_node_only(stack: KubeStack) -> None:
         "neuron-dra-ultraserver-operator": [(REAL_NODE, "Running")],
         "neuron-dra-failure-detector": [(REAL_NODE, "Running")],
         "neuron-dra-alerts": [(REAL_NODE, "Running")],
+        "neuron-dra-audit": [(REAL_NODE, "Running")],
     }
     for kind, names in (
         ("daemonset", realdriver.DAEMONSETS),
@@ -152,6 +153,12 @@ def test_the_real_nodes_resource_slice_lists_its_16_devices(real_stack: KubeStac
 HARDWARE_ERROR = "neuron.aws.com/hardware-error"
 
 
+def audit_log(stack: KubeStack) -> str:
+    """``kubectl logs`` of the audit subscriber's pod: a CloudEvents JSON line per event."""
+    proc = stack.kubectl("logs", "deployment/neuron-dra-audit", "-n", NAMESPACE, check=False)
+    return str(proc.stdout) if proc.returncode == 0 else ""
+
+
 def test_a_device_fault_on_the_real_node_shows_as_its_taint_condition_and_alert(
     real_stack: KubeStack,
 ) -> None:
@@ -189,6 +196,16 @@ def test_a_device_fault_on_the_real_node_shows_as_its_taint_condition_and_alert(
             timeout=60,
         )
         assert alert["labels"]["severity"] == "warning"
+        # The audit pod wrote the health event to its log.
+        stack.wait_for(
+            "the health event in the audit pod's log",
+            lambda: [
+                line
+                for line in audit_log(stack).splitlines()
+                if REAL_NODE in line and "HBM_REPAIRABLE_ERROR" in line
+            ],
+            timeout=60,
+        )
     finally:
         fault(stack, REAL_NODE, "repair")
     stack.wait_for(f"{device} without taints", lambda: not taints(), timeout=60)

@@ -1,5 +1,5 @@
 """The stack's kustomization for the driver on a real node renders the repository's local
-overlay with only this machine's differences: the three node agents and the five cluster
+overlay with only this machine's differences: the three node agents and the six cluster
 services, on real nodes only, on the host's network, at the kubelet's and the node's own paths,
 with this checkout's image."""
 
@@ -57,6 +57,7 @@ def rendered(docs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """The DaemonSets and Deployments, by name."""
     services = [
         "neuron-dra-alerts",
+        "neuron-dra-audit",
         "neuron-dra-failure-detector",
         "neuron-dra-slice-publisher",
         "neuron-dra-topology-allocator",
@@ -107,6 +108,7 @@ def test_the_agents_and_the_publisher_run_on_real_nodes_only_on_the_hosts_networ
         ("neuron-dra-ultraserver-operator", "ultraserver-operator"),
         ("neuron-dra-failure-detector", "failure-detector"),
         ("neuron-dra-alerts", "alerts"),
+        ("neuron-dra-audit", "audit"),
     ],
 )
 def test_each_cluster_service_is_its_base_deployment_with_one_replica_and_the_apiservers_address(

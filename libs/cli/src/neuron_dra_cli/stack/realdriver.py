@@ -2,7 +2,7 @@
 
 Discovery, the kubelet plugin and the health probe run there as real containers, and so do
 the cluster services (the slice publisher, the topology allocator, the UltraServer operator,
-the failure detector and the alerts subscriber, each with its manifests' ServiceAccount, RBAC
+the failure detector, and the alerts and audit subscribers, each with its manifests' ServiceAccount, RBAC
 and admission policy), from
 the very manifests a cluster gets (``deploy/kustomize/overlays/local`` with the
 simulated-hardware component): the stack writes only a small kustomization of its own that
@@ -92,6 +92,8 @@ SERVICES: Final[Mapping[str, tuple[str, Mapping[str, str]]]] = {
         "alerts",
         {"NEURON_DRA_RESEND_SECONDS": "30", "NEURON_DRA_ALERT_TTL_SECONDS": "120"},
     ),
+    # Its file is in the pod's own volume; every line goes to its log too (kubectl logs).
+    "neuron-dra-audit": ("audit", {}),
 }
 DEPLOYMENTS: Final = tuple(SERVICES)
 #: The stack's processes the Deployments take the place of.
