@@ -2,18 +2,19 @@
 
 Discovery, the kubelet plugin and the health probe run there as real containers, and so do
 the cluster services (the slice publisher, the topology allocator, the UltraServer operator,
-the failure detector, and the alerts and audit subscribers, each with its manifests' ServiceAccount, RBAC
-and admission policy), from
-the very manifests a cluster gets (``deploy/kustomize/overlays/local`` with the
-simulated-hardware component): the stack writes only a small kustomization of its own that
-references that overlay and patches what differs on this machine, never a second copy of the
-pod specs:
+the failure detector, and the alerts and audit subscribers, each with its manifests'
+ServiceAccount, RBAC and admission policy), from the very manifests a cluster gets
+(``deploy/kustomize/overlays/local`` with the simulated-hardware component): the stack writes
+only a small kustomization of its own that references that overlay and patches what differs
+on this machine, never a second copy of the pod specs:
 
 - the nodes: only the real ones (the simulated nodes keep their agent processes, and the
   services' Deployments, one replica each here, run there and serve them all; the stack
   starts no process of those services);
-- the network: both on the host's network, so NATS and the apiserver (processes on the
-  host's loopback) are reached at the stack's own addresses, and each HTTP port is a free one;
+- the network: all on the host's network, so NATS and the apiserver (on the host's
+  loopback: NATS as the overlay's StatefulSet on the same node, see ``realnats``, or the
+  stack's process on the authenticated bus) are reached at the stack's own addresses, and
+  each HTTP port is a free one;
 - the paths: the real kubelet's root, its node's CDI folder (containerd reads it) and the
   node's simulated hardware, all under the node's folder.
 
