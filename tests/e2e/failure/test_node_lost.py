@@ -25,8 +25,15 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.health.support import alerts, device_taints, fault, node_events
-from tests.e2e.health.support import condition as node_condition
+from tests.e2e.health.support import (
+    HARDWARE_ERROR,
+    alerts,
+    device_taints,
+    fault,
+    neuron_health,
+    node_events,
+    taints,
+)
 from tests.e2e.ultraserver.converged import deployment, workload
 from tests.fixtures.stack import KubectlFailed, KubeStack
 
@@ -121,18 +128,6 @@ def allocate(stack: KubeStack, name: str, strategy: str) -> dict[str, Any]:
         timeout=240,
     )
     return found
-
-
-HARDWARE_ERROR = "neuron.aws.com/hardware-error"
-
-
-def taints(stack: KubeStack, node: str, device: str) -> set[tuple[str, str, str]]:
-    return {(t["key"], t["value"], t["effect"]) for t in device_taints(stack, node).get(device, [])}
-
-
-def neuron_health(stack: KubeStack, node: str) -> tuple[str, str]:
-    found = node_condition(stack, node, "NeuronHealth")
-    return str(found.get("status", "")), str(found.get("reason", ""))
 
 
 def test_replace_affected_stays_on_a_degraded_device_and_moves_off_an_uncorrectable_one(

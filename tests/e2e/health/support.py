@@ -43,6 +43,21 @@ def condition(stack: KubeStack, node: str, kind: str) -> dict[str, Any]:
     return next((c for c in conditions if c["type"] == kind), {})
 
 
+#: The key of the taint a device's hardware error puts on it.
+HARDWARE_ERROR = "neuron.aws.com/hardware-error"
+
+
+def taints(stack: KubeStack, node: str, device: str) -> set[tuple[str, str, str]]:
+    """(key, value, effect) of each taint on ``device`` of ``node``'s pool."""
+    return {(t["key"], t["value"], t["effect"]) for t in device_taints(stack, node).get(device, [])}
+
+
+def neuron_health(stack: KubeStack, node: str) -> tuple[str, str]:
+    """Status and reason of the Node's ``NeuronHealth`` condition."""
+    found = condition(stack, node, "NeuronHealth")
+    return str(found.get("status", "")), str(found.get("reason", ""))
+
+
 def node_events(stack: KubeStack, node: str, reason: str) -> list[dict[str, Any]]:
     """The Events with ``reason`` on Node ``node`` (the failure detector writes them in
     ``default``)."""

@@ -18,7 +18,7 @@ from typing import Any
 from neuron_dra_cli.stack import realdriver
 
 from tests.e2e.actuate.support import ranges
-from tests.e2e.health.support import alerts, condition, device_taints, fault
+from tests.e2e.health.support import HARDWARE_ERROR, alerts, fault, neuron_health, taints
 from tests.e2e.realnode.conftest import REAL_NODE
 from tests.fixtures.stack import KubeStack
 
@@ -72,12 +72,11 @@ def driver_runs_on_the_real_node_only(stack: KubeStack) -> None:
     kinds = _processes(stack)
     assert not kinds & realdriver.SERVICE_KINDS
     assert "kube-apiserver" in kinds  # the state is read right: the stack's own processes
-    leaders = stack.wait_for(
+    stack.wait_for(
         "the Leases held by the services' pods",
         lambda: _lease_holders(stack) >= {_pod_of(stack, name) for name in LEADERS},
         timeout=60,
     )
-    assert leaders
 
 
 #: The services that lead through a Lease (the allocator runs one replica, no Lease).
@@ -150,9 +149,6 @@ def test_the_real_nodes_resource_slice_lists_its_16_devices(real_stack: KubeStac
     real_slice_lists_its_16_devices(real_stack)
 
 
-HARDWARE_ERROR = "neuron.aws.com/hardware-error"
-
-
 def audit_log(stack: KubeStack) -> str:
     """``kubectl logs`` of the audit subscriber's pod: a CloudEvents JSON line per event."""
     proc = stack.kubectl("logs", "deployment/neuron-dra-audit", "-n", NAMESPACE, check=False)
@@ -165,28 +161,23 @@ def test_a_device_fault_on_the_real_node_shows_as_its_taint_condition_and_alert(
     stack = real_stack
     device = "neurondevice5"
 
-    def taints() -> set[tuple[str, str, str]]:
-        return {
-            (t["key"], t["value"], t["effect"])
-            for t in device_taints(stack, REAL_NODE).get(device, [])
-        }
-
-    def neuron_health() -> tuple[str, str]:
-        found = condition(stack, REAL_NODE, "NeuronHealth")
-        return str(found.get("status", "")), str(found.get("reason", ""))
-
     real_slice_lists_its_16_devices(stack)
     fault(stack, REAL_NODE, "hbm-repairable", device=5)
     try:
         # The probe's pod read the counter; the publisher's pod wrote the taint.
         stack.wait_for(
             f"the NoSchedule taint on {REAL_NODE}/{device}",
-            lambda: taints() == {(HARDWARE_ERROR, "HBM_REPAIRABLE_ERROR", "NoSchedule")},
+            lambda: (
+                taints(stack, REAL_NODE, device)
+                == {(HARDWARE_ERROR, "HBM_REPAIRABLE_ERROR", "NoSchedule")}
+            ),
             timeout=60,
         )
         stack.wait_for(
             "NeuronHealth NeuronHasError_HBM_REPAIRABLE_ERROR on the Node",
-            lambda: neuron_health() == ("True", "NeuronHasError_HBM_REPAIRABLE_ERROR"),
+            lambda: (
+                neuron_health(stack, REAL_NODE) == ("True", "NeuronHasError_HBM_REPAIRABLE_ERROR")
+            ),
             timeout=60,
         )
         # The alerts pod told the stack's Alertmanager.
@@ -208,7 +199,9 @@ def test_a_device_fault_on_the_real_node_shows_as_its_taint_condition_and_alert(
         )
     finally:
         fault(stack, REAL_NODE, "repair")
-    stack.wait_for(f"{device} without taints", lambda: not taints(), timeout=60)
+    stack.wait_for(
+        f"{device} without taints", lambda: not taints(stack, REAL_NODE, device), timeout=60
+    )
 
 
 def _connected_pod(name: str, *, image: str) -> list[dict[str, Any]]:
