@@ -46,7 +46,8 @@ def test_the_rest_is_the_base_as_written(rendered: dict[str, dict[str, Any]]) ->
     # The probes follow the monitor port by name; the preStop hook and the user are the base's.
     assert container["readinessProbe"]["httpGet"] == {"path": "/healthz", "port": "monitor"}
     assert "ldm" in " ".join(container["lifecycle"]["preStop"]["exec"]["command"])
-    assert sts["spec"]["template"]["spec"]["securityContext"]["runAsUser"] == realnats.SERVER_UID
+    security = sts["spec"]["template"]["spec"]["securityContext"]
+    assert (security["runAsUser"], security["runAsGroup"]) == (65532, 65532)
     # The configuration it mounts is the ConfigMap rendered beside it.
     config = next(v for v in sts["spec"]["template"]["spec"]["volumes"] if v["name"] == "config")
     assert config["configMap"]["name"] == rendered["ConfigMap"]["metadata"]["name"]
@@ -56,12 +57,12 @@ def test_the_rest_is_the_base_as_written(rendered: dict[str, dict[str, Any]]) ->
 def test_the_volume_is_made_for_the_statefulsets_claim_with_its_size(
     rendered: dict[str, dict[str, Any]], tmp_path: Path
 ) -> None:
-    [template] = rendered["StatefulSet"]["spec"]["volumeClaimTemplates"]
-    pv = realnats.volume(tmp_path)
+    pv = realnats.volume(rendered["StatefulSet"], tmp_path)
     spec = pv["spec"]
-    assert f"{template['metadata']['name']}-{realnats.STATEFULSET}-0" == realnats.CLAIM
-    assert spec["claimRef"] == {"namespace": "neuron-dra-driver", "name": realnats.CLAIM}
-    assert spec["capacity"]["storage"] == template["spec"]["resources"]["requests"]["storage"]
-    assert spec["accessModes"] == template["spec"]["accessModes"]
+    # The claim the StatefulSet makes for its pod nats-0, from its template "data" of 10Gi.
+    assert pv["metadata"]["name"] == "neuron-dra-data-nats-0"
+    assert spec["claimRef"] == {"namespace": "neuron-dra-driver", "name": "data-nats-0"}
+    assert spec["capacity"] == {"storage": "10Gi"}
+    assert spec["accessModes"] == ["ReadWriteOnce"]
     assert spec["hostPath"] == {"path": str(tmp_path.resolve()), "type": "Directory"}
     assert spec["persistentVolumeReclaimPolicy"] == "Retain"

@@ -13,7 +13,8 @@ machine needs, in a kustomization of its own beside the overlay:
   configuration file), and the container's ports follow;
 - the volume: the stack has no storage provisioner, so it makes the PersistentVolume the
   StatefulSet's claim ``data-nats-0`` binds to, as a cluster's administrator would: a folder
-  of the real node's, owned by the server's user, with the claim's size.
+  of the real node's, owned by the server's user, with the claim's size (both read from the
+  rendered StatefulSet).
 
 It starts once the real node is Ready and before any service: nothing of the stack uses the
 bus before then. The authenticated bus (``--bus-auth``) keeps the stack's own server: its
@@ -35,15 +36,9 @@ from neuron_dra_cli.stack import kubectl, realconfig, realdriver, realnodes
 from neuron_dra_cli.stack.layout import Layout
 from neuron_dra_cli.toolbuild import ContainerdBinaries
 
-__all__ = ["CLAIM", "STATEFULSET", "apply", "kustomization", "render", "volume"]
+__all__ = ["STATEFULSET", "apply", "kustomization", "render", "volume"]
 
 STATEFULSET: Final = "nats"
-#: The claim the StatefulSet's ``data`` template makes for its one pod.
-CLAIM: Final = "data-nats-0"
-#: The server's user (the StatefulSet's ``runAsUser``/``runAsGroup``): the volume's owner.
-SERVER_UID: Final = 65532
-#: The claim's size in the base (``volumeClaimTemplates``), which the volume offers.
-SIZE: Final = "10Gi"
 
 
 def kustomization(*, folder: Path, port: int, monitor_port: int) -> str:
@@ -92,19 +87,22 @@ def render(kubeconfig: Path, folder: Path) -> list[dict[str, Any]]:
     return [d for d in yaml.safe_load_all(out) if d and _wanted(d)]
 
 
-def volume(path: Path) -> dict[str, Any]:
-    """The PersistentVolume of the StatefulSet's claim: ``path`` on the real node, reserved
+def volume(statefulset: dict[str, Any], path: Path) -> dict[str, Any]:
+    """The PersistentVolume of ``statefulset``'s one claim (its one claim template, for its
+    pod 0): ``path`` on the real node, with the template's size and access modes, reserved
     for that claim (``claimRef``) so that no other claim takes it, kept when it is released
     (the stack's ``dev down`` removes the node's folder)."""
+    [template] = statefulset["spec"]["volumeClaimTemplates"]
+    claim = f"{template['metadata']['name']}-{statefulset['metadata']['name']}-0"
     return {
         "apiVersion": "v1",
         "kind": "PersistentVolume",
-        "metadata": {"name": f"neuron-dra-{CLAIM}"},
+        "metadata": {"name": f"neuron-dra-{claim}"},
         "spec": {
-            "capacity": {"storage": SIZE},
-            "accessModes": ["ReadWriteOnce"],
+            "capacity": {"storage": template["spec"]["resources"]["requests"]["storage"]},
+            "accessModes": template["spec"]["accessModes"],
             "persistentVolumeReclaimPolicy": "Retain",
-            "claimRef": {"namespace": realdriver.NAMESPACE, "name": CLAIM},
+            "claimRef": {"namespace": realdriver.NAMESPACE, "name": claim},
             "hostPath": {"path": str(path.resolve()), "type": "Directory"},
         },
     }
@@ -125,9 +123,6 @@ def apply(
     StatefulSet with its configuration, and wait until its pod is Ready and the server
     answers at ``port`` on the loopback address."""
     realdriver.import_product_image(image=image, binaries=binaries, layout=layout, nodes=[node])
-    data = realnodes.node_paths(layout, node).base / "nats-data"
-    data.mkdir(parents=True, exist_ok=True)
-    os.chown(data, SERVER_UID, SERVER_UID)
     folder = layout.root / "real-node-nats"
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "kustomization.yaml").write_text(
@@ -141,7 +136,13 @@ def apply(
         )
     for obj in objects:
         obj.setdefault("metadata", {}).setdefault("namespace", realdriver.NAMESPACE)
-    items = [volume(data), *objects]
+    [statefulset] = [o for o in objects if o["kind"] == "StatefulSet"]
+    # Owned by the server's user and group: a hostPath volume gets no fsGroup.
+    pod_security = statefulset["spec"]["template"]["spec"]["securityContext"]
+    data = realnodes.node_paths(layout, node).base / "nats-data"
+    data.mkdir(parents=True, exist_ok=True)
+    os.chown(data, pod_security["runAsUser"], pod_security["runAsGroup"])
+    items = [volume(statefulset, data), *objects]
     kubectl.run(
         kubeconfig,
         ["apply", "-f", "-"],
