@@ -43,6 +43,8 @@ NODES = {
     "trn2-race": "trn2.48xlarge",
     "trn2-stale": "trn2.48xlarge",
     "trn2-last": "trn2.48xlarge",
+    "trn2-frag-0": "trn2.48xlarge",
+    "trn2-frag-1": "trn2.48xlarge",
 }
 CORES_PER_DEVICE = {"inf2.48xlarge": 2, "trn1.32xlarge": 2, "inf1.6xlarge": 4, "trn2.48xlarge": 4}
 DEVICES = {"inf2.48xlarge": 12, "trn1.32xlarge": 16, "inf1.6xlarge": 4, "trn2.48xlarge": 16}

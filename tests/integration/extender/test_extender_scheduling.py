@@ -11,7 +11,7 @@ from typing import Any
 
 from neuron_dra_common.topology import connected_sets, instance_spec
 
-from tests.integration.extender.conftest import NAMESPACE, ExtenderCluster
+from tests.integration.extender.conftest import NAMESPACE, NODES, ExtenderCluster
 
 SEED_REFUSAL = (
     "Instance type trn1.32xlarge does not support requests for device: 7. "
@@ -152,6 +152,56 @@ def test_a_restarted_extender_keeps_what_bound_pods_hold(
     assert ids(bound(extender_cluster, "after")) == "3,4,5"
 
 
+def test_a_pod_no_node_has_room_for_reads_one_count_per_reason(
+    extender_cluster: ExtenderCluster,
+) -> None:
+    # Two trn2 nodes with 8 devices free each, but in two rows that are not one 8-device set:
+    # the count fits, so kube-scheduler asks the extender, which refuses both nodes. The pod's
+    # condition counts them under one reason, as the scheduler does for its own reasons,
+    # instead of a line per node.
+    frag = ("trn2-frag-0", "trn2-frag-1")
+    holders = {n: [f"{n}-row{r}" for r in range(3)] for n in frag}
+    for node, names in holders.items():
+        for name in names:  # one at a time: rows 0, 1 and 2, packed
+            extender_cluster.apply(neuron_pod(name, node=node, count=4))
+            bound(extender_cluster, name)
+        [middle] = [n for n in names if ids(extender_cluster.pod(n)) == "4,5,6,7"]
+        # No kubelet runs there to finish a graceful deletion.
+        extender_cluster.kubectl(
+            "delete", "pod", "-n", NAMESPACE, middle, "--grace-period=0", "--force"
+        )
+    waiting = neuron_pod("eight", node=frag[0], count=8)
+    waiting["spec"].pop("nodeSelector")
+    waiting["spec"]["affinity"] = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {
+                        "matchExpressions": [
+                            {"key": "kubernetes.io/hostname", "operator": "In", "values": frag}
+                        ]
+                    }
+                ]
+            }
+        }
+    }
+
+    def refused() -> str:
+        for c in extender_cluster.pod("eight")["status"].get("conditions") or []:
+            if c["type"] == "PodScheduled" and c["status"] == "False":
+                message = str(c.get("message", ""))
+                # Until the extender saw the deletions, the nodes read as full.
+                if "2 node(s) had no 8 connected Neuron devices free" in message:
+                    return message
+        return ""
+
+    extender_cluster.apply(waiting)
+    message = extender_cluster.wait_for("the pod's scheduling condition", refused)
+    assert message.startswith(f"0/{len(NODES)} nodes are available: "), message
+    assert "trn2-frag" not in message, message
+    assert not extender_cluster.pod("eight")["spec"].get("nodeName")
+
+
 def _call(port: int, verb: str, args: dict[str, Any]) -> dict[str, Any]:
     request = urllib.request.Request(
         f"http://127.0.0.1:{port}/{verb}",
@@ -197,7 +247,8 @@ def test_two_binds_racing_for_the_last_set_never_both_win(
     assert len(winners) == 1, answers
     [loser] = [n for n in answers if n not in winners]
     assert (
-        "has no 8 connected Neuron devices free (0 of 16 devices free)" in answers[loser]["Error"]
+        "node trn2-race has no 8 connected Neuron devices free (0 of 16 devices free)"
+        in answers[loser]["Error"]
     )
     assert ids(bound(extender_cluster, winners[0])) == "8,9,10,11,12,13,14,15"
     lost = extender_cluster.pod(loser)
@@ -257,7 +308,8 @@ def test_pods_filtered_together_racing_for_the_last_set_never_both_win(
     assert len(winners) == 1, answers
     [loser] = [n for n in answers if n not in winners]
     assert (
-        "has no 8 connected Neuron devices free (0 of 16 devices free)" in answers[loser]["Error"]
+        "node trn2-last has no 8 connected Neuron devices free (0 of 16 devices free)"
+        in answers[loser]["Error"]
     )
     assert ids(bound(extender_cluster, winners[0])) == "8,9,10,11,12,13,14,15"
     lost = extender_cluster.pod(loser)
@@ -266,4 +318,4 @@ def test_pods_filtered_together_racing_for_the_last_set_never_both_win(
     # Filtered again, the loser is told the node is full, in words.
     again = _filter(port, lost, "trn2-last")
     assert again["NodeNames"] == []
-    assert "has no 8 connected Neuron devices free" in again["FailedNodes"]["trn2-last"]
+    assert again["FailedNodes"] == {"trn2-last": "node(s) had no 8 connected Neuron devices free"}

@@ -104,7 +104,7 @@ def test_a_full_node_is_unfit_for_now_not_for_ever() -> None:
     s = shape("trn2.48xlarge")
     verdict = judge(s, devices(4), range(0, 60))
     assert verdict == Unfit(
-        message="Node n0 has no 4 connected Neuron devices free (1 of 16 devices free)",
+        message="node n0 has no 4 connected Neuron devices free (1 of 16 devices free)",
         final=False,
     )
 

@@ -293,18 +293,29 @@ def unfit(shape: NodeShape, ask: Ask, used: Usage | Iterable[int]) -> Unfit | No
     usage = _usage(shape, used)
     if _fits(shape, ask, usage):
         return None
-    return Unfit(message=f"Node {shape.name} {_shortfall(shape, ask, usage)}", final=False)
+    return Unfit(message=_shortfall(ask), final=False)
 
 
-def _shortfall(shape: NodeShape, ask: Ask, usage: Usage) -> str:
-    # What the node lacks, in words that do not name it: nodes in one state share them.
+def _shortfall(ask: Ask) -> str:
+    """What a node lacks, in the words of kube-scheduler's reasons.
+
+    The scheduler counts the nodes that failed for each reason text and prints the count
+    before it ("0/40 nodes are available: 40 node(s) had no ..."): a text that named the node
+    or its free devices would give a Pending pod one line per node instead of one count.
+    """
+    return f"node(s) had {_lack(ask)}"
+
+
+def _lack(ask: Ask) -> str:
     if ask.cores:
-        what = f"{ask.count} NeuronCores on connected devices"
-        have = f"{shape.total_cores - len(usage.used)} of {shape.total_cores} cores free"
-    else:
-        what = f"{ask.count} connected Neuron devices"
-        have = f"{shape.devices - usage.busy.bit_count()} of {shape.devices} devices free"
-    return f"has no {what} free ({have})"
+        return f"no {ask.count} NeuronCores free on connected devices"
+    return f"no {ask.count} connected Neuron devices free"
+
+
+def _free(shape: NodeShape, ask: Ask, usage: Usage) -> str:
+    if ask.cores:
+        return f"{shape.total_cores - len(usage.used)} of {shape.total_cores} cores free"
+    return f"{shape.devices - usage.busy.bit_count()} of {shape.devices} devices free"
 
 
 #: (instance type, cores per device, used cores, resource, count) -> AWS's refusal, or what
@@ -326,7 +337,7 @@ def verdict(shape: NodeShape, ask: Ask, used: Usage | Iterable[int]) -> tuple[Un
         if refused is not None:
             known = (refused, None, 0)
         elif not _fits(shape, ask, usage):
-            known = (None, _shortfall(shape, ask, usage), 0)
+            known = (None, _shortfall(ask), 0)
         else:
             known = (None, None, _score(shape, ask, usage))
         if len(_STATES) >= _MAX_STATES:
@@ -336,19 +347,23 @@ def verdict(shape: NodeShape, ask: Ask, used: Usage | Iterable[int]) -> tuple[Un
     if refused is not None:
         return Unfit(message=refused, final=True), 0
     if shortfall is not None:
-        return Unfit(message=f"Node {shape.name} {shortfall}", final=False), 0
+        return Unfit(message=shortfall, final=False), 0
     return None, value
 
 
 def judge(shape: NodeShape, ask: Ask, used: Usage | Iterable[int]) -> Placement | Unfit:
-    """:func:`place`, or why not, in words for the pod's scheduling condition."""
+    """:func:`place`, or why not, in words for one pod's bind (naming what the node has)."""
     usage = _usage(shape, used)
     placement = place(shape, ask, usage)
     if placement is not None:
         return placement
     why = unfit(shape, ask, usage)
     assert why is not None, "place and fits disagree"
-    return why
+    if why.final:
+        return why
+    return Unfit(
+        message=f"node {shape.name} has {_lack(ask)} ({_free(shape, ask, usage)})", final=False
+    )
 
 
 def score(shape: NodeShape, ask: Ask, used: Usage | Iterable[int]) -> int:

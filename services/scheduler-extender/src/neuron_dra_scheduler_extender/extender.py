@@ -80,6 +80,8 @@ _MAX_ASKED = 20_000
 
 _WHY = operator.itemgetter(0)
 _PRIORITY = operator.itemgetter(1)
+#: A node the extender has not seen yet (its informer is behind the scheduler's).
+_NOT_SEEN = Unfit(message="node(s) were not known to the Neuron extender yet", final=False)
 
 
 class Cluster(Protocol):
@@ -201,14 +203,11 @@ class Extender:
         :attr:`verdicts` keeps."""
         nothing = HostPriority(host=name, score=0)
         if view is None:
-            unknown = Unfit(
-                message=f"Node {name} is not known to the Neuron extender yet", final=False
-            )
-            return unknown, nothing
+            return _NOT_SEEN, nothing
         try:
             shape = self._shape(view)
         except UnknownInstanceType as exc:
-            return Unfit(message=f"Node {name}: {exc}", final=True), nothing
+            return Unfit(message=f"node(s) were not Neuron nodes: {exc}", final=True), nothing
         why, value = verdict(shape, ask, self.usage(shape))
         return why, HostPriority(host=name, score=value)
 
