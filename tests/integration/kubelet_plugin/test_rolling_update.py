@@ -3,13 +3,16 @@
 The DaemonSet rolls with ``maxSurge: 1``: the new pod starts, recovers and serves while the
 old one still serves, both on the node's one checkpoint and CDI directory. The kubelet may
 send a claim to either. Neither may write a stale view over the other's claims: after both
-are gone, a restart must find every claim still prepared and delete no live CDI spec.
+are gone, a restart must find every claim still prepared and delete no live CDI spec. And
+when one of the two dies at any step of a prepare or unprepare, the kubelet's retry on the
+other converges.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import select
 import signal
 import subprocess
@@ -17,11 +20,13 @@ import sys
 import tempfile
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import NamedTuple
 
 import grpc
 import pytest
 from neuron_dra_common import cdi
 from neuron_dra_kubelet_plugin.checkpoint import CheckpointStore
+from neuron_dra_kubelet_plugin.faults import CRASH_ENV, STEPS
 from neuron_dra_kubelet_plugin.registration import socket_paths
 from neuron_dra_protos.dra.v1 import dra_pb2 as v1
 from neuron_dra_protos.dra.v1 import dra_pb2_grpc as v1_grpc
@@ -39,9 +44,14 @@ def root() -> Iterator[Path]:
         yield Path(short)
 
 
+class Plugin(NamedTuple):
+    socket: Path  # its DRA socket
+    proc: subprocess.Popen[bytes]
+
+
 @contextlib.contextmanager
-def plugin_process(root: Path, pod_uid: str) -> Iterator[Path]:
-    """A plugin process serving on ``root`` until the block ends (then SIGTERM); its DRA socket."""
+def plugin_process(root: Path, pod_uid: str, *, crash_at: str = "") -> Iterator[Plugin]:
+    """A plugin process serving on ``root`` until the block ends (then SIGTERM)."""
     log = root / f"{pod_uid}.log"
     args = (str(root), pod_uid)
     with open(log, "wb") as err:
@@ -50,13 +60,14 @@ def plugin_process(root: Path, pod_uid: str) -> Iterator[Path]:
             stdout=subprocess.PIPE,
             stderr=err,
             cwd=REPO,
+            env={**os.environ, CRASH_ENV: crash_at},
         )
     assert proc.stdout is not None
     try:
         ready, _, _ = select.select([proc.stdout], [], [], 120)
         line = proc.stdout.readline() if ready else b""
         assert line == b"serving\n", f"plugin {pod_uid} did not serve: {log.read_text()}"
-        yield socket_paths(root / "kubelet", pod_uid=pod_uid).dra
+        yield Plugin(socket_paths(root / "kubelet", pod_uid=pod_uid).dra, proc)
     finally:
         proc.send_signal(signal.SIGTERM)
         try:
@@ -96,7 +107,7 @@ def on_disk(root: Path) -> set[str]:
 async def test_two_plugin_processes_keep_each_others_claims(root: Path) -> None:
     kept = {f"u{i}" for i in range(CLAIMS) if i % 4}
     with plugin_process(root, "old-pod") as old, plugin_process(root, "new-pod") as new:
-        async with stub(old) as old_plugin, stub(new) as new_plugin:
+        async with stub(old.socket) as old_plugin, stub(new.socket) as new_plugin:
             plugins = (old_plugin, new_plugin)
             # The kubelet sends every other claim to each; both prepare at the same time.
             errors = await asyncio.gather(*(prepare(plugins[i % 2], i) for i in range(CLAIMS)))
@@ -116,3 +127,40 @@ async def test_two_plugin_processes_keep_each_others_claims(root: Path) -> None:
     assert (recovery.orphan_specs, recovery.rolled_back) == ((), ())
     assert set(restarted.checkpoint.claims) == kept
     assert cdi.claim_spec_uids(root / "cdi") == kept
+
+
+@pytest.mark.parametrize("step", STEPS)
+async def test_a_pod_killed_at_any_step_while_the_other_serves_converges(
+    root: Path, step: str
+) -> None:
+    # The old pod dies (kill -9, at the named step) in the middle of the kubelet's call; the
+    # kubelet calls again, and now the new pod answers, on the checkpoint the old one left.
+    bystanders = {f"u{i}" for i in range(4)}
+    target = 8
+    with (
+        plugin_process(root, "new-pod") as new,
+        plugin_process(root, "old-pod", crash_at=step) as old,
+    ):
+        async with stub(new.socket) as new_plugin, stub(old.socket) as old_plugin:
+            assert await asyncio.gather(*(prepare(new_plugin, i) for i in range(4))) == [""] * 4
+            if step.startswith("prepare:"):
+                call, expected = prepare, bystanders | {f"u{target}"}
+            else:
+                assert await prepare(new_plugin, target) == ""
+                call, expected = unprepare, bystanders
+            with pytest.raises(grpc.aio.AioRpcError):
+                await call(old_plugin, target)
+            assert old.proc.wait(30) == -signal.SIGKILL
+            assert await call(new_plugin, target) == ""
+            assert on_disk(root) == expected
+            assert cdi.claim_spec_uids(root / "cdi") == expected
+            # The kubelet may call once more; the answer stays the same.
+            assert await call(new_plugin, target) == ""
+    # Whoever runs next on the node finds nothing half done and nothing orphaned.
+    restarted = preparer(root)
+    recovery = restarted.recover()
+    assert (recovery.orphan_specs, recovery.rolled_back) == ((), ())
+    assert set(restarted.checkpoint.claims) == expected
+    assert cdi.claim_spec_uids(root / "cdi") == expected
+    held = [d for claim in restarted.checkpoint.claims.values() for d in claim.devices]
+    assert len(held) == len(set(held)) == len(expected)
