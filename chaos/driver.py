@@ -26,7 +26,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from neuron_dra_cli.errors import CliError
 from neuron_dra_cli.fault_cmd import apply_fault
@@ -62,6 +62,9 @@ DEVICE_FAULTS = ("sram", "hbm", "nc", "hbm-repairable")
 DEVICES = 16
 #: Seconds the audit may take to show what happened once the stack converged.
 AUDIT_PATIENCE = 60.0
+#: The churn R1 is stated for, and R2's bound from a server's return to all up.
+R1_SECONDS: Final = 30 * 60
+R2_SECONDS: Final = 10.0
 
 
 @dataclass(frozen=True)
@@ -75,6 +78,13 @@ class Options:
     max_workloads: int = 3
     converge_within: float = 240.0
     say: Callable[[str], None] = print
+
+
+#: The campaign's goals this driver measures.
+GOALS: Final = {
+    "R1": "nothing held twice, lost or doubled through 30 minutes of churn",
+    "R2": f"NATS or apiserver back -> all up within {R2_SECONDS:g} s",
+}
 
 
 @dataclass
@@ -105,6 +115,24 @@ class Outcome:
             and self.converged_seconds is not None
         )
 
+    def goals(self) -> dict[str, str]:
+        """Issue R1 and R2 of the campaign, judged on this run: ``met``, ``NOT MET`` or why
+        the run does not tell (R1 is stated for 30 minutes of churn, R2 needs a restart)."""
+        held = not self.violations and not self.audit_mismatches and not self.failures
+        if not held:
+            r1 = "NOT MET"
+        elif self.seconds < R1_SECONDS:
+            r1 = f"met for {self.seconds / 60:.0f} of the goal's {R1_SECONDS // 60} minutes"
+        else:
+            r1 = "met"
+        if not self.server_returns:
+            r2 = "not measured: no server was restarted"
+        else:
+            worst = max(s for _, s in self.server_returns)
+            r2 = "met" if worst <= R2_SECONDS else "NOT MET"
+            r2 = f"{r2} (slowest {worst:.1f} s)"
+        return {"R1": r1, "R2": r2}
+
     def table(self) -> str:
         rows = [(name, str(n)) for name, n in sorted(self.steps.items())]
         rows += [
@@ -117,6 +145,7 @@ class Outcome:
                 f"{self.converged_seconds:.1f} s" if self.converged_seconds is not None else "NO",
             ),
             ("audit mismatches", str(len(self.audit_mismatches))),
+            *((f"goal {name}: {GOALS[name]}", verdict) for name, verdict in self.goals().items()),
         ]
         width = max(len(r[0]) for r in rows)
         lines = [f"== chaos (seed {self.seed}, {self.seconds:.0f} s of churn)"]
@@ -142,6 +171,7 @@ class Outcome:
                 "convergedSeconds": self.converged_seconds,
                 "notConverged": self.not_converged,
                 "auditMismatches": self.audit_mismatches,
+                "goals": self.goals(),
                 "ok": self.ok,
             },
             sort_keys=True,

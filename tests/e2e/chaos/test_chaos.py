@@ -60,6 +60,7 @@ def test_two_minutes_of_churn_and_kills_hold_nothing_twice_and_converge(
     assert result["auditMismatches"] == []
     assert result["checks"] > 10
     assert result["convergedSeconds"] is not None
+    assert result["goals"]["R1"] == "met for 2 of the goal's 30 minutes"
     steps = result["steps"]
     assert any("SIGKILL" in s or "SIGTERM" in s for s in steps), steps
     assert any(s.startswith("pod of") for s in steps), steps

@@ -1,0 +1,43 @@
+"""The chaos driver judges R1 and R2 on its own run, and says when a run cannot tell."""
+
+from __future__ import annotations
+
+import json
+
+from chaos.driver import Outcome
+
+
+def test_a_clean_30_minute_run_with_fast_returns_meets_both() -> None:
+    outcome = Outcome(
+        seed=1,
+        seconds=1800,
+        server_returns=[("nats", 2.5), ("kube-apiserver", 9.9)],
+        converged_seconds=3.0,
+    )
+    assert outcome.goals() == {"R1": "met", "R2": "met (slowest 9.9 s)"}
+    assert json.loads(outcome.json_line())["goals"] == outcome.goals()
+    [line] = [row for row in outcome.table().splitlines() if row.startswith("goal R2")]
+    label, verdict = (part.strip() for part in line.split("  ", 1))
+    assert label == "goal R2: NATS or apiserver back -> all up within 10 s"
+    assert verdict == "met (slowest 9.9 s)"
+
+
+def test_a_short_run_says_how_much_of_r1_it_covered() -> None:
+    outcome = Outcome(seed=1, seconds=120, converged_seconds=1.0)
+    assert outcome.goals() == {
+        "R1": "met for 2 of the goal's 30 minutes",
+        "R2": "not measured: no server was restarted",
+    }
+
+
+def test_anything_held_twice_or_a_slow_return_is_not_met() -> None:
+    outcome = Outcome(
+        seed=1,
+        seconds=1800,
+        violations=["neurondevice3 of trn2-0 held by claims a and b"],
+        server_returns=[("kube-apiserver", 12.0)],
+        converged_seconds=3.0,
+    )
+    assert outcome.goals() == {"R1": "NOT MET", "R2": "NOT MET (slowest 12.0 s)"}
+    lost = Outcome(seed=1, seconds=1800, audit_mismatches=["claim c prepared twice"])
+    assert lost.goals()["R1"] == "NOT MET"
