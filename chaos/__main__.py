@@ -33,6 +33,14 @@ def main(argv: list[str] | None = None) -> int:
         help="never restart NATS or the apiserver (only neuron-dra processes are killed)",
     )
     parser.add_argument(
+        "--fuzz",
+        type=int,
+        default=0,
+        metavar="N",
+        help="once converged, send N malformed messages to the stack's durable consumers and "
+        "check each becomes one dead letter of each, with no process dying (goal R3: 10000)",
+    )
+    parser.add_argument(
         "--state-dir",
         default=None,
         help=f"the stack's state directory (env {paths.STATE_DIR_ENV})",
@@ -40,6 +48,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.minutes <= 0:
         parser.error(f"--minutes {args.minutes}: want a positive number")
+    if args.fuzz < 0:
+        parser.error(f"--fuzz {args.fuzz}: want 0 or more")
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**31)
     state_dir = (
         Path(args.state_dir).expanduser().resolve() if args.state_dir else paths.default_state_dir()
@@ -52,6 +62,7 @@ def main(argv: list[str] | None = None) -> int:
                 seconds=args.minutes * 60,
                 seed=seed,
                 servers=not args.no_servers,
+                fuzz=args.fuzz,
                 say=lambda line: print(line, flush=True),
             )
         )
@@ -63,7 +74,8 @@ def main(argv: list[str] | None = None) -> int:
     if not outcome.ok:
         print(
             f"replay: python -m chaos --seed {seed} --minutes {args.minutes:g}"
-            + (" --no-servers" if args.no_servers else ""),
+            + (" --no-servers" if args.no_servers else "")
+            + (f" --fuzz {args.fuzz}" if args.fuzz else ""),
             file=sys.stderr,
         )
         return 1

@@ -19,6 +19,7 @@ the audit file must reconcile with the claims prepared (``chaos.invariants``).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import random
 import time
@@ -36,6 +37,7 @@ from neuron_dra_cli.stack.alerting import audit_file
 from neuron_dra_common.driver import DRIVER_NAME
 from neuron_dra_common.ultraserver import FAILURE_STRATEGIES, TOPOLOGY_SIZES
 
+from chaos.fuzz import FuzzResult, crashed, fuzz_stack
 from chaos.invariants import audit_mismatches, devices_held_twice, nodes_held_twice
 
 __all__ = ["Options", "Outcome", "run"]
@@ -65,6 +67,7 @@ AUDIT_PATIENCE = 60.0
 #: The churn R1 is stated for, and R2's bound from a server's return to all up.
 R1_SECONDS: Final = 30 * 60
 R2_SECONDS: Final = 10.0
+R3_INPUTS: Final = 10_000
 
 
 @dataclass(frozen=True)
@@ -77,6 +80,8 @@ class Options:
     max_pods: int = 6
     max_workloads: int = 3
     converge_within: float = 240.0
+    #: Fuzzed messages sent to the stack's consumers once it converged (0: none).
+    fuzz: int = 0
     say: Callable[[str], None] = print
 
 
@@ -84,6 +89,7 @@ class Options:
 GOALS: Final = {
     "R1": "nothing held twice, lost or doubled through 30 minutes of churn",
     "R2": f"NATS or apiserver back -> all up within {R2_SECONDS:g} s",
+    "R3": f"{R3_INPUTS:,} fuzzed inputs: 0 crashes, dead letters = malformed",
 }
 
 
@@ -105,6 +111,16 @@ class Outcome:
     not_converged: list[str] = field(default_factory=list)
     #: How the audit differs from the claims prepared once converged (``chaos.invariants``).
     audit_mismatches: list[str] = field(default_factory=list)
+    #: The fuzz phase (``--fuzz``), and the components that died during it.
+    fuzz: FuzzResult | None = None
+    fuzz_crashes: list[str] = field(default_factory=list)
+
+    @property
+    def fuzz_ok(self) -> bool:
+        f = self.fuzz
+        return f is None or (
+            f.dead_lettered == f.expected and not f.duplicates and not self.fuzz_crashes
+        )
 
     @property
     def ok(self) -> bool:
@@ -113,6 +129,7 @@ class Outcome:
             and not self.failures
             and not self.audit_mismatches
             and self.converged_seconds is not None
+            and self.fuzz_ok
         )
 
     def goals(self) -> dict[str, str]:
@@ -131,7 +148,16 @@ class Outcome:
             worst = max(s for _, s in self.server_returns)
             r2 = "met" if worst <= R2_SECONDS else "NOT MET"
             r2 = f"{r2} (slowest {worst:.1f} s)"
-        return {"R1": r1, "R2": r2}
+        f = self.fuzz
+        if f is None:
+            r3 = "not measured: no --fuzz"
+        elif not self.fuzz_ok:
+            r3 = "NOT MET"
+        elif f.sent < R3_INPUTS:
+            r3 = f"met for {f.sent:,} of the goal's {R3_INPUTS:,} inputs"
+        else:
+            r3 = "met"
+        return {"R1": r1, "R2": r2, "R3": r3}
 
     def table(self) -> str:
         rows = [(name, str(n)) for name, n in sorted(self.steps.items())]
@@ -145,6 +171,7 @@ class Outcome:
                 f"{self.converged_seconds:.1f} s" if self.converged_seconds is not None else "NO",
             ),
             ("audit mismatches", str(len(self.audit_mismatches))),
+            *self._fuzz_rows(),
             *((f"goal {name}: {GOALS[name]}", verdict) for name, verdict in self.goals().items()),
         ]
         width = max(len(r[0]) for r in rows)
@@ -154,7 +181,21 @@ class Outcome:
         lines += [f"FAILURE {v}" for v in self.failures]
         lines += [f"NOT CONVERGED {v}" for v in self.not_converged]
         lines += [f"AUDIT {v}" for v in self.audit_mismatches]
+        lines += [
+            f"FUZZ {v}" for v in (*self.fuzz_crashes, *(self.fuzz.missing if self.fuzz else ()))
+        ]
         return "\n".join(lines)
+
+    def _fuzz_rows(self) -> list[tuple[str, str]]:
+        f = self.fuzz
+        if f is None:
+            return []
+        return [
+            ("fuzzed messages sent (all malformed)", f"{f.sent:,} to {len(f.consumers)} consumers"),
+            ("their dead letters due / found", f"{f.expected:,} / {f.dead_lettered:,}"),
+            ("dead letters doubled", str(f.duplicates)),
+            ("processes died while fuzzed", str(len(self.fuzz_crashes))),
+        ]
 
     def json_line(self) -> str:
         return json.dumps(
@@ -171,6 +212,17 @@ class Outcome:
                 "convergedSeconds": self.converged_seconds,
                 "notConverged": self.not_converged,
                 "auditMismatches": self.audit_mismatches,
+                "fuzz": None
+                if self.fuzz is None
+                else {
+                    "sent": self.fuzz.sent,
+                    "expected": self.fuzz.expected,
+                    "deadLettered": self.fuzz.dead_lettered,
+                    "duplicates": self.fuzz.duplicates,
+                    "missing": list(self.fuzz.missing),
+                    "consumers": list(self.fuzz.consumers),
+                    "crashes": self.fuzz_crashes,
+                },
                 "goals": self.goals(),
                 "ok": self.ok,
             },
@@ -520,7 +572,22 @@ class Driver:
         while self.out.audit_mismatches and time.monotonic() < deadline:
             time.sleep(1.0)
             self.out.audit_mismatches = self.audit_problems()
+        if self.o.fuzz > 0:
+            self.fuzz()
         return self.out
+
+    def fuzz(self) -> None:
+        """R3: fuzzed messages to every durable consumer of the converged stack."""
+        current = state.load(self.o.state_dir)
+        if current is None:
+            raise CliError(f"the stack under {self.o.state_dir} is gone")
+        self.o.say(f"fuzzing: {self.o.fuzz:,} malformed messages to the stack's consumers")
+        before = {c.name: c.pid for c in self.stack.components()}
+        self.out.fuzz = asyncio.run(
+            fuzz_stack(current.nats_url, count=self.o.fuzz, seed=self.o.seed)
+        )
+        after = [(c.name, c.pid) for c in self.stack.components()]
+        self.out.fuzz_crashes = crashed(before, after, self.stack.down())
 
 
 def _audit_lines(state_dir: Path) -> list[Obj]:

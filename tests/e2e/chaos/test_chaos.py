@@ -1,7 +1,8 @@
 """A bounded chaos run, as a user runs it: ``python -m chaos`` against a stack of its fleet,
 with pods and UltraServer workloads churned while neuron-dra processes, NATS and the
 apiserver are killed and devices fail; nothing may be held twice, and everything converges
-afterwards, every failed device repaired and untainted."""
+afterwards, every failed device repaired and untainted. Then malformed messages go to the
+stack's consumers: each is one dead letter of each consumer that reads it, and nothing dies."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ pytestmark = pytest.mark.stack
 
 FLEET = REPO / "tests" / "fleets" / "chaos.yaml"
 SEED = 20261126
+FUZZ = 300
 
 
 @pytest.fixture(scope="module")
@@ -42,6 +44,8 @@ def test_two_minutes_of_churn_and_kills_hold_nothing_twice_and_converge(
             "2",
             "--seed",
             str(SEED),
+            "--fuzz",
+            str(FUZZ),
             "--state-dir",
             str(chaos_stack.state_dir),
         ],
@@ -61,6 +65,17 @@ def test_two_minutes_of_churn_and_kills_hold_nothing_twice_and_converge(
     assert result["checks"] > 10
     assert result["convergedSeconds"] is not None
     assert result["goals"]["R1"] == "met for 2 of the goal's 30 minutes"
+    fuzz = result["fuzz"]
+    assert fuzz["sent"] == FUZZ
+    # The stack's durable consumers of inventories, heartbeats, health and alerts all got some.
+    assert {"slice-publisher-inventory", "health-monitor-heartbeats", "alert"} <= set(
+        fuzz["consumers"]
+    )
+    assert fuzz["expected"] >= FUZZ
+    assert fuzz["deadLettered"] == fuzz["expected"], fuzz["missing"]
+    assert fuzz["duplicates"] == 0
+    assert fuzz["crashes"] == []
+    assert result["goals"]["R3"] == f"met for {FUZZ} of the goal's 10,000 inputs"
     steps = result["steps"]
     assert any("SIGKILL" in s or "SIGTERM" in s for s in steps), steps
     assert any(s.startswith("pod of") for s in steps), steps
