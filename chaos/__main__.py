@@ -41,6 +41,13 @@ def main(argv: list[str] | None = None) -> int:
         "check each becomes one dead letter of each, with no process dying (goal R3: 10000)",
     )
     parser.add_argument(
+        "--rollout",
+        action="store_true",
+        help="once converged, roll a trn2 node's kubelet plugin once per prepare and unprepare "
+        "step, the new plugin dying at that step, and check the old one finishes its work "
+        "(goal R4)",
+    )
+    parser.add_argument(
         "--state-dir",
         default=None,
         help=f"the stack's state directory (env {paths.STATE_DIR_ENV})",
@@ -63,6 +70,7 @@ def main(argv: list[str] | None = None) -> int:
                 seed=seed,
                 servers=not args.no_servers,
                 fuzz=args.fuzz,
+                rollout=args.rollout,
                 say=lambda line: print(line, flush=True),
             )
         )
@@ -75,7 +83,8 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"replay: python -m chaos --seed {seed} --minutes {args.minutes:g}"
             + (" --no-servers" if args.no_servers else "")
-            + (f" --fuzz {args.fuzz}" if args.fuzz else ""),
+            + (f" --fuzz {args.fuzz}" if args.fuzz else "")
+            + (" --rollout" if args.rollout else ""),
             file=sys.stderr,
         )
         return 1

@@ -36,14 +36,17 @@ from neuron_dra_cli.stack import kubectl, lifecycle, state
 from neuron_dra_cli.stack.alerting import audit_file
 from neuron_dra_common.driver import DRIVER_NAME
 from neuron_dra_common.ultraserver import FAILURE_STRATEGIES, TOPOLOGY_SIZES
+from neuron_dra_kubelet_plugin.faults import STEPS
 
 from chaos.fuzz import FuzzResult, crashed, fuzz_stack
 from chaos.invariants import audit_mismatches, devices_held_twice, nodes_held_twice
+from chaos.rollout import StepResult, node_problems, roll
 
 __all__ = ["Options", "Outcome", "run"]
 
 Obj = dict[str, Any]
 NAMESPACE = "chaos"
+INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
 COUNTS = (1, 4, 8, 16)
 #: The neuron-dra processes a step may kill, by kind (the control plane is ``servers``).
 SERVICE_KINDS = (
@@ -82,6 +85,8 @@ class Options:
     converge_within: float = 240.0
     #: Fuzzed messages sent to the stack's consumers once it converged (0: none).
     fuzz: int = 0
+    #: Roll a node's kubelet plugin once per prepare and unprepare step, the new one dying.
+    rollout: bool = False
     say: Callable[[str], None] = print
 
 
@@ -90,6 +95,7 @@ GOALS: Final = {
     "R1": "nothing held twice, lost or doubled through 30 minutes of churn",
     "R2": f"NATS or apiserver back -> all up within {R2_SECONDS:g} s",
     "R3": f"{R3_INPUTS:,} fuzzed inputs: 0 crashes, dead letters = malformed",
+    "R4": "a plugin rollout whose new pod dies at any step converges",
 }
 
 
@@ -114,6 +120,13 @@ class Outcome:
     #: The fuzz phase (``--fuzz``), and the components that died during it.
     fuzz: FuzzResult | None = None
     fuzz_crashes: list[str] = field(default_factory=list)
+    #: The rollout phase (``--rollout``): one result per step, and the bystander's problems.
+    rollout: list[StepResult] = field(default_factory=list)
+    rollout_problems: list[str] = field(default_factory=list)
+
+    @property
+    def rollout_ok(self) -> bool:
+        return not self.rollout_problems and not any(r.problem for r in self.rollout)
 
     @property
     def fuzz_ok(self) -> bool:
@@ -130,6 +143,7 @@ class Outcome:
             and not self.audit_mismatches
             and self.converged_seconds is not None
             and self.fuzz_ok
+            and self.rollout_ok
         )
 
     def goals(self) -> dict[str, str]:
@@ -157,7 +171,15 @@ class Outcome:
             r3 = f"met for {f.sent:,} of the goal's {R3_INPUTS:,} inputs"
         else:
             r3 = "met"
-        return {"R1": r1, "R2": r2, "R3": r3}
+        if not self.rollout and not self.rollout_problems:
+            r4 = "not measured: no --rollout"
+        elif not self.rollout_ok:
+            r4 = "NOT MET"
+        else:
+            done = {r.step for r in self.rollout}
+            r4 = "met" if done == set(STEPS) else f"met for {len(done)} of {len(STEPS)} steps"
+            r4 += f" (slowest {max(r.seconds for r in self.rollout):.1f} s)"
+        return {"R1": r1, "R2": r2, "R3": r3, "R4": r4}
 
     def table(self) -> str:
         rows = [(name, str(n)) for name, n in sorted(self.steps.items())]
@@ -172,6 +194,13 @@ class Outcome:
             ),
             ("audit mismatches", str(len(self.audit_mismatches))),
             *self._fuzz_rows(),
+            *(
+                (
+                    f"rollout, new plugin dies at {r.step}",
+                    r.problem or f"converged {r.seconds:.1f} s",
+                )
+                for r in self.rollout
+            ),
             *((f"goal {name}: {GOALS[name]}", verdict) for name, verdict in self.goals().items()),
         ]
         width = max(len(r[0]) for r in rows)
@@ -223,6 +252,8 @@ class Outcome:
                     "consumers": list(self.fuzz.consumers),
                     "crashes": self.fuzz_crashes,
                 },
+                "rollout": [r._asdict() for r in self.rollout],
+                "rolloutProblems": self.rollout_problems,
                 "goals": self.goals(),
                 "ok": self.ok,
             },
@@ -574,7 +605,64 @@ class Driver:
             self.out.audit_mismatches = self.audit_problems()
         if self.o.fuzz > 0:
             self.fuzz()
+        if self.o.rollout:
+            self.rollout()
         return self.out
+
+    def rollout(self) -> None:
+        """R4: a rolling update of one trn2 node's plugin per step, the new plugin dying there.
+
+        The churn's pods are deleted first, so the node has room; a bystander pod prepared by
+        the old plugin before any rollout must keep its claim through all of them.
+        """
+        nodes = [
+            n["metadata"]["name"]
+            for n in self.stack.items("nodes") or ()
+            if n["metadata"].get("labels", {}).get(INSTANCE_TYPE_LABEL) == "trn2.48xlarge"
+        ]
+        plugins = {
+            c.env.get("NEURON_DRA_NODE_NAME"): c
+            for c in self.stack.components()
+            if c.kind == "kubelet-plugin"
+        }
+        candidates = sorted(n for n in nodes if n in plugins)
+        if not candidates:
+            self.out.rollout_problems.append("no trn2.48xlarge node with a kubelet plugin")
+            return
+        node = self.rng.choice(candidates)
+        self.o.say(f"rollout: {len(STEPS)} rolling updates of {node}'s kubelet plugin")
+        self.stack.kubectl("delete", "pods", "-n", NAMESPACE, "-l", "app=chaos", "--timeout=180s")
+        bystander = _pod("rollout-bystander", 4)
+        bystander["spec"]["nodeSelector"] = {"kubernetes.io/hostname": node}
+        self.stack.kubectl("apply", "-f", "-", input=json.dumps(bystander))
+        self.stack.kubectl(
+            "wait",
+            "pod/rollout-bystander",
+            "-n",
+            NAMESPACE,
+            "--for=jsonpath={.status.phase}=Running",
+            "--timeout=180s",
+        )
+        for serial, step in enumerate(STEPS):
+            result = roll(
+                self.stack,
+                state_dir=self.o.state_dir,
+                plugin=plugins[node],
+                step=step,
+                pod=_pod(f"rollout-{serial}", 1),
+                namespace=NAMESPACE,
+                serial=serial,
+            )
+            self.o.say(f"  {step}: {result.problem or f'converged in {result.seconds:.1f} s'}")
+            self.out.rollout.append(result)
+            self.check(f"the rollout at {step}")
+        # The bystander still runs, prepared once, and the node holds nothing else.
+        pod = self.stack.items(
+            "pods", "-n", NAMESPACE, "--field-selector", "metadata.name=rollout-bystander"
+        )
+        if not pod or (pod[0].get("status") or {}).get("phase") != "Running":
+            self.out.rollout_problems.append("the bystander pod is not Running")
+        self.out.rollout_problems += node_problems(self.stack, NAMESPACE, node, plugins[node].env)
 
     def fuzz(self) -> None:
         """R3: fuzzed messages to every durable consumer of the converged stack."""

@@ -53,7 +53,7 @@ def test_status_without_a_stack_says_so(tmp_path: Path) -> None:
 
 
 @pytest.mark.stack
-def test_up_status_down_then_up_again_from_cache(tmp_path: Path) -> None:
+def test_up_status_down_then_up_again_from_cache_with_another_fleet(tmp_path: Path) -> None:
     fleet = tmp_path / "fleet.yaml"
     fleet.write_text(TINY_FLEET)
     state_dir = tmp_path / "state"
@@ -95,15 +95,31 @@ def test_up_status_down_then_up_again_from_cache(tmp_path: Path) -> None:
         stop_stack(state_dir)
     assert processes_mentioning(str(state_dir)) == []
 
-    # Second start: binaries come from the cache, so nothing is built again.
+    # Second start, of another fleet: binaries come from the cache, so nothing is built
+    # again, and the cluster (kept between runs) loses the first fleet's node and its slice.
+    other = tmp_path / "other.yaml"
+    other.write_text("nodes:\n  - instanceType: inf2.48xlarge\n    count: 1\n")
     t0 = time.monotonic()
     again = neuron_dra(
-        "dev", "up", "--detach", "--state-dir", str(state_dir), "--fleet", str(fleet)
+        "dev", "up", "--detach", "--state-dir", str(state_dir), "--fleet", str(other)
     )
     try:
         assert again.returncode == 0, again.stderr
         assert "building" not in again.stdout.lower()
         assert time.monotonic() - t0 < 120
+        assert "removing 1 node an earlier fleet left in the cluster: trn1-32xl-0" in again.stdout
+
+        def left() -> list[str]:
+            nodes = stack.get_json("nodes")["items"]
+            slices = stack.get_json("resourceslices")["items"]
+            return [n["metadata"]["name"] for n in nodes] + [
+                s["spec"].get("nodeName", "") for s in slices
+            ]
+
+        deadline = time.monotonic() + 60
+        while set(left()) != {"inf2-48xl-0"} and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert set(left()) == {"inf2-48xl-0"}
     finally:
         stop_stack(state_dir)
     assert processes_mentioning(str(state_dir)) == []

@@ -48,3 +48,9 @@ def ready_nodes(kubeconfig: Path) -> set[str]:
             if cond.get("type") == "Ready" and cond.get("status") == "True":
                 ready.add(item["metadata"]["name"])
     return ready
+
+
+def node_names(kubeconfig: Path) -> set[str]:
+    """Names of every Node the cluster has."""
+    proc = run(kubeconfig, ["get", "nodes", "-o", "name"])
+    return {line.removeprefix("node/") for line in proc.stdout.split()}

@@ -463,6 +463,7 @@ def up(opts: UpOptions, *, progress: Progress = print) -> state.StackState:
         names = [n.name for n in opts.fleet.nodes] + realnodes.node_names(opts.real_nodes)
         wait_nodes_ready(layout.kubeconfig, names, timeout=120.0 + 2.0 * len(names))
         progress(f"  {len(names)} nodes Ready in {time.monotonic() - t_nodes:.1f} s")
+        remove_other_nodes(layout.kubeconfig, names, progress)
         # A pod applied the moment this returns must not be refused for want of the
         # namespace's default ServiceAccount.
         wait_default_service_account(layout.kubeconfig, timeout=60.0)
@@ -718,6 +719,27 @@ def wait_nodes_ready(kubeconfig: Path, names: Sequence[str], *, timeout: float) 
             return
         time.sleep(1.0)
     raise CliError(f"nodes not Ready after {timeout:.0f} s: {', '.join(missing)}")
+
+
+def remove_other_nodes(
+    kubeconfig: Path, names: Sequence[str], progress: Callable[[str], None]
+) -> list[str]:
+    """Delete the Nodes that are not this fleet's; their names.
+
+    The stack keeps its cluster (etcd's data) from one ``up`` to the next, so an earlier
+    fleet's nodes would stay, NotReady, with their ResourceSlices and pods. Deleted, their
+    slices go with them (a slice is owned by its Node) and the pod garbage collector removes
+    the pods bound to them.
+    """
+    others = sorted(kubectl.node_names(kubeconfig) - set(names))
+    if others:
+        nodes = "node" if len(others) == 1 else "nodes"
+        progress(
+            f"neuron-dra: removing {len(others)} {nodes} an earlier fleet left in the cluster: "
+            + ", ".join(others)
+        )
+        kubectl.run(kubeconfig, ["delete", "nodes", "--wait=false", *others])
+    return others
 
 
 def wait_default_service_account(kubeconfig: Path, *, timeout: float) -> None:
