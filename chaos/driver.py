@@ -153,7 +153,8 @@ class Outcome:
         if not held:
             r1 = "NOT MET"
         elif self.seconds < R1_SECONDS:
-            r1 = f"met for {self.seconds / 60:.0f} of the goal's {R1_SECONDS // 60} minutes"
+            minutes = f"{self.seconds / 60:.1f}".removesuffix(".0")
+            r1 = f"met for {minutes} of the goal's {R1_SECONDS // 60} minutes"
         else:
             r1 = "met"
         if not self.server_returns:

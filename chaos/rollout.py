@@ -126,7 +126,6 @@ def roll(
     name = pod["metadata"]["name"]
     pinned = json.loads(json.dumps(pod))
     pinned["spec"]["nodeSelector"] = {"kubernetes.io/hostname": node}
-    started = time.monotonic()
     problem = ""
     try:
         problem = _wait(
@@ -144,6 +143,7 @@ def roll(
         def dead() -> bool:
             return not process.alive(surge)
 
+        started = time.monotonic()
         kube.kubectl("apply", "-f", "-", input=json.dumps(pinned))
         if step.startswith("prepare:"):
             # The new plugin is asked first, and dies; the old one prepares on retry.

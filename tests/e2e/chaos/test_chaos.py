@@ -2,7 +2,9 @@
 with pods and UltraServer workloads churned while neuron-dra processes, NATS and the
 apiserver are killed and devices fail; nothing may be held twice, and everything converges
 afterwards, every failed device repaired and untainted. Then malformed messages go to the
-stack's consumers: each is one dead letter of each consumer that reads it, and nothing dies."""
+stack's consumers: each is one dead letter of each consumer that reads it, and nothing dies.
+Last, a node's kubelet plugin is rolled once per prepare and unprepare step, the new plugin
+dying at that step: the old one finishes each time."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import sys
 from collections.abc import Iterator
 
 import pytest
+from neuron_dra_kubelet_plugin.faults import STEPS
 
 from tests.fixtures.stack import REPO, KubeStack, start_stack, stop_stack
 
@@ -46,6 +49,7 @@ def test_two_minutes_of_churn_and_kills_hold_nothing_twice_and_converge(
             str(SEED),
             "--fuzz",
             str(FUZZ),
+            "--rollout",
             "--state-dir",
             str(chaos_stack.state_dir),
         ],
@@ -76,6 +80,10 @@ def test_two_minutes_of_churn_and_kills_hold_nothing_twice_and_converge(
     assert fuzz["duplicates"] == 0
     assert fuzz["crashes"] == []
     assert result["goals"]["R3"] == f"met for {FUZZ} of the goal's 10,000 inputs"
+    assert [r["step"] for r in result["rollout"]] == list(STEPS)
+    assert [r["problem"] for r in result["rollout"]] == [""] * len(STEPS)
+    assert result["rolloutProblems"] == []
+    assert result["goals"]["R4"].startswith("met (slowest ")
     steps = result["steps"]
     assert any("SIGKILL" in s or "SIGTERM" in s for s in steps), steps
     assert any(s.startswith("pod of") for s in steps), steps

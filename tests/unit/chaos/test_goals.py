@@ -18,6 +18,7 @@ def test_a_clean_30_minute_run_with_fast_returns_meets_both() -> None:
         "R1": "met",
         "R2": "met (slowest 9.9 s)",
         "R3": "not measured: no --fuzz",
+        "R4": "not measured: no --rollout",
     }
     assert json.loads(outcome.json_line())["goals"] == outcome.goals()
     [line] = [row for row in outcome.table().splitlines() if row.startswith("goal R2")]
@@ -32,6 +33,7 @@ def test_a_short_run_says_how_much_of_r1_it_covered() -> None:
         "R1": "met for 2 of the goal's 30 minutes",
         "R2": "not measured: no server was restarted",
         "R3": "not measured: no --fuzz",
+        "R4": "not measured: no --rollout",
     }
 
 
