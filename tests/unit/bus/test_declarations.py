@@ -6,22 +6,13 @@ import pytest
 from neuron_dra_common.bus import CONSUMERS, STREAMS, consumer, dead_letter_subject
 from neuron_dra_common.bus.headers import cloud_event_attributes, event_headers
 
+from chaos.fuzz import subject_matches
 from tests.unit.events.samples import samples
-
-
-def _matches(pattern: str, subject: str) -> bool:
-    p, s = pattern.split("."), subject.split(".")
-    for i, token in enumerate(p):
-        if token == ">":
-            return len(s) > i
-        if i >= len(s) or (token != "*" and token != s[i]):
-            return False
-    return len(p) == len(s)
 
 
 @pytest.mark.parametrize("event", samples(), ids=lambda e: e.event_type())
 def test_each_event_subject_is_held_by_one_stream(event: object) -> None:
-    holders = [s.name for s in STREAMS for p in s.subjects if _matches(p, event.subject)]  # type: ignore[attr-defined]
+    holders = [s.name for s in STREAMS for p in s.subjects if subject_matches(p, event.subject)]  # type: ignore[attr-defined]
     assert len(holders) == 1, holders
 
 
