@@ -14,7 +14,10 @@ shows; a check the apiserver cannot answer (it is being restarted) is counted as
 When the churn time is over the faults stop, every failed device is repaired, and the run
 waits until the stack converged: every component up, every pod whose claim is allocated
 Running, every workload ``Allocated`` or ``Pending``, and no device of ours tainted. Then
-the audit file must reconcile with the claims prepared (``chaos.invariants``).
+the audit file must reconcile with the claims prepared (``chaos.invariants``). Then, when
+asked, fuzzed messages go to the stack's consumers (``chaos.fuzz``) and a node's kubelet
+plugin is rolled once per prepare and unprepare step (``chaos.rollout``). The outcome judges
+the campaign's goals R1 to R4 on what the run did.
 """
 
 from __future__ import annotations
@@ -147,8 +150,9 @@ class Outcome:
         )
 
     def goals(self) -> dict[str, str]:
-        """Issue R1 and R2 of the campaign, judged on this run: ``met``, ``NOT MET`` or why
-        the run does not tell (R1 is stated for 30 minutes of churn, R2 needs a restart)."""
+        """The goals R1 to R4 (:data:`GOALS`), judged on this run: ``met``, ``NOT MET``, or
+        why the run does not tell (R1 is stated for 30 minutes of churn, R2 needs a server
+        restart, R3 ``--fuzz``, R4 ``--rollout``)."""
         held = not self.violations and not self.audit_mismatches and not self.failures
         if not held:
             r1 = "NOT MET"
@@ -632,7 +636,9 @@ class Driver:
             return
         node = self.rng.choice(candidates)
         self.o.say(f"rollout: {len(STEPS)} rolling updates of {node}'s kubelet plugin")
-        self.stack.kubectl("delete", "pods", "-n", NAMESPACE, "-l", "app=chaos", "--timeout=180s")
+        self.stack.kubectl(
+            "delete", "pods", "-n", NAMESPACE, "-l", "app=chaos", "--timeout=180s", check=False
+        )
         bystander = _pod("rollout-bystander", 4)
         bystander["spec"]["nodeSelector"] = {"kubernetes.io/hostname": node}
         self.stack.kubectl("apply", "-f", "-", input=json.dumps(bystander))

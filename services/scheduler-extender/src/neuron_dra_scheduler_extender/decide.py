@@ -328,7 +328,7 @@ _MAX_STATES = 50_000
 def verdict(shape: NodeShape, ask: Ask, used: Usage | Iterable[int]) -> tuple[Unfit | None, int]:
     """:func:`unfit` and :func:`score` together. Worked out once per node state (instance
     type, cores per device, used cores) and request: many nodes of a fleet are in the same
-    state (empty, or full), and the answer differs between them only by the node's name."""
+    state (empty, or full), and the answer is the same for all of them."""
     usage = _usage(shape, used)
     key = (shape.instance_type, shape.cores_per_device, usage.used, ask.resource, ask.count)
     known = _STATES.get(key)
