@@ -13,11 +13,11 @@ After every step the invariants (``chaos.invariants``) are checked on what the a
 shows; a check the apiserver cannot answer (it is being restarted) is counted as skipped.
 When the churn time is over the faults stop, every failed device is repaired, and the run
 waits until the stack converged: every component up, every pod whose claim is allocated
-Running, every workload ``Allocated`` or ``Pending``, and no device of ours tainted. Then
-the audit file must reconcile with the claims prepared (``chaos.invariants``). Then, when
-asked, fuzzed messages go to the stack's consumers (``chaos.fuzz``) and a node's kubelet
-plugin is rolled once per prepare and unprepare step (``chaos.rollout``). The outcome judges
-the campaign's goals R1 to R4 on what the run did.
+Running, every workload ``Allocated`` or ``Pending``, and no device of ours tainted. Then,
+when asked, fuzzed messages go to the stack's consumers (``chaos.fuzz``) and a node's kubelet
+plugin is rolled once per prepare and unprepare step (``chaos.rollout``). Last, the audit file
+must reconcile with the claims prepared (``chaos.invariants``). The outcome judges the
+campaign's goals R1 to R4 on what the run did.
 """
 
 from __future__ import annotations
@@ -601,17 +601,18 @@ class Driver:
         else:
             self.out.converged_seconds = time.monotonic() - stopped
         self.check("convergence")
-        # The audit trails the stack by up to the audit consumer's ack wait (30 s) when its
-        # process was killed with events in flight.
+        if self.o.fuzz > 0:
+            self.fuzz()
+        if self.o.rollout:
+            self.rollout()
+        # Last, so that it covers the rollout's claims too. The audit trails the stack by up
+        # to the audit consumer's ack wait (30 s) when its process was killed with events in
+        # flight.
         deadline = time.monotonic() + AUDIT_PATIENCE
         self.out.audit_mismatches = self.audit_problems()
         while self.out.audit_mismatches and time.monotonic() < deadline:
             time.sleep(1.0)
             self.out.audit_mismatches = self.audit_problems()
-        if self.o.fuzz > 0:
-            self.fuzz()
-        if self.o.rollout:
-            self.rollout()
         return self.out
 
     def rollout(self) -> None:

@@ -192,6 +192,9 @@ class ClaimEvents:
 
     def prepared(self, entry: ClaimEntry) -> None:
         PREPARED_CLAIMS.inc()
+        self.told_prepared(entry)
+
+    def told_prepared(self, entry: ClaimEntry) -> None:
         event = ClaimPrepared(
             node=self._node,
             claim=self._claim(entry),
@@ -207,7 +210,16 @@ class ClaimEvents:
             claim=self._claim(entry),
             devices=tuple(d.device for d in entry.devices),
         )
-        self._put((event, f"claim-unprepared/{self._node}/{entry.uid}/{self._boot_id}"))
+        self._put((event, self._unprepared_id(entry.uid)))
+
+    def told_unprepared(self, ref: ClaimRef) -> None:
+        # Its devices went with its entry; the event's id is the one it had.
+        claim = ObjectRef(namespace=ref.namespace, name=ref.name, uid=ref.uid)
+        event = ClaimUnprepared(node=self._node, claim=claim, devices=())
+        self._put((event, self._unprepared_id(ref.uid)))
+
+    def _unprepared_id(self, uid: str) -> str:
+        return f"claim-unprepared/{self._node}/{uid}/{self._boot_id}"
 
     def stop(self) -> None:
         """Publish what is queued, then let :meth:`run` return."""

@@ -93,13 +93,22 @@ class ClaimSource(Protocol):
 class PrepareListener(Protocol):
     """Told about every change of a claim's state on the node, after it is on disk.
 
-    Called only for real transitions: a repeated prepare answered from the checkpoint, or an
-    unprepare of a claim that was not prepared, says nothing.
+    ``prepared`` and ``unprepared`` are the transitions. A process can die between the
+    change on disk and telling it (or before what it told left the process); the kubelet then
+    asks again, and the answer comes from the disk. So a repeated prepare answered from the
+    checkpoint is told again (``told_prepared``), and so is an unprepare of a claim with no
+    entry (``told_unprepared``): the kubelet unprepares only claims it saw prepared on this
+    node. What is told again is the same event under the same id, which the bus and the
+    audit drop when it was already told.
     """
 
     def prepared(self, entry: ClaimEntry) -> None: ...
 
     def unprepared(self, entry: ClaimEntry) -> None: ...
+
+    def told_prepared(self, entry: ClaimEntry) -> None: ...
+
+    def told_unprepared(self, ref: ClaimRef) -> None: ...
 
 
 class FailureReporter(Protocol):
@@ -359,7 +368,7 @@ class NodePreparer:
     async def prepare(self, ref: ClaimRef) -> tuple[PreparedDevice, ...]:
         done = self._completed(ref)
         if done is not None:
-            return done.devices
+            return self._again(done)
         claim = await self._claims.get(ref)
         if claim is None:
             raise PrepareError(f"{ref}: not found")
@@ -376,7 +385,7 @@ class NodePreparer:
         self._refresh()
         done = self._completed(ref)
         if done is not None:
-            return done.devices
+            return self._again(done)
         with claimtrace.prepare_span(claim, tracer=self._tracer):
             if ref.uid in self._checkpoint.claims:
                 self._rollback_now(ref.uid)
@@ -409,6 +418,12 @@ class NodePreparer:
                 self._listener.prepared(plan.entry)
             return plan.entry.devices
 
+    def _again(self, done: ClaimEntry) -> tuple[PreparedDevice, ...]:
+        """A prepare answered from the checkpoint: told again (see :class:`PrepareListener`)."""
+        if self._listener is not None:
+            self._listener.told_prepared(done)
+        return done.devices
+
     async def unprepare(self, ref: ClaimRef) -> None:
         # Needs nothing but the UID: the claim object may be gone already.
         async with self._claim_locks.hold(ref.uid):
@@ -433,3 +448,5 @@ class NodePreparer:
             self._crash("unprepare:entry-dropped")
             if self._listener is not None and entry.state is ClaimState.PREPARE_COMPLETED:
                 self._listener.unprepared(entry)
+        elif self._listener is not None:
+            self._listener.told_unprepared(ref)
