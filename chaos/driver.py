@@ -42,8 +42,13 @@ from neuron_dra_common.ultraserver import FAILURE_STRATEGIES, TOPOLOGY_SIZES
 from neuron_dra_kubelet_plugin.faults import STEPS
 
 from chaos.fuzz import FuzzResult, crashed, fuzz_stack
-from chaos.invariants import audit_mismatches, devices_held_twice, nodes_held_twice
-from chaos.rollout import StepResult, node_problems, roll
+from chaos.invariants import (
+    audit_mismatches,
+    devices_held_twice,
+    nodes_held_twice,
+    running_claims,
+)
+from chaos.rollout import StepResult, get_pod, node_problems, roll
 
 __all__ = ["Options", "Outcome", "run"]
 
@@ -277,6 +282,7 @@ class Stack:
             )
         self.state_dir = state_dir
         self.kubeconfig = Path(current.kubeconfig)
+        self.nats_url = current.nats_url
 
     def kubectl(self, *args: str, input: str | None = None, check: bool = True) -> str:
         return kubectl.run(self.kubeconfig, args, input=input, check=check).stdout
@@ -567,16 +573,7 @@ class Driver:
         claims = self.stack.items("resourceclaims", "-n", NAMESPACE)
         if pods is None or claims is None:
             return ["the apiserver does not answer"]
-        uids = {c["metadata"]["name"]: c["metadata"]["uid"] for c in claims}
-        running: dict[tuple[str, str], str] = {}
-        for pod in pods:
-            status = pod.get("status") or {}
-            if status.get("phase") != "Running" or pod["metadata"].get("deletionTimestamp"):
-                continue
-            for ref in status.get("resourceClaimStatuses") or ():
-                name = ref.get("resourceClaimName")
-                if name in uids:
-                    running[(pod["spec"]["nodeName"], uids[name])] = f"{NAMESPACE}/{name}"
+        running = running_claims(pods, claims)
         return audit_mismatches(_audit_lines(self.o.state_dir), running, namespace=NAMESPACE)
 
     # --- the run -----------------------------------------------------------------------
@@ -665,22 +662,17 @@ class Driver:
             self.out.rollout.append(result)
             self.check(f"the rollout at {step}")
         # The bystander still runs, prepared once, and the node holds nothing else.
-        pod = self.stack.items(
-            "pods", "-n", NAMESPACE, "--field-selector", "metadata.name=rollout-bystander"
-        )
-        if not pod or (pod[0].get("status") or {}).get("phase") != "Running":
+        pod = get_pod(self.stack, NAMESPACE, "rollout-bystander")
+        if pod is None or (pod.get("status") or {}).get("phase") != "Running":
             self.out.rollout_problems.append("the bystander pod is not Running")
         self.out.rollout_problems += node_problems(self.stack, NAMESPACE, node, plugins[node].env)
 
     def fuzz(self) -> None:
         """R3: fuzzed messages to every durable consumer of the converged stack."""
-        current = state.load(self.o.state_dir)
-        if current is None:
-            raise CliError(f"the stack under {self.o.state_dir} is gone")
         self.o.say(f"fuzzing: {self.o.fuzz:,} malformed messages to the stack's consumers")
         before = {c.name: c.pid for c in self.stack.components()}
         self.out.fuzz = asyncio.run(
-            fuzz_stack(current.nats_url, count=self.o.fuzz, seed=self.o.seed)
+            fuzz_stack(self.stack.nats_url, count=self.o.fuzz, seed=self.o.seed)
         )
         after = [(c.name, c.pid) for c in self.stack.components()]
         self.out.fuzz_crashes = crashed(before, after, self.stack.down())

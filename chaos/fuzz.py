@@ -121,23 +121,22 @@ class _DeadLetters:
         self._next = max(self._next, info.state.last_seq + 1)
 
 
-async def fuzz_stack(
-    nats_url: str, *, count: int, seed: int, patience: float | None = None
-) -> FuzzResult:
+async def fuzz_stack(nats_url: str, *, count: int, seed: int) -> FuzzResult:
     """Send ``count`` fuzzed messages to the stack at ``nats_url`` and count its dead letters."""
     bus = await Bus.connect([nats_url], name="chaos-fuzz")
     try:
         durables = await _durables(bus)
         messages = _messages(count, seed, durables)
-        wanted: dict[tuple[str, str, bytes], int] = {}
-        for m in messages:
-            for consumer, filters in durables.items():
-                if any(subject_matches(f, m.subject) for f in filters):
-                    wanted[(consumer, m.subject, m.payload)] = 1
+        wanted = {
+            (consumer, m.subject, m.payload)
+            for m in messages
+            for consumer, filters in durables.items()
+            if any(subject_matches(f, m.subject) for f in filters)
+        }
         letters = _DeadLetters(bus, (await bus.js.stream_info(DEADLETTER.name)).state.last_seq + 1)
         for m in messages:
             await bus.js.publish(m.subject, m.payload)
-        deadline = time.monotonic() + (patience if patience is not None else 30 + count / 20)
+        deadline = time.monotonic() + 30 + count / 20
         while True:
             await letters.read()
             if all(letters.counts[key] for key in wanted) or time.monotonic() > deadline:
@@ -148,7 +147,7 @@ async def fuzz_stack(
         got = letters.counts
     finally:
         await bus.close()
-    missing = [key for key in wanted if got[key] == 0]
+    missing = sorted(key for key in wanted if got[key] == 0)
     return FuzzResult(
         sent=len(messages),
         expected=len(wanted),

@@ -17,7 +17,7 @@ from typing import Any
 
 from neuron_dra_common.driver import DRIVER_NAME, NODE_DEVICE
 
-__all__ = ["audit_mismatches", "devices_held_twice", "nodes_held_twice"]
+__all__ = ["audit_mismatches", "devices_held_twice", "nodes_held_twice", "running_claims"]
 
 PREPARED = "claim.prepared.v1"
 UNPREPARED = "claim.unprepared.v1"
@@ -81,6 +81,23 @@ def nodes_held_twice(workloads: Iterable[Obj]) -> list[str]:
         for node, names in sorted(holders.items())
         if len(names) > 1
     ]
+
+
+def running_claims(pods: Iterable[Obj], claims: Iterable[Obj]) -> dict[tuple[str, str], str]:
+    """(node, claim UID) -> the claim's ``namespace/name``, for every claim of a pod that runs
+    (phase Running and not being deleted); ``pods`` and ``claims`` of one namespace."""
+    uids = {c["metadata"]["name"]: c["metadata"]["uid"] for c in claims}
+    running: dict[tuple[str, str], str] = {}
+    for pod in pods:
+        status = pod.get("status") or {}
+        if status.get("phase") != "Running" or pod["metadata"].get("deletionTimestamp"):
+            continue
+        for ref in status.get("resourceClaimStatuses") or ():
+            name = ref.get("resourceClaimName")
+            if name in uids:
+                namespace = pod["metadata"].get("namespace", "")
+                running[(pod["spec"]["nodeName"], uids[name])] = f"{namespace}/{name}"
+    return running
 
 
 def audit_mismatches(

@@ -20,14 +20,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol
 
-import msgspec
 from neuron_dra_cli.stack import probes, process, state
 from neuron_dra_common import cdi
 from neuron_dra_kubelet_plugin.checkpoint import CheckpointStore
 from neuron_dra_kubelet_plugin.faults import CRASH_ENV, STEPS
 from neuron_dra_kubelet_plugin.registration import socket_paths
 
-__all__ = ["StepResult", "node_problems", "roll"]
+from chaos.invariants import running_claims
+
+__all__ = ["StepResult", "get_pod", "node_problems", "roll"]
 
 Obj = dict[str, Any]
 #: Seconds a step may take from the pod's creation (or deletion) until the node converged:
@@ -56,16 +57,7 @@ def node_problems(kube: Kube, namespace: str, node: str, plugin_env: dict[str, s
     claims = kube.items("resourceclaims", "-n", namespace)
     if pods is None or claims is None:
         return ["the apiserver does not answer"]
-    uids = {c["metadata"]["name"]: c["metadata"]["uid"] for c in claims}
-    running = {
-        uids[ref["resourceClaimName"]]
-        for pod in pods
-        if pod["spec"].get("nodeName") == node
-        and (pod.get("status") or {}).get("phase") == "Running"
-        and not pod["metadata"].get("deletionTimestamp")
-        for ref in (pod.get("status") or {}).get("resourceClaimStatuses") or ()
-        if ref.get("resourceClaimName") in uids
-    }
+    running = {uid for on, uid in running_claims(pods, claims) if on == node}
     paths = socket_paths(Path(plugin_env["NEURON_DRA_KUBELET_ROOT"]))
     entries = CheckpointStore(paths.dra.parent / "checkpoint.json").load().claims
     specs = cdi.claim_spec_uids(Path(plugin_env["NEURON_DRA_CDI_ROOT"]))
@@ -74,13 +66,9 @@ def node_problems(kube: Kube, namespace: str, node: str, plugin_env: dict[str, s
         problems.append(f"checkpoint holds {sorted(entries)}, running pods {sorted(running)}")
     if specs != set(entries):
         problems.append(f"CDI specs {sorted(specs)}, checkpoint {sorted(entries)}")
-    held = Counter(d for e in msgspec.to_builtins(entries).values() for d in _devices(e))
+    held = Counter(d.device for e in entries.values() for d in e.devices)
     problems += [f"{device} held {n} times" for device, n in held.items() if n > 1]
     return problems
-
-
-def _devices(entry: Obj) -> list[str]:
-    return [d["device"] for d in entry.get("devices") or ()]
 
 
 def _wait(what: str, done: Callable[[], bool], within: float) -> str:
@@ -92,7 +80,8 @@ def _wait(what: str, done: Callable[[], bool], within: float) -> str:
     return ""
 
 
-def _pod(kube: Kube, namespace: str, name: str) -> Obj | None:
+def get_pod(kube: Kube, namespace: str, name: str) -> Obj | None:
+    """Pod ``name`` as the apiserver has it; None when it is gone (or the apiserver away)."""
     pods = kube.items("pods", "-n", namespace, "--field-selector", f"metadata.name={name}")
     return pods[0] if pods else None
 
@@ -137,7 +126,7 @@ def roll(
             return StepResult(step, node, 0.0, problem)
 
         def running() -> bool:
-            p = _pod(kube, namespace, name)
+            p = get_pod(kube, namespace, name)
             return p is not None and (p.get("status") or {}).get("phase") == "Running"
 
         def dead() -> bool:
@@ -156,7 +145,7 @@ def roll(
             kube.kubectl("delete", "pod", name, "-n", namespace, "--wait=false")
             problem = problem or _wait(f"the new plugin to die at {step}", dead, STEP_PATIENCE)
             problem = problem or _wait(
-                f"pod {name} gone", lambda: _pod(kube, namespace, name) is None, STEP_PATIENCE
+                f"pod {name} gone", lambda: get_pod(kube, namespace, name) is None, STEP_PATIENCE
             )
         if not problem:
             left: list[str] = []

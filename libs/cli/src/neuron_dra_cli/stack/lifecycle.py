@@ -723,8 +723,8 @@ def wait_nodes_ready(kubeconfig: Path, names: Sequence[str], *, timeout: float) 
 
 def remove_other_nodes(
     kubeconfig: Path, names: Sequence[str], progress: Callable[[str], None]
-) -> list[str]:
-    """Delete the Nodes that are not this fleet's; their names.
+) -> None:
+    """Delete the Nodes that are not this fleet's.
 
     The stack keeps its cluster (etcd's data) from one ``up`` to the next, so an earlier
     fleet's nodes would stay, NotReady, with their ResourceSlices and pods. Deleted, their
@@ -739,7 +739,6 @@ def remove_other_nodes(
             + ", ".join(others)
         )
         kubectl.run(kubeconfig, ["delete", "nodes", "--wait=false", *others])
-    return others
 
 
 def wait_default_service_account(kubeconfig: Path, *, timeout: float) -> None:
