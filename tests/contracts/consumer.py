@@ -41,7 +41,7 @@ class ConsumerContract(abc.ABC):
     #: The consumer under test (its ack wait is shortened for the tests).
     spec: ConsumerSpec
     #: Runner settings with short pauses; a service may override with its own.
-    options = RunnerOptions(backoff=(0.05,), max_attempts=3, fetch_timeout=0.2)
+    options = RunnerOptions(backoff=(0.05,), max_attempts=3)
     #: The indices whose samples have an effect, when only a few do (``None``: any index).
     fuzz_good: Sequence[int] | None = None
 

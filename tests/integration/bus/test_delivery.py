@@ -6,15 +6,18 @@ import asyncio
 
 import msgspec
 import pytest
+from nats.js import api
+from nats.js.errors import NotFoundError
 from neuron_dra_common.bus import (
     Bus,
     ConsumerSpec,
     Delivery,
+    Handler,
     PermanentError,
     RunnerOptions,
     consumer,
 )
-from neuron_dra_common.bus.declarations import HEARTBEAT
+from neuron_dra_common.bus.declarations import HEARTBEAT, deliver_subject
 from neuron_dra_common.events import AnyEvent, NodeHeartbeat
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
@@ -22,9 +25,10 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from tests.contracts.support import dead_letters, heartbeat, running, wait_until
+from tests.fixtures.nats import NatsServer
 
 SPEC = ConsumerSpec(stream=HEARTBEAT.name, durable="test-heartbeats", ack_wait_seconds=2.0)
-FAST = RunnerOptions(backoff=(0.05,), max_attempts=3, fetch_timeout=0.2)
+FAST = RunnerOptions(backoff=(0.05,), max_attempts=3)
 
 
 async def test_same_msg_id_is_stored_and_handled_once(nats_bus: Bus) -> None:
@@ -188,3 +192,118 @@ async def test_declared_consumers_reconcile_idempotently(nats_bus: Bus, durable:
     assert info.config.ack_wait == 45.0
     names = [c.name for c in await nats_bus.js.consumers_info(spec.stream)]
     assert names == [durable]
+
+
+async def test_an_earlier_releases_pull_consumer_is_replaced_from_its_ack_floor(
+    nats_bus: Bus,
+) -> None:
+    """A pull consumer of the same name (release 0.1.0 made them) becomes a push consumer that
+    starts after what the old one acknowledged: nothing acknowledged comes again, nothing
+    unacknowledged is skipped."""
+    js = nats_bus.js
+    await js.add_consumer(
+        SPEC.stream,
+        api.ConsumerConfig(
+            durable_name=SPEC.durable,
+            ack_policy=api.AckPolicy.EXPLICIT,
+            ack_wait=SPEC.ack_wait_seconds,
+            max_ack_pending=SPEC.max_ack_pending,
+        ),
+    )
+    pub = nats_bus.publisher(source="/test")
+    # One node each: the heartbeat stream keeps the latest per node.
+    sent = [(await pub.publish(heartbeat(f"node-{i}"))).sequence for i in range(1, 6)]
+    old = await js.pull_subscribe_bind(durable=SPEC.durable, stream=SPEC.stream)
+    for msg in await old.fetch(3, timeout=5):
+        await msg.ack_sync()
+    await old.unsubscribe()
+
+    seen: list[int] = []
+
+    async def handle(event: AnyEvent, delivery: Delivery) -> None:
+        seen.append(delivery.stream_sequence)
+
+    async with running(nats_bus.runner(SPEC, handle, options=FAST)):
+        await wait_until(lambda: len(seen) >= 2, what="the unacknowledged two")
+        await asyncio.sleep(0.3)
+    assert seen == sent[3:]
+    info = await js.consumer_info(SPEC.stream, SPEC.durable)
+    assert (info.config.deliver_subject, info.config.deliver_group) == (
+        deliver_subject(SPEC),
+        SPEC.durable,
+    )
+    assert info.num_ack_pending == 0
+    assert await nats_bus.reconcile(streams=(), consumers=[SPEC]) == {
+        f"{SPEC.stream}/{SPEC.durable}": "unchanged"
+    }
+    # Its other settings can still change; where it started stays.
+    longer = msgspec.structs.replace(SPEC, ack_wait_seconds=9.0)
+    assert await nats_bus.reconcile(streams=(), consumers=[longer]) == {
+        f"{SPEC.stream}/{SPEC.durable}": "updated"
+    }
+    info = await js.consumer_info(SPEC.stream, SPEC.durable)
+    assert (info.config.ack_wait, info.config.opt_start_seq) == (9.0, sent[3])
+
+
+async def test_a_consumer_deleted_under_its_runner_is_created_again(nats_bus: Bus) -> None:
+    seen: list[int] = []
+
+    async def handle(event: AnyEvent, delivery: Delivery) -> None:
+        seen.append(delivery.stream_sequence)
+
+    pub = nats_bus.publisher(source="/test")
+    options = msgspec.structs.replace(FAST, progress_interval=0.2)
+    async with running(nats_bus.runner(SPEC, handle, options=options)):
+        first = (await pub.publish(heartbeat("node-1"))).sequence
+        await wait_until(lambda: seen == [first], what="the first event")
+        await nats_bus.js.delete_consumer(SPEC.stream, SPEC.durable)
+
+        async def exists() -> bool:
+            try:
+                await nats_bus.js.consumer_info(SPEC.stream, SPEC.durable)
+            except NotFoundError:
+                return False
+            return True
+
+        for _ in range(50):
+            if await exists():
+                break
+            await asyncio.sleep(0.1)
+        assert await exists(), "the runner did not create its consumer again"
+        second = (await pub.publish(heartbeat("node-2"))).sequence
+        await wait_until(lambda: second in seen, what="the event after the consumer came back")
+        await asyncio.sleep(0.3)
+    # The new consumer starts at the stream's beginning: the first event came again and was
+    # acked without its handler (the runner remembers what it handled).
+    assert seen == [first, second]
+
+
+async def test_instances_of_one_service_share_its_consumer_and_none_is_handled_twice(
+    nats_bus: Bus, nats_server: NatsServer
+) -> None:
+    other = await Bus.connect([nats_server.url], name="second-instance")
+    handled: dict[str, list[int]] = {"one": [], "two": []}
+
+    def handler(instance: str) -> Handler:
+        async def handle(event: AnyEvent, delivery: Delivery) -> None:
+            handled[instance].append(delivery.stream_sequence)
+
+        return handle
+
+    pub = nats_bus.publisher(source="/test")
+    try:
+        async with (
+            running(nats_bus.runner(SPEC, handler("one"), options=FAST)),
+            running(other.runner(SPEC, handler("two"), options=FAST)),
+        ):
+            await pub.publish_many([heartbeat(f"node-{i}") for i in range(1, 101)])
+            await wait_until(
+                lambda: len(handled["one"]) + len(handled["two"]) >= 100, what="100 events"
+            )
+            await asyncio.sleep(0.3)
+    finally:
+        await other.close()
+    everything = handled["one"] + handled["two"]
+    assert len(everything) == len(set(everything)) == 100
+    assert handled["one"], "the second instance got every event"
+    assert handled["two"], "the first instance got every event"

@@ -17,7 +17,7 @@ from prometheus_client import REGISTRY
 from tests.contracts.support import dead_letters, heartbeat, running, wait_until
 
 SPEC = ConsumerSpec(stream=HEALTH.name, durable="test-hot-path", ack_wait_seconds=2.0)
-FAST = RunnerOptions(backoff=(0.05,), max_attempts=3, fetch_timeout=0.2)
+FAST = RunnerOptions(backoff=(0.05,), max_attempts=3)
 
 
 def health(i: int) -> DeviceHealthChanged:

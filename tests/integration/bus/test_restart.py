@@ -45,7 +45,7 @@ async def test_restart_mid_stream_loses_none_and_applies_none_twice(
             # Paced like a service, so the restart lands while both sides are busy.
             await asyncio.sleep(0.05)
 
-    options = RunnerOptions(fetch_timeout=0.25, backoff=(0.05,))
+    options = RunnerOptions(backoff=(0.05,))
     try:
         async with running(consuming.runner(SPEC, apply, options=options)):
             publisher = asyncio.create_task(publish_all(), name="publish-all")

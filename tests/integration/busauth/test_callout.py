@@ -17,6 +17,7 @@ import nats
 import nats.errors
 import pytest
 from nats.aio.msg import Msg
+from nats.js import api
 from nats.js.errors import NotFoundError
 from neuron_dra_bus_auth.identities import NODE_NAME_EXTRA, service_account_of
 from neuron_dra_bus_auth.permissions import (
@@ -25,8 +26,8 @@ from neuron_dra_bus_auth.permissions import (
     CLUSTER_SERVICES,
     Role,
 )
-from neuron_dra_common.bus import Bus, BusCredentials, consumer, replay, request
-from neuron_dra_common.bus.declarations import INVENTORY, STREAMS
+from neuron_dra_common.bus import Bus, BusCredentials, Delivery, consumer, replay, request
+from neuron_dra_common.bus.declarations import INVENTORY, STREAMS, deliver_subject
 from neuron_dra_common.events import (
     AllocationDecided,
     AllocationRequested,
@@ -37,6 +38,7 @@ from neuron_dra_common.events import (
 from neuron_dra_common.events.codec import decode
 from neuron_dra_common.hardware.simulate import write_node
 
+from tests.contracts.support import heartbeat
 from tests.fixtures.natsclients import client, refused, reported, violated
 from tests.integration.busauth.conftest import AuthenticatedBus
 
@@ -309,24 +311,29 @@ async def test_discovery_publishes_its_own_nodes_inventory_and_cannot_pose_as_an
             await reader.js.get_last_msg(INVENTORY.name, other_subject)
 
 
+def _declare(bus: AuthenticatedBus, token: Path) -> subprocess.CompletedProcess[str]:
+    """``neuron-dra-bus-declare`` run with ``token``, as the install's Job runs it."""
+    return subprocess.run(
+        [sys.executable, "-m", "neuron_dra_bus_auth.declare"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={
+            **os.environ,
+            "NEURON_DRA_NATS_SERVERS": bus.url,
+            "NEURON_DRA_NATS_TOKEN_FILE": str(token),
+            "NEURON_DRA_WAIT_SECONDS": "10",
+        },
+    )
+
+
 def test_only_the_admin_declares_the_streams(authenticated_bus: AuthenticatedBus) -> None:
     """``neuron-dra-bus-declare``, the install step: as a service it fails naming the first
     stream; as the admin it creates every stream, and a second run changes nothing."""
     bus = authenticated_bus
 
     def declare(token: Path) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "neuron_dra_bus_auth.declare"],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            env={
-                **os.environ,
-                "NEURON_DRA_NATS_SERVERS": bus.url,
-                "NEURON_DRA_NATS_TOKEN_FILE": str(token),
-                "NEURON_DRA_WAIT_SECONDS": "10",
-            },
-        )
+        return _declare(bus, token)
 
     service = declare(bus.token_file(service_account_of("slice-publisher")))
     assert service.returncode == 1
@@ -338,3 +345,87 @@ def test_only_the_admin_declares_the_streams(authenticated_bus: AuthenticatedBus
     assert {f"{s.name}: created" for s in STREAMS} <= set(first.stdout.splitlines())
     again = declare(admin)
     assert {f"{s.name}: unchanged" for s in STREAMS} <= set(again.stdout.splitlines())
+
+
+async def test_a_service_receives_its_consumers_deliveries_and_no_other_identity_can(
+    authenticated_bus: AuthenticatedBus,
+) -> None:
+    """The server pushes a durable consumer's messages to a subject only its service may
+    subscribe to, and only in its deliver group: another identity cannot take a share."""
+    bus = authenticated_bus
+    admin = await _declared(bus)
+    spec = consumer("health-monitor-heartbeats")
+    handled: list[str] = []
+
+    async def handle(event: object, delivery: Delivery) -> None:
+        handled.append(delivery.subject)
+
+    detector = bus.token_file(service_account_of("failure-detector"))
+    async with _bus(bus, detector, name="failure-detector") as service:
+        runner = service.runner(spec, handle)
+        task = asyncio.create_task(runner.run(), name="detector-heartbeats")
+        try:
+            for _ in range(100):
+                if runner.ready or task.done():
+                    break
+                await asyncio.sleep(0.1)
+            assert runner.ready, "the failure detector's runner did not start"
+            async with _bus(bus, admin, name="admin") as publisher:
+                await publisher.publisher(source="/test").publish(heartbeat("node-1"))
+            for _ in range(100):
+                if handled:
+                    break
+                await asyncio.sleep(0.1)
+            assert handled == ["neuron.heartbeat.node-1"]
+        finally:
+            runner.stop()
+            await asyncio.wait_for(task, 10)
+
+    subject = deliver_subject(spec)
+    audit = bus.token_file(service_account_of("audit")).read_text()
+    errors: list[str] = []
+    nc = await client(bus.url, token=audit, errors=errors)
+    try:
+        await nc.subscribe(subject, queue=spec.durable)
+        await nc.flush()
+        assert await reported(errors, f'subscription to "{subject}"'), errors
+    finally:
+        await nc.close()
+
+
+async def test_the_declare_step_replaces_an_earlier_releases_pull_consumer(
+    authenticated_bus: AuthenticatedBus,
+) -> None:
+    """Release 0.1.0's durable consumers were pull consumers. A service may not delete one, so
+    it says to run the declare step; the declare step replaces it from its ack floor."""
+    bus = authenticated_bus
+    admin = await _declared(bus)
+    spec = consumer("health-monitor-heartbeats")
+    async with _bus(bus, admin, name="admin") as connected:
+        await connected.js.add_consumer(
+            spec.stream,
+            api.ConsumerConfig(durable_name=spec.durable, ack_policy=api.AckPolicy.EXPLICIT),
+        )
+        publisher = connected.publisher(source="/test")
+        for node in ("node-1", "node-2"):
+            await publisher.publish(heartbeat(node))
+        old = await connected.js.pull_subscribe_bind(durable=spec.durable, stream=spec.stream)
+        (first,) = await old.fetch(1, timeout=5)
+        await first.ack_sync()
+        await old.unsubscribe()
+
+    detector = bus.token_file(service_account_of("failure-detector"))
+    async with _bus(bus, detector, name="failure-detector") as service:
+        with pytest.raises(RuntimeError, match="run the declare step"):
+            await service.reconcile(streams=(), consumers=[spec])
+
+    declared = _declare(bus, admin)
+    assert declared.returncode == 0, declared.stderr
+    assert f"{spec.stream}/{spec.durable}: recreated" in declared.stdout.splitlines()
+    async with _bus(bus, detector, name="failure-detector") as service:
+        assert await service.reconcile(streams=(), consumers=[spec]) == {
+            f"{spec.stream}/{spec.durable}": "unchanged"
+        }
+        info = await service.js.consumer_info(spec.stream, spec.durable)
+    assert info.config.deliver_subject == deliver_subject(spec)
+    assert info.num_pending == 1, "only the heartbeat the old consumer did not ack is left"

@@ -5,7 +5,8 @@ streams; the services only read them at start. This command is the declare step:
 per install or upgrade (the ``bus-auth`` component's Job, ``neuron-dra dev up --bus-auth``)
 with the admin's token in ``NEURON_DRA_NATS_TOKEN_FILE``. It waits for the server for up to
 ``NEURON_DRA_WAIT_SECONDS``, prints what changed per stream and exits 0, or 1 naming what
-failed.
+failed. It also replaces the durable pull consumers an earlier release left with the push
+consumers this one runs, each from where the old one stood (only the admin deletes consumers).
 """
 
 from __future__ import annotations
@@ -34,9 +35,11 @@ class DeclareSettings(ServiceSettings, frozen=True, kw_only=True):
 
 
 async def declare(settings: DeclareSettings) -> dict[str, str]:
-    """Connect (retrying until ``wait_seconds``), reconcile every stream, return the changes."""
+    """Connect (retrying until ``wait_seconds``), reconcile every stream, replace earlier
+    releases' pull consumers; return the changes."""
     from neuron_dra_common.bus import Bus, credentials_of, limits_of
-    from neuron_dra_common.bus.declarations import STREAMS
+    from neuron_dra_common.bus.declarations import CONSUMERS, STREAMS
+    from neuron_dra_common.bus.reconcile import replace_pull_consumers
 
     deadline = time.monotonic() + settings.wait_seconds
     while True:
@@ -67,6 +70,7 @@ async def declare(settings: DeclareSettings) -> dict[str, str]:
                     f"stream {stream.name}: not declared ({exc or type(exc).__name__}); only "
                     "the bus's admin identity may create or update streams"
                 ) from None
+        changes.update(await replace_pull_consumers(bus.js, CONSUMERS.values()))
     finally:
         await bus.close()
     return changes

@@ -5,9 +5,12 @@ request subject, the events' subjects), so a new stream or consumer changes the 
 it. What the NATS client itself sends for JetStream:
 
 - a JetStream publish is a core publish whose ack comes back on the client's ``_INBOX``;
-- a durable pull consumer is checked and created through ``$JS.API.CONSUMER.INFO`` /
-  ``CONSUMER.CREATE.<stream>.<durable>[.<filter>]``, fetched through
-  ``CONSUMER.MSG.NEXT.<stream>.<durable>`` and acknowledged on ``$JS.ACK.<stream>.<durable>.>``;
+- a durable consumer is checked and created through ``$JS.API.CONSUMER.INFO`` /
+  ``CONSUMER.CREATE.<stream>.<durable>[.<filter>]`` (an earlier release's pull consumer is
+  replaced by the declare step, as only the admin deletes consumers), pushed to its deliver subject
+  ``neuron.deliver.<stream>.<durable>`` in the deliver group ``<durable>`` (only its service
+  may subscribe there, and only in that group) and acknowledged on
+  ``$JS.ACK.<stream>.<durable>.>``;
 - a projection or replay is an ordered push consumer: ``CONSUMER.CREATE.<stream>`` (no name,
   its filter is in the body, so reading is granted per stream), flow-control replies on
   ``$JS.FC.<stream>.>``, delivery to an ``_INBOX`` subject.
@@ -40,6 +43,7 @@ from neuron_dra_common.bus.declarations import (
     TAINTS,
     ConsumerSpec,
     StreamSpec,
+    deliver_subject,
 )
 from neuron_dra_common.events.base import SUBJECT_ROOT, subject_token
 
@@ -119,16 +123,20 @@ def _read(*streams: StreamSpec) -> list[str]:
 
 
 def _durable(spec: ConsumerSpec) -> list[str]:
-    """A durable pull consumer: create or update it, fetch, acknowledge."""
+    """A durable consumer: create or update it, acknowledge what it pushes."""
     at = f"{spec.stream}.{spec.durable}"
     return [
         f"{_API}.CONSUMER.INFO.{at}",
         f"{_API}.CONSUMER.CREATE.{at}",
         f"{_API}.CONSUMER.CREATE.{at}.>",
         f"{_API}.CONSUMER.DURABLE.CREATE.{at}",
-        f"{_API}.CONSUMER.MSG.NEXT.{at}",
         f"$JS.ACK.{at}.>",
     ]
+
+
+def _deliveries(spec: ConsumerSpec) -> str:
+    """Receiving ``spec``'s pushed messages: its deliver subject, in its group only."""
+    return f"{deliver_subject(spec)} {spec.durable}"
 
 
 def _dead_letters(*readers: tuple[StreamSpec | str, str]) -> list[str]:
@@ -171,10 +179,10 @@ def _cluster_service(role: ClusterService) -> Permissions:
     publish = _base()
     subscribe = [INBOX]
     respond = False
+    owned: list[str] = []  # the durable consumers it runs
     if role == "slice-publisher":
         publish += [_subject("taint", ">"), *_read(INVENTORY, HEALTH, TAINTS)]
-        publish += _durable(CONSUMERS["slice-publisher-inventory"])
-        publish += _durable(CONSUMERS["slice-publisher-health"])
+        owned += ["slice-publisher-inventory", "slice-publisher-health"]
         publish += _dead_letters(
             (INVENTORY, "slice-publisher-inventory"),
             (HEALTH, "slice-publisher-health"),
@@ -197,19 +205,23 @@ def _cluster_service(role: ClusterService) -> Permissions:
     elif role == "failure-detector":
         # NodeLost / NodeRecovered only: neuron.health.<node>.node, never a device's health.
         publish += [_subject("health", "*", "node"), *_read(HEALTH, HEARTBEAT)]
-        publish += _durable(CONSUMERS["health-monitor-heartbeats"])
+        owned.append("health-monitor-heartbeats")
         publish += _dead_letters(
             (HEALTH, "health-monitor-heartbeats"), (HEARTBEAT, "health-monitor-heartbeats")
         )
     elif role == "alerts":
         publish += [_subject("alert", ">"), *_read(ALERTS, ALLOCATION, DEADLETTER, AUDIT)]
-        publish += _durable(CONSUMERS["alert"])
+        owned.append("alert")
         publish += _dead_letters(
             (AUDIT, "alert"), (ALERTS, "alert"), (ALLOCATION, "alert"), (DEADLETTER, "alert")
         )
     else:
-        publish += [*_read(AUDIT), *_durable(CONSUMERS["audit"])]
+        publish += _read(AUDIT)
+        owned.append("audit")
         publish += _dead_letters((AUDIT, "audit"))
+    for durable in owned:
+        publish += _durable(CONSUMERS[durable])
+        subscribe.append(_deliveries(CONSUMERS[durable]))
     return Permissions(publish=tuple(publish), subscribe=tuple(subscribe), respond=respond)
 
 

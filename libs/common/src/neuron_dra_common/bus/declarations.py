@@ -20,6 +20,7 @@ __all__ = [
     "CONSUMERS",
     "DEADLETTER",
     "DEAD_LETTER_PREFIX",
+    "DELIVER_PREFIX",
     "HEALTH",
     "HEARTBEAT",
     "INVENTORY",
@@ -31,6 +32,7 @@ __all__ = [
     "StreamSpec",
     "consumer",
     "dead_letter_subject",
+    "deliver_subject",
     "reader",
 ]
 
@@ -57,7 +59,11 @@ class StreamSpec(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class ConsumerSpec(msgspec.Struct, frozen=True, kw_only=True):
-    """A durable pull consumer on ``stream``.
+    """A durable consumer on ``stream``, pushed to its service's instances as one group.
+
+    The server pushes to :func:`deliver_subject` (no stream stores it) in the deliver group
+    named ``durable``, so the instances of one service share the messages and at most
+    ``max_ack_pending`` of them are unacknowledged at a time.
 
     ``ack_wait_seconds`` is how long the server waits for an ack before redelivering; the
     runner sends in-progress acks well within it while a handler is slow. ``max_deliver`` is
@@ -79,6 +85,7 @@ def _subjects(kind: str) -> tuple[str, ...]:
 
 
 DEAD_LETTER_PREFIX: Final = f"{SUBJECT_ROOT}.deadletter"
+DELIVER_PREFIX: Final = f"{SUBJECT_ROOT}.deliver"
 
 INVENTORY: Final = StreamSpec(
     name="NEURON_INVENTORY",
@@ -210,3 +217,12 @@ def reader(stream: StreamSpec | str, name: str) -> ConsumerSpec:
 def dead_letter_subject(spec: ConsumerSpec) -> str:
     """Where ``spec``'s consumer sends what it cannot handle."""
     return f"{DEAD_LETTER_PREFIX}.{spec.stream}.{spec.durable}"
+
+
+def deliver_subject(spec: ConsumerSpec) -> str:
+    """Where the server pushes ``spec``'s messages; only its service may subscribe to it.
+
+    >>> deliver_subject(consumer("audit"))
+    'neuron.deliver.NEURON_AUDIT.audit'
+    """
+    return f"{DELIVER_PREFIX}.{spec.stream}.{spec.durable}"

@@ -7,16 +7,24 @@ from collections.abc import Iterable
 from typing import Any, Literal
 
 import msgspec
+import nats.errors
 from nats.js import JetStreamContext, api
 from nats.js.errors import NotFoundError
 
-from neuron_dra_common.bus.declarations import ConsumerSpec, StreamSpec
+from neuron_dra_common.bus.declarations import ConsumerSpec, StreamSpec, deliver_subject
 
-__all__ = ["Change", "reconcile", "reconcile_consumer", "reconcile_stream"]
+__all__ = [
+    "Change",
+    "consumer_config",
+    "reconcile",
+    "reconcile_consumer",
+    "reconcile_stream",
+    "replace_pull_consumers",
+]
 
 log = logging.getLogger(__name__)
 
-Change = Literal["created", "updated", "unchanged"]
+Change = Literal["created", "updated", "recreated", "unchanged"]
 
 _DELIVER = {
     "all": api.DeliverPolicy.ALL,
@@ -56,12 +64,15 @@ def _stream_view(config: api.StreamConfig) -> dict[str, Any]:
     }
 
 
-def _consumer_config(spec: ConsumerSpec) -> api.ConsumerConfig:
+def consumer_config(spec: ConsumerSpec) -> api.ConsumerConfig:
+    """The server's form of ``spec``: push to its deliver subject, in a group of its name."""
     filters = list(spec.filter_subjects)
     return api.ConsumerConfig(
         name=spec.durable,
         durable_name=spec.durable,
         description=spec.description or None,
+        deliver_subject=deliver_subject(spec),
+        deliver_group=spec.durable,
         deliver_policy=_DELIVER[spec.deliver_policy],
         ack_policy=api.AckPolicy.EXPLICIT,
         ack_wait=spec.ack_wait_seconds,
@@ -78,6 +89,8 @@ def _consumer_view(config: api.ConsumerConfig) -> dict[str, Any]:
         filters.append(config.filter_subject)
     return {
         "description": config.description or "",
+        "deliver_subject": config.deliver_subject or "",
+        "deliver_group": config.deliver_group or "",
         "deliver_policy": api.DeliverPolicy(config.deliver_policy).value
         if config.deliver_policy
         else "all",
@@ -109,15 +122,56 @@ async def reconcile_stream(js: JetStreamContext, spec: StreamSpec) -> Change:
     return "updated"
 
 
+async def _recreate(js: JetStreamContext, spec: ConsumerSpec, info: api.ConsumerInfo) -> None:
+    """Replace a pull consumer of ``spec``'s name with the push one, from where it stood.
+
+    The server turns no pull consumer into a push one, so the old one is deleted and the new
+    one starts after the old one's ack floor: nothing it had not acknowledged is skipped.
+    What it had acknowledged beyond the floor (after a retried message) comes again, once;
+    handlers are idempotent across processes (:class:`~.runner.Delivery`).
+    """
+    desired = consumer_config(spec)
+    floor = info.ack_floor.stream_seq if info.ack_floor and info.ack_floor.stream_seq else 0
+    if floor:
+        desired.deliver_policy = api.DeliverPolicy.BY_START_SEQUENCE
+        desired.opt_start_seq = floor + 1
+    try:
+        await js.delete_consumer(spec.stream, spec.durable)
+    except nats.errors.Error as exc:
+        # With the auth callout only the admin deletes consumers.
+        raise RuntimeError(
+            f"consumer {spec.stream}/{spec.durable} is an earlier release's pull consumer and "
+            f"could not be replaced ({exc or type(exc).__name__}); run the declare step "
+            "(neuron-dra-bus-declare) with the bus's admin identity"
+        ) from None
+    await js.add_consumer(spec.stream, desired)
+    log.warning(
+        "pull consumer replaced by a push consumer",
+        extra={"stream": spec.stream, "consumer": spec.durable, "from_sequence": floor + 1},
+    )
+
+
 async def reconcile_consumer(js: JetStreamContext, spec: ConsumerSpec) -> Change:
-    """Create ``spec``'s durable consumer, or update it in place if its definition changed."""
-    desired = _consumer_config(spec)
+    """Create ``spec``'s durable consumer, or update it in place if its definition changed.
+
+    A pull consumer of the same name (an earlier release's) is recreated as a push consumer
+    from its ack floor.
+    """
+    desired = consumer_config(spec)
     try:
         info = await js.consumer_info(spec.stream, spec.durable)
     except NotFoundError:
         await js.add_consumer(spec.stream, desired)
         log.info("consumer created", extra={"stream": spec.stream, "consumer": spec.durable})
         return "created"
+    if not info.config.deliver_subject:
+        await _recreate(js, spec, info)
+        return "recreated"
+    if info.config.deliver_policy == api.DeliverPolicy.BY_START_SEQUENCE:
+        # Recreated from where its predecessor stood (see _recreate): where it started is
+        # history, not a difference to mend, and the server would refuse to change it.
+        desired.deliver_policy = info.config.deliver_policy
+        desired.opt_start_seq = info.config.opt_start_seq
     if _consumer_view(info.config) == _consumer_view(desired):
         return "unchanged"
     # The create call without an action is create-or-update on the server: same durable,
@@ -125,6 +179,23 @@ async def reconcile_consumer(js: JetStreamContext, spec: ConsumerSpec) -> Change
     await js.add_consumer(spec.stream, desired)
     log.info("consumer updated", extra={"stream": spec.stream, "consumer": spec.durable})
     return "updated"
+
+
+async def replace_pull_consumers(
+    js: JetStreamContext, specs: Iterable[ConsumerSpec]
+) -> dict[str, Change]:
+    """Replace the pull consumers an earlier release left under ``specs``' names (see
+    :func:`_recreate`); consumers that do not exist are left for their services to create."""
+    changes: dict[str, Change] = {}
+    for spec in specs:
+        try:
+            info = await js.consumer_info(spec.stream, spec.durable)
+        except NotFoundError:
+            continue
+        if not info.config.deliver_subject:
+            await _recreate(js, spec, info)
+            changes[f"{spec.stream}/{spec.durable}"] = "recreated"
+    return changes
 
 
 async def reconcile(

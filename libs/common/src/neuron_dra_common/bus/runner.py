@@ -1,4 +1,4 @@
-"""A durable pull-consumer runner: decode, handle, ack; retry with backoff; dead-letter.
+"""A durable consumer runner: decode, handle, ack; retry with backoff; dead-letter.
 
 What a handler can count on:
 - it sees each stored message until it returns without raising; a failure is retried after
@@ -13,11 +13,14 @@ What a handler can count on:
 
 Acks are explicit, one per message, sent only after its handler returned. A message whose
 handler failed is never acked: it is nak'd with its backoff, or dead-lettered and only then
-acked. Messages fetched but not handled when the runner stops are nak'd, so another instance
-takes them at once rather than after the ack wait.
+acked. Messages received but not handled when the runner stops are nak'd, so another
+instance takes them at once rather than after the ack wait.
 
-Everything here goes through nats-py's JetStream pull subscription (``fetch``) and the
-message's own ``ack``/``nak``/``in_progress``.
+The server pushes the consumer's messages to its deliver subject, in a deliver group shared
+by the service's instances (see :class:`~.declarations.ConsumerSpec`). Everything here goes
+through nats-py's public JetStream API: ``subscribe_bind`` with a callback that only queues
+the message for the runner's task, and the message's own ``ack``/``nak``/``in_progress``.
+A consumer deleted under a running service is created again within ``progress_interval``.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Final, get_args
 
@@ -34,6 +38,7 @@ import nats.errors
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
+from nats.js.errors import NotFoundError
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 
@@ -43,7 +48,7 @@ from neuron_dra_common.bus.declarations import ConsumerSpec
 from neuron_dra_common.bus.errors import PermanentError
 from neuron_dra_common.bus.headers import MSG_ID, CloudEventAttributes, cloud_event_attributes
 from neuron_dra_common.bus.intake import IntakeLimits, Refused, admit
-from neuron_dra_common.bus.reconcile import reconcile_consumer
+from neuron_dra_common.bus.reconcile import consumer_config, reconcile_consumer
 from neuron_dra_common.events.codec import AnyEvent
 from neuron_dra_common.telemetry.propagation import extract_headers
 from neuron_dra_common.telemetry.tracing import get_tracer
@@ -52,7 +57,6 @@ __all__ = ["ConsumerRunner", "Delivery", "Handler", "RunnerOptions", "ack_number
 
 log = logging.getLogger(__name__)
 
-_PAUSE_AFTER_ERROR: Final = 0.5
 _TRACEPARENT: Final = "traceparent"
 
 
@@ -123,18 +127,15 @@ Handler = Callable[[AnyEvent, Delivery], Awaitable[None]]
 
 
 class RunnerOptions(msgspec.Struct, frozen=True, kw_only=True):
-    """How a runner fetches, retries and times out.
+    """How a runner retries and times out.
 
-    ``batch`` is how many messages one fetch asks for at most; ``fetch_timeout`` how long a
-    fetch waits when there are none (and so how long :meth:`ConsumerRunner.stop` may take).
     ``backoff[i]`` is the pause before delivery ``i + 2``; the last value repeats.
-    ``progress_interval`` defaults to a third of the consumer's ack wait.
+    ``progress_interval`` defaults to a third of the consumer's ack wait; it is also how
+    often the runner checks that its consumer still exists.
     ``dedupe_window`` is how many handled msg ids the runner remembers at least (the last
     ``dedupe_window`` always; up to twice as many).
     """
 
-    batch: int = 500
-    fetch_timeout: float = 1.0
     handler_timeout: float = 30.0
     max_attempts: int = 5
     backoff: tuple[float, ...] = (0.5, 1.0, 2.0, 5.0, 10.0)
@@ -183,7 +184,9 @@ class ConsumerRunner:
         self._recording = True
         self._recording_checked = -1e9
         self._interrupted: Msg | None = None
-        self._acked = 0  # counted per message, added to the metric per batch
+        # Pushed by the server, waiting for the runner's task (see _arrived).
+        self._inbox: deque[Msg] = deque()
+        self._acked = 0  # counted per message, added to the metric per run of the inbox
         name = spec.durable
         self._m_acked = metrics.MESSAGES.labels(name, "acked")
         self._m_retried = metrics.MESSAGES.labels(name, "retried")
@@ -198,52 +201,56 @@ class ConsumerRunner:
 
     @property
     def ready(self) -> bool:
-        """True once the consumer exists and the runner is fetching."""
+        """True once the consumer exists and the runner is subscribed to its deliveries."""
         return self._ready
 
     def stop(self) -> None:
-        """Finish the message in hand, hand back the rest of the batch, then return from run."""
+        """Finish the message in hand, hand back the ones received, then return from run."""
         self._stop_requested = True
         if self._wake is not None and not self._wake.done():
             self._wake.set_result(None)
 
-    async def _pause(self, seconds: float) -> None:
-        """Sleep ``seconds`` or until :meth:`stop`, whichever comes first."""
+    async def _delivered(self, msg: Msg) -> None:
+        # nats-py's callback: it only queues, so the client's reader never waits on a handler
+        # and the handler runs in the runner's task (where its timeout can cancel it).
+        self._inbox.append(msg)
+        wake = self._wake
+        if wake is not None and not wake.done():
+            wake.set_result(None)
+
+    async def _idle(self) -> None:
+        """Wait until a message arrives or :meth:`stop` is called."""
         self._wake = asyncio.get_running_loop().create_future()
         try:
-            await asyncio.wait([self._wake], timeout=seconds)
+            await self._wake
         finally:
             self._wake = None
 
     async def run(self) -> None:
-        """Reconcile the consumer, then fetch and handle until stopped."""
+        """Reconcile the consumer, then handle what the server pushes until stopped."""
         await reconcile_consumer(self._js, self.spec)
         self._task = asyncio.current_task()
-        opts = self._options
-        sub = await self._js.pull_subscribe_bind(durable=self.spec.durable, stream=self.spec.stream)
+        sub = await self._js.subscribe_bind(
+            stream=self.spec.stream,
+            consumer=self.spec.durable,
+            config=consumer_config(self.spec),
+            cb=self._delivered,
+            manual_ack=True,
+        )
         progress = asyncio.create_task(
             self._progress_loop(), name=f"bus-progress-{self.spec.durable}"
         )
-        batch: list[Msg] = []
+        inbox = self._inbox
         self._ready = True
         try:
             while not self._stop_requested:
-                try:
-                    batch = await sub.fetch(opts.batch, timeout=opts.fetch_timeout)
-                except (nats.errors.TimeoutError, TimeoutError):
+                if not inbox:
+                    await self._idle()
                     continue
-                except nats.errors.Error as exc:
-                    # Reconnecting, or JetStream not there yet: the subscription survives.
-                    log.warning(
-                        "fetch failed", extra={"consumer": self.spec.durable, "error": repr(exc)}
-                    )
-                    await self._pause(_PAUSE_AFTER_ERROR)
-                    continue
-                batch.reverse()  # handled from the end, in delivery order
                 process = self._process
                 try:
-                    while batch and not self._stop_requested:
-                        await process(batch.pop())
+                    while inbox and not self._stop_requested:
+                        await process(inbox.popleft())
                 finally:
                     self._m_acked.inc(self._acked)
                     self._acked = 0
@@ -255,13 +262,15 @@ class ConsumerRunner:
             progress.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await progress
-            left = batch[::-1]
+            # No more deliveries; what the server already sent reaches the inbox first.
+            with contextlib.suppress(nats.errors.Error):
+                await sub.drain()  # type: ignore[no-untyped-call]
+            left = list(inbox)
+            inbox.clear()
             if self._interrupted is not None:
                 left.insert(0, self._interrupted)
                 self._interrupted = None
             await self._requeue(left)
-            with contextlib.suppress(nats.errors.Error):
-                await sub.unsubscribe()
 
     async def _requeue(self, msgs: list[Msg]) -> None:
         # Handing back at once lets another instance take them without waiting for ack_wait.
@@ -279,6 +288,21 @@ class ConsumerRunner:
             if msg is not None and time.monotonic() - self._current_since >= interval:
                 with contextlib.suppress(nats.errors.Error):
                     await msg.in_progress()
+            await self._check_consumer()
+
+    async def _check_consumer(self) -> None:
+        """Create the consumer again if it was deleted: it pushes to the same subscription."""
+        try:
+            await self._js.consumer_info(self.spec.stream, self.spec.durable)
+        except NotFoundError:
+            log.warning(
+                "consumer gone, creating it again",
+                extra={"stream": self.spec.stream, "consumer": self.spec.durable},
+            )
+            with contextlib.suppress(nats.errors.Error):
+                await reconcile_consumer(self._js, self.spec)
+        except nats.errors.Error:
+            pass  # reconnecting: the next round asks again
 
     def _delivery(self, msg: Msg) -> Delivery | None:
         """The delivery a message's ack subject describes; ``None`` if it is not one."""
@@ -399,7 +423,7 @@ class ConsumerRunner:
             await self._dead_letter(msg, delivery, kind="permanent", reason=str(exc))
             return
         except asyncio.CancelledError:
-            # Shutdown while handling: handed back (nak'd) by run once it stopped fetching.
+            # Shutdown while handling: handed back (nak'd) by run once it stopped receiving.
             self._interrupted = msg
             raise
         except Exception as exc:
