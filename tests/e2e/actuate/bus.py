@@ -26,6 +26,24 @@ def last_event(nats_url: str, subject: str, *, stream: str = "NEURON_CLAIMS") ->
     return asyncio.run(read())
 
 
+def last_stored(
+    nats_url: str, subject: str, *, stream: str = "NEURON_CLAIMS"
+) -> tuple[int, str] | None:
+    """The stream sequence and event id of the last message stored on ``subject``."""
+
+    async def read() -> tuple[int, str] | None:
+        nc = await nats.connect(nats_url)
+        try:
+            msg = await nc.jetstream().get_last_msg(stream, subject)
+        except NotFoundError:
+            return None
+        finally:
+            await nc.close()
+        return msg.seq or 0, (msg.headers or {}).get("Nats-Msg-Id", "")
+
+    return asyncio.run(read())
+
+
 def claim_subject(kind: str, *, node: str, namespace: str, name: str) -> str:
     """``neuron.claim.<kind>.<node>.<namespace>.<name>``."""
     tokens = ".".join(subject_token(t) for t in (node, namespace, name))

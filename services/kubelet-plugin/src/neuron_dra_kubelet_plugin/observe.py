@@ -7,8 +7,10 @@ and is counted and timed by outcome.
 :class:`ClaimEvents` turns the preparer's state changes into ``ClaimPrepared`` and
 ``ClaimUnprepared`` events. The kubelet must never wait for the bus (its call times out at
 45 s and a pod's start should not depend on NATS), so events go into a bounded queue that a
-task publishes; each event's msg id is derived from the claim and the step, so a publish
-repeated after a reconnect is stored once.
+task publishes; each event's msg id is derived from the claim, the step and the claim's
+preparation on the node (:mod:`~neuron_dra_kubelet_plugin.told`), so a publish repeated after
+a reconnect, or a change told again, is stored once, and a claim prepared again is a new
+event.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from neuron_dra_kubelet_plugin.claims import ClaimRef
 from neuron_dra_kubelet_plugin.health import Health, HealthSource
 from neuron_dra_kubelet_plugin.plan import PrepareError
 from neuron_dra_kubelet_plugin.preparer import Preparer
+from neuron_dra_kubelet_plugin.told import ToldLedger
 
 __all__ = [
     "DURATION",
@@ -163,9 +166,17 @@ class ClaimEvents:
     and counted: the checkpoint, not the bus, is the record the plugin relies on.
     """
 
-    def __init__(self, *, node: str, boot_id: str, capacity: int = 10_000) -> None:
+    def __init__(
+        self,
+        *,
+        node: str,
+        boot_id: str,
+        capacity: int = 10_000,
+        ledger: ToldLedger | None = None,
+    ) -> None:
         self._node = node
         self._boot_id = boot_id
+        self._ledger = ledger or ToldLedger(None, boot_id=boot_id)
         # ``None`` is the stop marker.
         self._queue: asyncio.Queue[tuple[Event, str] | None] = asyncio.Queue(maxsize=capacity)
         self._sink: EventSink | None = None
@@ -192,16 +203,20 @@ class ClaimEvents:
 
     def prepared(self, entry: ClaimEntry) -> None:
         PREPARED_CLAIMS.inc()
-        self.told_prepared(entry)
+        self._tell_prepared(entry, again=False)
 
     def told_prepared(self, entry: ClaimEntry) -> None:
+        self._tell_prepared(entry, again=True)
+
+    def _tell_prepared(self, entry: ClaimEntry, *, again: bool) -> None:
         event = ClaimPrepared(
             node=self._node,
             claim=self._claim(entry),
             devices=tuple(d.device for d in entry.devices),
             cdi_devices=tuple(i for d in entry.devices for i in d.cdi_device_ids),
         )
-        self._put((event, f"claim-prepared/{self._node}/{entry.uid}/{self._boot_id}"))
+        generation = self._ledger.prepared(entry.uid, again=again)
+        self._put((event, self._id("claim-prepared", entry.uid, generation)))
 
     def unprepared(self, entry: ClaimEntry) -> None:
         PREPARED_CLAIMS.dec()
@@ -210,16 +225,21 @@ class ClaimEvents:
             claim=self._claim(entry),
             devices=tuple(d.device for d in entry.devices),
         )
-        self._put((event, self._unprepared_id(entry.uid)))
+        self._put(
+            (event, self._id("claim-unprepared", entry.uid, self._ledger.unprepared(entry.uid)))
+        )
 
     def told_unprepared(self, ref: ClaimRef) -> None:
         # Its devices went with its entry; the event's id is the one it had.
         claim = ObjectRef(namespace=ref.namespace, name=ref.name, uid=ref.uid)
         event = ClaimUnprepared(node=self._node, claim=claim, devices=())
-        self._put((event, self._unprepared_id(ref.uid)))
+        self._put((event, self._id("claim-unprepared", ref.uid, self._ledger.unprepared(ref.uid))))
 
-    def _unprepared_id(self, uid: str) -> str:
-        return f"claim-unprepared/{self._node}/{uid}/{self._boot_id}"
+    def _id(self, step: str, uid: str, generation: int) -> str:
+        """The event's id: a claim's first preparation since boot has the id release 0.1.0
+        gave it; each later one adds its generation."""
+        base = f"{step}/{self._node}/{uid}/{self._boot_id}"
+        return base if generation == 1 else f"{base}/{generation}"
 
     def stop(self) -> None:
         """Publish what is queued, then let :meth:`run` return."""

@@ -36,6 +36,7 @@ from neuron_dra_kubelet_plugin.preparer import Effects, NodePreparer
 from neuron_dra_kubelet_plugin.registration import socket_paths
 from neuron_dra_kubelet_plugin.servers import serve
 from neuron_dra_kubelet_plugin.settings import PluginSettings, node_device_for
+from neuron_dra_kubelet_plugin.told import ToldLedger
 from neuron_dra_kubelet_plugin.ultraserver import UltraServerGate
 
 if TYPE_CHECKING:
@@ -133,7 +134,11 @@ async def build(settings: PluginSettings, *, node: NodeContext) -> Service:
     boot_id = read_boot_id(Path(settings.boot_id_path))
 
     client: KubeClient = await connect(kubeconfig=settings.kubeconfig or None)
-    events = ClaimEvents(node=settings.node_name, boot_id=boot_id)
+    events = ClaimEvents(
+        node=settings.node_name,
+        boot_id=boot_id,
+        ledger=ToldLedger(checkpoint.with_name("told.json"), boot_id=boot_id),
+    )
     recorder = ClaimEventRecorder(client, node=settings.node_name)
     claims = UltraServerGate(
         ApiClaimSource(client),
