@@ -151,12 +151,63 @@ def test_an_unreadable_ledger_is_replaced(tmp_path: Path, caplog: pytest.LogCapt
     assert ToldLedger(path, boot_id="b1").unprepared("u1") == 1
 
 
-def test_it_forgets_the_oldest_claims_told_unprepared_and_keeps_the_prepared() -> None:
+def test_it_forgets_the_oldest_claims_told_unprepared_and_keeps_the_prepared_and_owed() -> None:
     ledger = ToldLedger(None, boot_id="b1")
     ledger.prepared("held", again=False)
+    ledger.prepared("owed", again=False)
+    ledger.unprepared("owed")
     for i in range(KEEP_UNPREPARED + 1):
         ledger.prepared(f"c{i}", again=False)
         ledger.unprepared(f"c{i}")
+        ledger.published([(f"c{i}", 1, "unprepared")])
+    assert [o.uid for o in ledger.owed()] == ["held", "owed"]
     assert ledger.prepared("c0", again=False) == 1  # forgotten: starts over
     assert ledger.prepared(f"c{KEEP_UNPREPARED}", again=False) == 2
     assert ledger.prepared("held", again=True) == 1
+
+
+async def test_an_event_queued_by_a_process_that_died_is_told_at_the_next_start(
+    tmp_path: Path,
+) -> None:
+    """The kubelet got its answer, the event was still in the queue: nobody asks again."""
+    dead = Process(tmp_path)
+    await dead.prepare()  # queued, never published
+    starting = Process(tmp_path)
+    assert starting.events.tell_owed(starting.preparer.checkpoint) == 1
+    assert await starting.told() == [P1]
+    again = Process(tmp_path)
+    assert again.events.tell_owed(again.preparer.checkpoint) == 0
+
+    dead = Process(tmp_path)
+    await dead.unprepare()
+    starting = Process(tmp_path)
+    assert starting.events.tell_owed(starting.preparer.checkpoint) == 1
+    assert await starting.told() == [U1]
+
+
+async def test_what_the_bus_refused_stays_owed(tmp_path: Path) -> None:
+    class Refusing:
+        async def publish_many(
+            self, events: Sequence[Event], *, msg_ids: Sequence[str] | None = None
+        ) -> object:
+            raise TimeoutError("nats: timeout")
+
+    node = Process(tmp_path)
+    await node.prepare()
+    node.events.attach(Refusing())
+    node.events.stop()
+    await asyncio.wait_for(node.events.run(), 5)
+    starting = Process(tmp_path)
+    assert starting.events.tell_owed(starting.preparer.checkpoint) == 1
+    assert await starting.told() == [P1]
+
+
+async def test_nothing_is_owed_for_a_claim_that_changed_since(tmp_path: Path) -> None:
+    """A prepare owed, then unprepared by another process: only the unprepare is told."""
+    dead = Process(tmp_path)
+    await dead.prepare()
+    other = Process(tmp_path)
+    await other.unprepare()
+    assert await other.told() == [U1]
+    starting = Process(tmp_path)
+    assert starting.events.tell_owed(starting.preparer.checkpoint) == 0

@@ -20,7 +20,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Sequence
-from typing import Final, Protocol
+from typing import Final, Literal, NamedTuple, Protocol
 
 from neuron_dra_common.events import ClaimPrepared, ClaimUnprepared, ObjectRef
 from neuron_dra_common.events.base import Event
@@ -28,7 +28,7 @@ from neuron_dra_common.telemetry import tracing_enabled
 from opentelemetry import trace
 from prometheus_client import Counter, Gauge, Histogram
 
-from neuron_dra_kubelet_plugin.checkpoint import ClaimEntry, PreparedDevice
+from neuron_dra_kubelet_plugin.checkpoint import Checkpoint, ClaimEntry, ClaimState, PreparedDevice
 from neuron_dra_kubelet_plugin.claims import ClaimRef
 from neuron_dra_kubelet_plugin.health import Health, HealthSource
 from neuron_dra_kubelet_plugin.plan import PrepareError
@@ -71,7 +71,8 @@ PREPARED_CLAIMS: Final = Gauge(
 )
 EVENTS_DROPPED: Final = Counter(
     "neuron_dra_kubelet_plugin_events_dropped",
-    "Claim events dropped because the bus was unreachable for longer than the queue holds",
+    "Claim events not published when due (the queue was full, or the bus did not take them); "
+    "each is owed and told again at the plugin's next start",
 )
 UNHEALTHY_DEVICES: Final = Gauge(
     "neuron_dra_unhealthy_devices",
@@ -158,12 +159,23 @@ class EventSink(Protocol):
     ) -> object: ...
 
 
+class _Item(NamedTuple):
+    """A queued event, and what the ledger knows it by."""
+
+    event: Event
+    step: Literal["claim-prepared", "claim-unprepared"]
+    uid: str
+    generation: int
+
+
 class ClaimEvents:
     """A :class:`~neuron_dra_kubelet_plugin.preparer.PrepareListener` that publishes events.
 
     ``run`` publishes queued events until ``stop``; with no sink attached yet (the bus is not
     connected) events wait in the queue. When the queue is full the oldest event is dropped
-    and counted: the checkpoint, not the bus, is the record the plugin relies on.
+    and counted: the checkpoint, not the bus, is the record the plugin relies on. An event
+    dropped, or queued by a process that died before publishing it, is owed in the ledger
+    and told again by :meth:`tell_owed` at the next start.
     """
 
     def __init__(
@@ -178,7 +190,7 @@ class ClaimEvents:
         self._boot_id = boot_id
         self._ledger = ledger or ToldLedger(None, boot_id=boot_id)
         # ``None`` is the stop marker.
-        self._queue: asyncio.Queue[tuple[Event, str] | None] = asyncio.Queue(maxsize=capacity)
+        self._queue: asyncio.Queue[_Item | None] = asyncio.Queue(maxsize=capacity)
         self._sink: EventSink | None = None
         self._sink_ready = asyncio.Event()
         self.published = 0
@@ -192,7 +204,7 @@ class ClaimEvents:
     def pending(self) -> int:
         return self._queue.qsize()
 
-    def _put(self, item: tuple[Event, str] | None) -> None:
+    def _put(self, item: _Item | None) -> None:
         if self._queue.full():
             self._queue.get_nowait()
             EVENTS_DROPPED.inc()
@@ -215,8 +227,10 @@ class ClaimEvents:
             devices=tuple(d.device for d in entry.devices),
             cdi_devices=tuple(i for d in entry.devices for i in d.cdi_device_ids),
         )
-        generation = self._ledger.prepared(entry.uid, again=again)
-        self._put((event, self._id("claim-prepared", entry.uid, generation)))
+        generation = self._ledger.prepared(
+            entry.uid, again=again, namespace=entry.namespace, name=entry.name
+        )
+        self._put(_Item(event, "claim-prepared", entry.uid, generation))
 
     def unprepared(self, entry: ClaimEntry) -> None:
         PREPARED_CLAIMS.dec()
@@ -225,21 +239,38 @@ class ClaimEvents:
             claim=self._claim(entry),
             devices=tuple(d.device for d in entry.devices),
         )
-        self._put(
-            (event, self._id("claim-unprepared", entry.uid, self._ledger.unprepared(entry.uid)))
-        )
+        generation = self._ledger.unprepared(entry.uid, namespace=entry.namespace, name=entry.name)
+        self._put(_Item(event, "claim-unprepared", entry.uid, generation))
 
     def told_unprepared(self, ref: ClaimRef) -> None:
         # Its devices went with its entry; the event's id is the one it had.
         claim = ObjectRef(namespace=ref.namespace, name=ref.name, uid=ref.uid)
         event = ClaimUnprepared(node=self._node, claim=claim, devices=())
-        self._put((event, self._id("claim-unprepared", ref.uid, self._ledger.unprepared(ref.uid))))
+        generation = self._ledger.unprepared(ref.uid, namespace=ref.namespace, name=ref.name)
+        self._put(_Item(event, "claim-unprepared", ref.uid, generation))
 
-    def _id(self, step: str, uid: str, generation: int) -> str:
+    def tell_owed(self, checkpoint: Checkpoint) -> int:
+        """Tell again, under the same ids, what the ledger says was never published and the
+        checkpoint still agrees with; returns how many."""
+        told = 0
+        for owed in self._ledger.owed():
+            entry = checkpoint.claims.get(owed.uid)
+            if owed.said == "prepared":
+                if entry is not None and entry.state is ClaimState.PREPARE_COMPLETED:
+                    self.told_prepared(entry)
+                    told += 1
+            elif entry is None:
+                self.told_unprepared(
+                    ClaimRef(namespace=owed.namespace, name=owed.name, uid=owed.uid)
+                )
+                told += 1
+        return told
+
+    def _id(self, item: _Item) -> str:
         """The event's id: a claim's first preparation since boot has the id release 0.1.0
         gave it; each later one adds its generation."""
-        base = f"{step}/{self._node}/{uid}/{self._boot_id}"
-        return base if generation == 1 else f"{base}/{generation}"
+        base = f"{item.step}/{self._node}/{item.uid}/{self._boot_id}"
+        return base if item.generation == 1 else f"{base}/{item.generation}"
 
     def stop(self) -> None:
         """Publish what is queued, then let :meth:`run` return."""
@@ -265,17 +296,27 @@ class ClaimEvents:
             if batch[-1] is None:
                 return
 
-    async def _publish(self, sink: EventSink, items: list[tuple[Event, str]]) -> None:
+    async def _publish(self, sink: EventSink, items: list[_Item]) -> None:
+        msg_ids = [self._id(item) for item in items]
         try:
-            await sink.publish_many([e for e, _ in items], msg_ids=[m for _, m in items])
-            self.published += len(items)
+            await sink.publish_many([item.event for item in items], msg_ids=msg_ids)
         except Exception as exc:  # a lost event must never stop the plugin
             EVENTS_DROPPED.inc(len(items))
             log.warning(
-                "claim events not published",
+                "claim events not published; owed, told again at the next start",
                 extra={
-                    "types": sorted({e.event_type() for e, _ in items}),
-                    "msg_ids": [m for _, m in items],
+                    "types": sorted({item.event.event_type() for item in items}),
+                    "msg_ids": msg_ids,
                     "error": repr(exc),
                 },
             )
+            return
+        self.published += len(items)
+        self._ledger.published(
+            (
+                item.uid,
+                item.generation,
+                "prepared" if item.step == "claim-prepared" else "unprepared",
+            )
+            for item in items
+        )

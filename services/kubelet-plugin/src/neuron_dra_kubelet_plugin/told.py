@@ -1,4 +1,4 @@
-"""Which preparation of each claim the plugin last told about, so every one has its own id.
+"""What the plugin last told of each claim: under which id, and whether it left the process.
 
 A claim's events carry a CloudEvents id that the bus (its duplicate window) and every
 consumer (the audit among them) take as "the same event" when it comes again. A
@@ -8,34 +8,55 @@ preparation, its *generation* on this node since the node booted. A change told 
 kubelet's retry after a process died between the disk and the bus) keeps its generation and
 so its id.
 
+It is also the plugin's outbox. The kubelet's call is answered before its event is
+published (the kubelet must not wait for the bus), so a process that dies in between would
+lose an event the kubelet has no reason to ask again for. Each record says whether its event
+was published (the bus acknowledged it); a starting process tells again what was not, under
+the same id, which the bus drops if it was stored after all.
+
 The ledger is a small file beside the checkpoint (``told.json``), which the checkpoint's
 format and the previous release know nothing of. It is written (to a temporary file,
-renamed) before the event is queued, and read again before each change, so the two
-processes of a rolling update share it. Losing it costs no claim state, only the guarantee
-that a re-preparation of a claim is not taken for one told already.
+renamed) before the event is queued and once more after a batch is published, and read
+again before each change, so the two processes of a rolling update share it. Losing it
+costs no claim state, only these two guarantees.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Final, Literal
+from typing import Final, Literal, NamedTuple
 
 import msgspec
 
-__all__ = ["KEEP_UNPREPARED", "ToldLedger"]
+__all__ = ["KEEP_UNPREPARED", "Owed", "Said", "ToldLedger"]
 
 log = logging.getLogger(__name__)
 
-#: How many claims told unprepared the ledger keeps (the oldest are forgotten first): a claim
-#: prepared again after this many others came and went on the node starts over at 1.
+#: How many claims told unprepared (and published) the ledger keeps, the oldest forgotten
+#: first: a claim prepared again after this many others came and went on the node starts
+#: over at 1.
 KEEP_UNPREPARED: Final = 1024
 
 Said = Literal["prepared", "unprepared"]
 
 
 class _Record(msgspec.Struct, array_like=True, frozen=True):
+    generation: int
+    said: Said
+    namespace: str = ""
+    name: str = ""
+    published: bool = False
+
+
+class Owed(NamedTuple):
+    """An event told but not published: what a starting process tells again."""
+
+    uid: str
+    namespace: str
+    name: str
     generation: int
     said: Said
 
@@ -47,7 +68,8 @@ class _File(msgspec.Struct, kw_only=True, rename="camel"):
 
 
 class ToldLedger:
-    """The generation of each claim's preparation on this node, kept in ``path``.
+    """Each claim's preparation on this node and whether its last event was published, kept
+    in ``path``.
 
     ``path`` ``None`` keeps it in memory only (a process that never restarts, or a test).
     """
@@ -57,7 +79,7 @@ class ToldLedger:
         self._boot_id = boot_id
         self._file = _File(boot_id=boot_id)
 
-    def prepared(self, uid: str, *, again: bool) -> int:
+    def prepared(self, uid: str, *, again: bool, namespace: str = "", name: str = "") -> int:
         """The generation to tell a preparation of ``uid`` under.
 
         A new preparation (``again`` False) takes the next generation. A preparation told
@@ -71,15 +93,38 @@ class ToldLedger:
             generation = current.generation
         else:
             generation = current.generation + 1
-        self._write(uid, _Record(generation, "prepared"))
+        self._change(uid, _Record(generation, "prepared", namespace, name))
         return generation
 
-    def unprepared(self, uid: str) -> int:
+    def unprepared(self, uid: str, *, namespace: str = "", name: str = "") -> int:
         """The generation to tell the unprepare of ``uid`` under: its preparation's."""
         current = self._read().claims.get(uid)
         generation = current.generation if current is not None else 1
-        self._write(uid, _Record(generation, "unprepared"))
+        self._change(uid, _Record(generation, "unprepared", namespace, name))
         return generation
+
+    def published(self, told: Iterable[tuple[str, int, Said]]) -> None:
+        """The bus acknowledged these (claim UID, generation, what): nothing owed for them,
+        unless the claim changed since."""
+        claims = self._read().claims
+        changed = False
+        for uid, generation, said in told:
+            record = claims.get(uid)
+            if record is None or record.published:
+                continue
+            if (record.generation, record.said) == (generation, said):
+                claims[uid] = msgspec.structs.replace(record, published=True)
+                changed = True
+        if changed:
+            self._save()
+
+    def owed(self) -> list[Owed]:
+        """What was told and never published, oldest change first."""
+        return [
+            Owed(uid, r.namespace, r.name, r.generation, r.said)
+            for uid, r in self._read().claims.items()
+            if not r.published
+        ]
 
     def _read(self) -> _File:
         if self.path is None:
@@ -99,12 +144,16 @@ class ToldLedger:
         self._file = found
         return found
 
-    def _write(self, uid: str, record: _Record) -> None:
+    def _change(self, uid: str, record: _Record) -> None:
         claims = self._file.claims
         claims.pop(uid, None)
         claims[uid] = record
-        told_unprepared = [u for u, r in claims.items() if r.said == "unprepared"]
-        for forgotten in told_unprepared[: max(len(told_unprepared) - KEEP_UNPREPARED, 0)]:
+        self._save()
+
+    def _save(self) -> None:
+        claims = self._file.claims
+        forgettable = [u for u, r in claims.items() if r.said == "unprepared" and r.published]
+        for forgotten in forgettable[: max(len(forgettable) - KEEP_UNPREPARED, 0)]:
             del claims[forgotten]
         if self.path is None:
             return

@@ -162,6 +162,7 @@ async def build(settings: PluginSettings, *, node: NodeContext) -> Service:
             "checkpoint unusable; set aside and rebuilt from the CDI specs",
             extra={"checkpoint": str(checkpoint), "error": recovery.checkpoint_error},
         )
+    owed = events.tell_owed(preparer.checkpoint)
     log.info(
         "checkpoint recovered",
         extra={
@@ -169,6 +170,7 @@ async def build(settings: PluginSettings, *, node: NodeContext) -> Service:
             "rolled_back": list(recovery.rolled_back),
             "stale": list(recovery.stale),
             "orphan_specs": list(recovery.orphan_specs),
+            "events_owed": owed,
         },
     )
     PREPARED_CLAIMS.set(len(preparer.checkpoint.claims))
