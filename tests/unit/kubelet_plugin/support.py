@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from neuron_dra_common.driver import NODE_DEVICE
+from neuron_dra_common.events.base import Event
 from neuron_dra_common.topology import instance_spec
+from neuron_dra_kubelet_plugin.checkpoint import CheckpointStore
 from neuron_dra_kubelet_plugin.claims import ClaimRef, ResourceClaim, claim_from_api
+from neuron_dra_kubelet_plugin.observe import ClaimEvents, EventSink
 from neuron_dra_kubelet_plugin.plan import NodeContext
+from neuron_dra_kubelet_plugin.preparer import Effects, NodePreparer
+from neuron_dra_kubelet_plugin.told import ToldLedger
 
 NODE = "ip-10-0-0-1.ec2.internal"
 
@@ -108,3 +115,65 @@ class MemoryClaims:
         if claim is None or claim.metadata.name != ref.name:
             return None
         return claim
+
+
+TOLD_CLAIM = make_claim("u1", [0, 1, 2, 3], name="c1")
+
+
+class Killed(Exception):
+    """The process stops here (the test's stand-in for SIGKILL)."""
+
+
+class IdSink:
+    """A bus that keeps the msg ids it is given."""
+
+    def __init__(self) -> None:
+        self.ids: list[str] = []
+
+    async def publish_many(
+        self, events: Sequence[Event], *, msg_ids: Sequence[str] | None = None
+    ) -> object:
+        assert msg_ids is not None
+        self.ids += msg_ids
+        return None
+
+
+class TellingProcess:
+    """One plugin process on a trn2 node with claim :data:`TOLD_CLAIM`: its preparer, and
+    the events it told (ids kept in the ledger beside its checkpoint under ``root``)."""
+
+    def __init__(self, root: Path, *, dies_at: str = "", boot: str = "b1") -> None:
+        def crash(step: str) -> None:
+            if step == dies_at:
+                raise Killed(step)
+
+        self.events = ClaimEvents(
+            node="n1", boot_id=boot, ledger=ToldLedger(root / "told.json", boot_id=boot)
+        )
+        self.preparer = NodePreparer(
+            node=trn2_node(),
+            claims=MemoryClaims([TOLD_CLAIM]),
+            effects=Effects(store=CheckpointStore(root / "checkpoint.json"), cdi_root=root / "cdi"),
+            boot_id=boot,
+            listener=self.events,
+            crash=crash,
+        )
+        self.preparer.recover()
+
+    async def prepare(self) -> None:
+        await self.preparer.prepare(ref_of(TOLD_CLAIM))
+
+    async def unprepare(self) -> None:
+        await self.preparer.unprepare(ref_of(TOLD_CLAIM))
+
+    async def told(self) -> list[str]:
+        """The ids of what this process queued, in order (as they would be published)."""
+        sink = IdSink()
+        await self.publish(sink)
+        return sink.ids
+
+    async def publish(self, sink: EventSink) -> None:
+        """Publish what is queued through ``sink``; the process's events end."""
+        self.events.attach(sink)
+        self.events.stop()
+        await asyncio.wait_for(self.events.run(), 5)

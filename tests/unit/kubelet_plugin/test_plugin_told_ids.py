@@ -10,75 +10,19 @@ from pathlib import Path
 
 import pytest
 from neuron_dra_common.events.base import Event
-from neuron_dra_kubelet_plugin.checkpoint import CheckpointStore
 from neuron_dra_kubelet_plugin.faults import STEPS
-from neuron_dra_kubelet_plugin.observe import ClaimEvents
-from neuron_dra_kubelet_plugin.preparer import Effects, NodePreparer
 from neuron_dra_kubelet_plugin.told import KEEP_UNPREPARED, ToldLedger
 
-from tests.unit.kubelet_plugin.support import MemoryClaims, make_claim, ref_of, trn2_node
+from tests.unit.kubelet_plugin.support import Killed, TellingProcess
 
-CLAIM = make_claim("u1", [0, 1, 2, 3], name="c1")
 P1, U1 = "claim-prepared/n1/u1/b1", "claim-unprepared/n1/u1/b1"
 P2, U2 = f"{P1}/2", f"{U1}/2"
-
-
-class Killed(Exception):
-    """The process stops here (the test's stand-in for SIGKILL)."""
-
-
-class Sink:
-    def __init__(self) -> None:
-        self.ids: list[str] = []
-
-    async def publish_many(
-        self, events: Sequence[Event], *, msg_ids: Sequence[str] | None = None
-    ) -> object:
-        assert msg_ids is not None
-        self.ids += msg_ids
-        return None
-
-
-class Process:
-    """One plugin process on the node: its preparer, and the events it told."""
-
-    def __init__(self, root: Path, *, dies_at: str = "", boot: str = "b1") -> None:
-        def crash(step: str) -> None:
-            if step == dies_at:
-                raise Killed(step)
-
-        self.events = ClaimEvents(
-            node="n1", boot_id=boot, ledger=ToldLedger(root / "told.json", boot_id=boot)
-        )
-        self.preparer = NodePreparer(
-            node=trn2_node(),
-            claims=MemoryClaims([CLAIM]),
-            effects=Effects(store=CheckpointStore(root / "checkpoint.json"), cdi_root=root / "cdi"),
-            boot_id=boot,
-            listener=self.events,
-            crash=crash,
-        )
-        self.preparer.recover()
-
-    async def prepare(self) -> None:
-        await self.preparer.prepare(ref_of(CLAIM))
-
-    async def unprepare(self) -> None:
-        await self.preparer.unprepare(ref_of(CLAIM))
-
-    async def told(self) -> list[str]:
-        """The ids of what this process queued, in order (as they would be published)."""
-        sink = Sink()
-        self.events.attach(sink)
-        self.events.stop()
-        await asyncio.wait_for(self.events.run(), 5)
-        return sink.ids
 
 
 async def test_each_preparation_has_its_own_id_and_a_change_told_again_keeps_it(
     tmp_path: Path,
 ) -> None:
-    node = Process(tmp_path)
+    node = TellingProcess(tmp_path)
     await node.prepare()
     await node.prepare()  # the kubelet asks again: answered from the checkpoint
     await node.unprepare()
@@ -89,11 +33,11 @@ async def test_each_preparation_has_its_own_id_and_a_change_told_again_keeps_it(
 
 
 async def test_the_ledger_is_shared_by_processes_and_survives_a_restart(tmp_path: Path) -> None:
-    first = Process(tmp_path)
+    first = TellingProcess(tmp_path)
     await first.prepare()
     await first.unprepare()
     assert await first.told() == [P1, U1]
-    second = Process(tmp_path)  # restarted, or the new pod of a rolling update
+    second = TellingProcess(tmp_path)  # restarted, or the new pod of a rolling update
     await second.prepare()
     assert await second.told() == [P2]
 
@@ -102,14 +46,14 @@ async def test_the_ledger_is_shared_by_processes_and_survives_a_restart(tmp_path
 async def test_a_preparation_a_killed_process_did_not_tell_is_told_under_the_new_id(
     tmp_path: Path, step: str
 ) -> None:
-    earlier = Process(tmp_path)
+    earlier = TellingProcess(tmp_path)
     await earlier.prepare()
     await earlier.unprepare()
-    dying = Process(tmp_path, dies_at=step)
+    dying = TellingProcess(tmp_path, dies_at=step)
     with pytest.raises(Killed):
         await dying.prepare()
     assert await dying.told() == []
-    retry = Process(tmp_path)
+    retry = TellingProcess(tmp_path)
     await retry.prepare()
     assert await retry.told() == [P2]
 
@@ -118,26 +62,26 @@ async def test_a_preparation_a_killed_process_did_not_tell_is_told_under_the_new
 async def test_an_unprepare_a_killed_process_did_not_tell_is_told_under_its_preparations_id(
     tmp_path: Path, step: str
 ) -> None:
-    earlier = Process(tmp_path)
+    earlier = TellingProcess(tmp_path)
     await earlier.prepare()
     await earlier.unprepare()
     await earlier.prepare()
-    dying = Process(tmp_path, dies_at=step)
+    dying = TellingProcess(tmp_path, dies_at=step)
     with pytest.raises(Killed):
         await dying.unprepare()
-    retry = Process(tmp_path)
+    retry = TellingProcess(tmp_path)
     await retry.unprepare()
     assert (await earlier.told())[-1] == P2
     assert await retry.told() == [U2]
 
 
 async def test_after_a_reboot_every_claim_starts_over(tmp_path: Path) -> None:
-    before = Process(tmp_path)
+    before = TellingProcess(tmp_path)
     await before.prepare()
     await before.unprepare()
     await before.prepare()
     assert (await before.told())[-1] == P2
-    after = Process(tmp_path, boot="b2")  # its stale entry is dropped at recovery
+    after = TellingProcess(tmp_path, boot="b2")  # its stale entry is dropped at recovery
     await after.prepare()
     assert await after.told() == ["claim-prepared/n1/u1/b2"]
 
@@ -170,17 +114,17 @@ async def test_an_event_queued_by_a_process_that_died_is_told_at_the_next_start(
     tmp_path: Path,
 ) -> None:
     """The kubelet got its answer, the event was still in the queue: nobody asks again."""
-    dead = Process(tmp_path)
+    dead = TellingProcess(tmp_path)
     await dead.prepare()  # queued, never published
-    starting = Process(tmp_path)
+    starting = TellingProcess(tmp_path)
     assert starting.events.tell_owed(starting.preparer.checkpoint) == 1
     assert await starting.told() == [P1]
-    again = Process(tmp_path)
+    again = TellingProcess(tmp_path)
     assert again.events.tell_owed(again.preparer.checkpoint) == 0
 
-    dead = Process(tmp_path)
+    dead = TellingProcess(tmp_path)
     await dead.unprepare()
-    starting = Process(tmp_path)
+    starting = TellingProcess(tmp_path)
     assert starting.events.tell_owed(starting.preparer.checkpoint) == 1
     assert await starting.told() == [U1]
 
@@ -192,22 +136,22 @@ async def test_what_the_bus_refused_stays_owed(tmp_path: Path) -> None:
         ) -> object:
             raise TimeoutError("nats: timeout")
 
-    node = Process(tmp_path)
+    node = TellingProcess(tmp_path)
     await node.prepare()
     node.events.attach(Refusing())
     node.events.stop()
     await asyncio.wait_for(node.events.run(), 5)
-    starting = Process(tmp_path)
+    starting = TellingProcess(tmp_path)
     assert starting.events.tell_owed(starting.preparer.checkpoint) == 1
     assert await starting.told() == [P1]
 
 
 async def test_nothing_is_owed_for_a_claim_that_changed_since(tmp_path: Path) -> None:
     """A prepare owed, then unprepared by another process: only the unprepare is told."""
-    dead = Process(tmp_path)
+    dead = TellingProcess(tmp_path)
     await dead.prepare()
-    other = Process(tmp_path)
+    other = TellingProcess(tmp_path)
     await other.unprepare()
     assert await other.told() == [U1]
-    starting = Process(tmp_path)
+    starting = TellingProcess(tmp_path)
     assert starting.events.tell_owed(starting.preparer.checkpoint) == 0
