@@ -104,7 +104,7 @@ def test_it_forgets_the_oldest_claims_told_unprepared_and_keeps_the_prepared_and
         ledger.prepared(f"c{i}", again=False)
         ledger.unprepared(f"c{i}")
         ledger.published([(f"c{i}", 1, "unprepared")])
-    assert [o.uid for o in ledger.owed()] == ["held", "owed"]
+    assert [t.uid for t in ledger.told() if not t.published] == ["held", "owed"]
     assert ledger.prepared("c0", again=False) == 1  # forgotten: starts over
     assert ledger.prepared(f"c{KEEP_UNPREPARED}", again=False) == 2
     assert ledger.prepared("held", again=True) == 1
@@ -155,3 +155,26 @@ async def test_nothing_is_owed_for_a_claim_that_changed_since(tmp_path: Path) ->
     assert await other.told() == [U1]
     starting = TellingProcess(tmp_path)
     assert starting.events.tell_owed(starting.preparer.checkpoint) == 0
+
+
+@pytest.mark.parametrize(
+    ("step", "expected"),
+    [("prepare:completed-saved", [P2]), ("unprepare:entry-dropped", [U1])],
+)
+async def test_a_change_on_disk_no_process_told_is_told_at_the_next_start(
+    tmp_path: Path, step: str, expected: list[str]
+) -> None:
+    """The process died between the disk and the ledger, and the kubelet did not ask again
+    (it had gone on, or restarted without the pod): the next start tells what the disk says."""
+    earlier = TellingProcess(tmp_path)
+    await earlier.prepare()
+    if step.startswith("prepare:"):
+        await earlier.unprepare()
+    assert await earlier.told()  # all published
+    dying = TellingProcess(tmp_path, dies_at=step)
+    change = dying.prepare if step.startswith("prepare:") else dying.unprepare
+    with pytest.raises(Killed):
+        await change()
+    starting = TellingProcess(tmp_path)
+    assert starting.events.tell_owed(starting.preparer.checkpoint) == 1
+    assert await starting.told() == expected

@@ -250,18 +250,20 @@ class ClaimEvents:
         self._put(_Item(event, "claim-unprepared", ref.uid, generation))
 
     def tell_owed(self, checkpoint: Checkpoint) -> int:
-        """Tell again, under the same ids, what the ledger says was never published and the
-        checkpoint still agrees with; returns how many."""
+        """Tell what the bus does not have: a claim whose last event was never published, or
+        whose state on disk is not what was last told of it (a process died between the
+        disk and the ledger). Under the ids they had, or the next preparation's; returns how
+        many. Claims the ledger does not know (prepared by a release before it) are left."""
         told = 0
-        for owed in self._ledger.owed():
-            entry = checkpoint.claims.get(owed.uid)
-            if owed.said == "prepared":
-                if entry is not None and entry.state is ClaimState.PREPARE_COMPLETED:
+        for last in self._ledger.told():
+            entry = checkpoint.claims.get(last.uid)
+            if entry is not None and entry.state is ClaimState.PREPARE_COMPLETED:
+                if last.said != "prepared" or not last.published:
                     self.told_prepared(entry)
                     told += 1
-            elif entry is None:
+            elif last.said != "unprepared" or not last.published:
                 self.told_unprepared(
-                    ClaimRef(namespace=owed.namespace, name=owed.name, uid=owed.uid)
+                    ClaimRef(namespace=last.namespace, name=last.name, uid=last.uid)
                 )
                 told += 1
         return told

@@ -31,7 +31,7 @@ from typing import Final, Literal, NamedTuple
 
 import msgspec
 
-__all__ = ["KEEP_UNPREPARED", "Owed", "Said", "ToldLedger"]
+__all__ = ["KEEP_UNPREPARED", "Said", "Told", "ToldLedger"]
 
 log = logging.getLogger(__name__)
 
@@ -51,14 +51,15 @@ class _Record(msgspec.Struct, array_like=True, frozen=True):
     published: bool = False
 
 
-class Owed(NamedTuple):
-    """An event told but not published: what a starting process tells again."""
+class Told(NamedTuple):
+    """The last event told of a claim, and whether the bus has it."""
 
     uid: str
     namespace: str
     name: str
     generation: int
     said: Said
+    published: bool
 
 
 class _File(msgspec.Struct, kw_only=True, rename="camel"):
@@ -118,12 +119,11 @@ class ToldLedger:
         if changed:
             self._save()
 
-    def owed(self) -> list[Owed]:
-        """What was told and never published, oldest change first."""
+    def told(self) -> list[Told]:
+        """The last event told of every claim the ledger knows, least recently changed first."""
         return [
-            Owed(uid, r.namespace, r.name, r.generation, r.said)
+            Told(uid, r.namespace, r.name, r.generation, r.said, r.published)
             for uid, r in self._read().claims.items()
-            if not r.published
         ]
 
     def _read(self) -> _File:
