@@ -63,7 +63,9 @@ class ConsumerSpec(msgspec.Struct, frozen=True, kw_only=True):
 
     The server pushes to :func:`deliver_subject` (no stream stores it) in the deliver group
     named ``durable``, so the instances of one service share the messages and at most
-    ``max_ack_pending`` of them are unacknowledged at a time.
+    ``max_ack_pending`` of them are unacknowledged at a time. That bound is also what waits
+    in a runner's inbox: with 500, handlers of up to 60 ms each finish a full inbox within
+    the ack wait, so no message is redelivered while it waits its turn.
 
     ``ack_wait_seconds`` is how long the server waits for an ack before redelivering; the
     runner sends in-progress acks well within it while a handler is slow. ``max_deliver`` is
@@ -76,7 +78,7 @@ class ConsumerSpec(msgspec.Struct, frozen=True, kw_only=True):
     filter_subjects: tuple[str, ...] = ()
     description: str = ""
     ack_wait_seconds: float = 30.0
-    max_ack_pending: int = 10_000
+    max_ack_pending: int = 500
     deliver_policy: Literal["all", "new", "last_per_subject"] = "all"
 
 

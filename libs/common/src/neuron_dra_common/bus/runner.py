@@ -299,8 +299,13 @@ class ConsumerRunner:
                 "consumer gone, creating it again",
                 extra={"stream": self.spec.stream, "consumer": self.spec.durable},
             )
-            with contextlib.suppress(nats.errors.Error):
+            try:
                 await reconcile_consumer(self._js, self.spec)
+            except Exception as exc:  # the next round tries again; the loop must go on
+                log.warning(
+                    "consumer not created again",
+                    extra={"consumer": self.spec.durable, "error": repr(exc)},
+                )
         except nats.errors.Error:
             pass  # reconnecting: the next round asks again
 
