@@ -33,7 +33,16 @@ def claim_pod(
         "metadata": {"name": name, "namespace": namespace},
         "spec": {"spec": {"devices": devices}},
     }
-    pod = {
+    return [template, claim_user(name, node=node, template=name, namespace=namespace)]
+
+
+def claim_user(
+    name: str, *, node: str, claim: str = "", template: str = "", namespace: str = "default"
+) -> dict[str, Any]:
+    """A pod on ``node`` whose container uses the ResourceClaim ``claim``, or one made from
+    the ResourceClaimTemplate ``template``."""
+    source = {"resourceClaimName": claim} if claim else {"resourceClaimTemplateName": template}
+    return {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": name, "namespace": namespace},
@@ -43,7 +52,6 @@ def claim_pod(
             "containers": [
                 {"name": "c", "image": "busybox", "resources": {"claims": [{"name": "neurons"}]}}
             ],
-            "resourceClaims": [{"name": "neurons", "resourceClaimTemplateName": name}],
+            "resourceClaims": [{"name": "neurons", **source}],
         },
     }
-    return [template, pod]

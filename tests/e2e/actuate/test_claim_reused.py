@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from tests.e2e.actuate.bus import claim_subject, last_stored
+from tests.e2e.actuate.pods import claim_user
 from tests.e2e.actuate.support import Actuate
 
 pytestmark = pytest.mark.stack
@@ -29,27 +30,11 @@ def _claim() -> dict[str, Any]:
     }
 
 
-def _pod(name: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": "default"},
-        "spec": {
-            "nodeSelector": {"kubernetes.io/hostname": NODE},
-            "terminationGracePeriodSeconds": 1,
-            "containers": [
-                {"name": "c", "image": "busybox", "resources": {"claims": [{"name": "neurons"}]}}
-            ],
-            "resourceClaims": [{"name": "neurons", "resourceClaimName": CLAIM}],
-        },
-    }
-
-
 def test_a_claim_prepared_again_on_its_node_is_told_again(actuate: Actuate) -> None:
     url = actuate.stack.nats_url
     prepared = claim_subject("prepared", node=NODE, namespace="default", name=CLAIM)
     unprepared = claim_subject("unprepared", node=NODE, namespace="default", name=CLAIM)
-    actuate.apply([_claim(), _pod("first-user")])
+    actuate.apply([_claim(), claim_user("first-user", node=NODE, claim=CLAIM)])
     try:
         actuate.wait_running("first-user")
         first = actuate.stack.wait_for(
@@ -59,7 +44,7 @@ def test_a_claim_prepared_again_on_its_node_is_told_again(actuate: Actuate) -> N
         gone = actuate.stack.wait_for("the ClaimUnprepared", lambda: last_stored(url, unprepared))
         assert gone[0] > first[0]
         # Within the claims stream's duplicate window (120 s): the same id would be dropped.
-        actuate.apply(_pod("second-user"))
+        actuate.apply(claim_user("second-user", node=NODE, claim=CLAIM))
         actuate.wait_running("second-user")
         again = actuate.stack.wait_for(
             "the second ClaimPrepared",
