@@ -178,3 +178,17 @@ async def test_a_change_on_disk_no_process_told_is_told_at_the_next_start(
     starting = TellingProcess(tmp_path)
     assert starting.events.tell_owed(starting.preparer.checkpoint) == 1
     assert await starting.told() == expected
+
+
+def test_two_live_processes_read_each_others_changes(tmp_path: Path) -> None:
+    """The old and the new pod of a rolling update, both running: each change of one is
+    seen by the other's next change."""
+    old = ToldLedger(tmp_path / "told.json", boot_id="b1")
+    new = ToldLedger(tmp_path / "told.json", boot_id="b1")
+    assert old.prepared("u1", again=False) == 1
+    assert new.unprepared("u1") == 1
+    assert old.prepared("u1", again=False) == 2
+    assert new.prepared("u1", again=True) == 2
+    old.published([("u1", 2, "prepared")])
+    old.flush()
+    assert [t.published for t in new.told()] == [True]

@@ -296,6 +296,7 @@ class ClaimEvents:
             if items:
                 await self._publish(self._sink, items)
             if batch[-1] is None:
+                self._ledger.flush()
                 return
 
     async def _publish(self, sink: EventSink, items: list[_Item]) -> None:

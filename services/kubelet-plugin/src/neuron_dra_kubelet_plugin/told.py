@@ -16,9 +16,11 @@ the same id, which the bus drops if it was stored after all.
 
 The ledger is a small file beside the checkpoint (``told.json``), which the checkpoint's
 format and the previous release know nothing of. It is written (to a temporary file,
-renamed) before the event is queued and once more after a batch is published, and read
-again before each change, so the two processes of a rolling update share it. Losing it
-costs no claim state, only these two guarantees.
+renamed) before the event is queued, and read again before a change when another process
+wrote it since (the two processes of a rolling update share it). That an event was
+published is written with the next change, or when the plugin stops: a mark lost with a
+killed process only means the event is told again, under its id. Losing the file costs no
+claim state, only these guarantees.
 """
 
 from __future__ import annotations
@@ -79,6 +81,10 @@ class ToldLedger:
         self.path = path
         self._boot_id = boot_id
         self._file = _File(boot_id=boot_id)
+        # The file as this process last read or wrote it (inode, mtime, size): unchanged,
+        # it need not be read again.
+        self._known: tuple[int, int, int] | None = None
+        self._unsaved = False
 
     def prepared(self, uid: str, *, again: bool, namespace: str = "", name: str = "") -> int:
         """The generation to tell a preparation of ``uid`` under.
@@ -108,15 +114,18 @@ class ToldLedger:
         """The bus acknowledged these (claim UID, generation, what): nothing owed for them,
         unless the claim changed since."""
         claims = self._read().claims
-        changed = False
         for uid, generation, said in told:
             record = claims.get(uid)
             if record is None or record.published:
                 continue
             if (record.generation, record.said) == (generation, said):
                 claims[uid] = msgspec.structs.replace(record, published=True)
-                changed = True
-        if changed:
+                self._unsaved = True
+        self._forget()
+
+    def flush(self) -> None:
+        """Write what :meth:`published` noted, if anything (the plugin stops)."""
+        if self._unsaved:
             self._save()
 
     def told(self) -> list[Told]:
@@ -126,9 +135,22 @@ class ToldLedger:
             for uid, r in self._read().claims.items()
         ]
 
+    def _stat(self) -> tuple[int, int, int] | None:
+        assert self.path is not None
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return None
+        return st.st_ino, st.st_mtime_ns, st.st_size
+
     def _read(self) -> _File:
         if self.path is None:
             return self._file
+        known = self._stat()
+        if known is not None and known == self._known:
+            return self._file
+        self._known = known
+        self._unsaved = False  # another process wrote it: its view wins
         try:
             found = msgspec.json.decode(self.path.read_bytes(), type=_File)
         except FileNotFoundError:
@@ -150,11 +172,14 @@ class ToldLedger:
         claims[uid] = record
         self._save()
 
-    def _save(self) -> None:
+    def _forget(self) -> None:
         claims = self._file.claims
         forgettable = [u for u, r in claims.items() if r.said == "unprepared" and r.published]
         for forgotten in forgettable[: max(len(forgettable) - KEEP_UNPREPARED, 0)]:
             del claims[forgotten]
+
+    def _save(self) -> None:
+        self._forget()
         if self.path is None:
             return
         # One temporary file per process: a rolling update's two processes write it too.
@@ -162,6 +187,8 @@ class ToldLedger:
         try:
             temp.write_bytes(msgspec.json.encode(self._file))
             os.replace(temp, self.path)
+            self._known = self._stat()
+            self._unsaved = False
         except OSError as exc:
             log.warning(
                 "claim event ledger not written",
