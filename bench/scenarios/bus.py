@@ -133,11 +133,6 @@ async def _framework_consume(url: str, n: int, durable: str, ready: Connection) 
     return result
 
 
-def _framework_consumer_process(url: str, n: int, durable: str, conn: Connection) -> None:
-    _quiet()
-    conn.send(msgspec.json.encode(uvloop.run(_framework_consume(url, n, durable, conn))))
-
-
 async def _framework_publish(url: str, n: int, node: str) -> tuple[float, float]:
     """Publish ``n`` events in chunks; (start time, publisher CPU seconds)."""
     bus = await Bus.connect([url], name="bench-publisher")
@@ -219,17 +214,28 @@ async def _framework_latency(url: str, latency_n: int) -> list[float]:
     return latencies
 
 
+Consume = Callable[[str, int, str, Connection], Coroutine[Any, Any, _Consumed]]
+
+
+def _consumer_process(consume: Consume, url: str, n: int, durable: str, conn: Connection) -> None:
+    """A child process's body: run ``consume`` on uvloop, send back what it measured."""
+    _quiet()
+    conn.send(msgspec.json.encode(uvloop.run(consume(url, n, durable, conn))))
+
+
 def _two_processes(
     url: str,
     n: int,
-    consumer: Callable[[str, int, str, Connection], None],
+    consume: Consume,
     durable: str,
     publish: Callable[[str, int], Coroutine[Any, Any, tuple[float, float]]],
 ) -> Measured:
-    """Consumer in a child process, publisher here; figures from both."""
+    """``consume`` in a child process, publisher here; figures from both."""
     ctx = multiprocessing.get_context("spawn")
     parent, child = ctx.Pipe()
-    proc = ctx.Process(target=consumer, args=(url, n, durable, child), daemon=True)
+    proc = ctx.Process(
+        target=_consumer_process, args=(consume, url, n, durable, child), daemon=True
+    )
     proc.start()
 
     def receive(within: float, what: str) -> bytes:
@@ -263,7 +269,7 @@ def _framework(url: str, n: int, latency_n: int) -> tuple[Measured, float]:
     tput = _two_processes(
         url,
         n,
-        _framework_consumer_process,
+        _framework_consume,
         "bench-tput",
         lambda u, k: _framework_publish(u, k, "tput"),
     )
@@ -309,11 +315,6 @@ async def _raw_consume(url: str, n: int, durable: str, ready: Connection) -> _Co
     return result
 
 
-def _raw_consumer_process(url: str, n: int, durable: str, conn: Connection) -> None:
-    _quiet()
-    conn.send(msgspec.json.encode(uvloop.run(_raw_consume(url, n, durable, conn))))
-
-
 async def _raw_push_consume(url: str, n: int, durable: str, ready: Connection) -> _Consumed:
     """The raw client consuming as the framework does: pushed, in a deliver group, a callback."""
     nc = await nats.connect(url)
@@ -343,11 +344,6 @@ async def _raw_push_consume(url: str, n: int, durable: str, ready: Connection) -
     result = _Consumed(finished_at=time.perf_counter(), cpu_seconds=time.process_time() - cpu)
     await nc.close()
     return result
-
-
-def _raw_push_consumer_process(url: str, n: int, durable: str, conn: Connection) -> None:
-    _quiet()
-    conn.send(msgspec.json.encode(uvloop.run(_raw_push_consume(url, n, durable, conn))))
 
 
 async def _raw_publish(url: str, n: int, payload: bytes, subject: str) -> tuple[float, float]:
@@ -414,14 +410,14 @@ def _raw(url: str, n: int, latency_n: int, payload: bytes) -> tuple[Measured, Me
     tput = _two_processes(
         url,
         n,
-        _raw_consumer_process,
+        _raw_consume,
         "raw-tput",
         lambda u, k: _raw_publish(u, k, payload, "bench.raw.raw-tput"),
     )
     pushed = _two_processes(
         url,
         n,
-        _raw_push_consumer_process,
+        _raw_push_consume,
         "raw-push",
         lambda u, k: _raw_publish(u, k, payload, "bench.raw.raw-push"),
     )

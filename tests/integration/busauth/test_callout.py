@@ -38,7 +38,7 @@ from neuron_dra_common.events import (
 from neuron_dra_common.events.codec import decode
 from neuron_dra_common.hardware.simulate import write_node
 
-from tests.contracts.support import heartbeat
+from tests.contracts.support import heartbeat, running, wait_until
 from tests.fixtures.natsclients import client, refused, reported, violated
 from tests.integration.busauth.conftest import AuthenticatedBus
 
@@ -331,19 +331,15 @@ def test_only_the_admin_declares_the_streams(authenticated_bus: AuthenticatedBus
     """``neuron-dra-bus-declare``, the install step: as a service it fails naming the first
     stream; as the admin it creates every stream, and a second run changes nothing."""
     bus = authenticated_bus
-
-    def declare(token: Path) -> subprocess.CompletedProcess[str]:
-        return _declare(bus, token)
-
-    service = declare(bus.token_file(service_account_of("slice-publisher")))
+    service = _declare(bus, bus.token_file(service_account_of("slice-publisher")))
     assert service.returncode == 1
     assert f"stream {STREAMS[0].name}: not declared" in service.stderr
 
     admin = bus.token_file(service_account_of("admin"))
-    first = declare(admin)
+    first = _declare(bus, admin)
     assert first.returncode == 0, first.stderr
     assert {f"{s.name}: created" for s in STREAMS} <= set(first.stdout.splitlines())
-    again = declare(admin)
+    again = _declare(bus, admin)
     assert {f"{s.name}: unchanged" for s in STREAMS} <= set(again.stdout.splitlines())
 
 
@@ -361,25 +357,14 @@ async def test_a_service_receives_its_consumers_deliveries_and_no_other_identity
         handled.append(delivery.subject)
 
     detector = bus.token_file(service_account_of("failure-detector"))
-    async with _bus(bus, detector, name="failure-detector") as service:
-        runner = service.runner(spec, handle)
-        task = asyncio.create_task(runner.run(), name="detector-heartbeats")
-        try:
-            for _ in range(100):
-                if runner.ready or task.done():
-                    break
-                await asyncio.sleep(0.1)
-            assert runner.ready, "the failure detector's runner did not start"
-            async with _bus(bus, admin, name="admin") as publisher:
-                await publisher.publisher(source="/test").publish(heartbeat("node-1"))
-            for _ in range(100):
-                if handled:
-                    break
-                await asyncio.sleep(0.1)
-            assert handled == ["neuron.heartbeat.node-1"]
-        finally:
-            runner.stop()
-            await asyncio.wait_for(task, 10)
+    async with (
+        _bus(bus, detector, name="failure-detector") as service,
+        running(service.runner(spec, handle)),
+    ):
+        async with _bus(bus, admin, name="admin") as publisher:
+            await publisher.publisher(source="/test").publish(heartbeat("node-1"))
+        await wait_until(lambda: bool(handled), what="the heartbeat at the failure detector")
+    assert handled == ["neuron.heartbeat.node-1"]
 
     subject = deliver_subject(spec)
     audit = bus.token_file(service_account_of("audit")).read_text()

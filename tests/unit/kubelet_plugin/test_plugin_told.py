@@ -16,11 +16,13 @@ from neuron_dra_kubelet_plugin.claims import ClaimRef
 from neuron_dra_kubelet_plugin.faults import STEPS
 from neuron_dra_kubelet_plugin.preparer import Effects, NodePreparer
 
-from tests.unit.kubelet_plugin.support import MemoryClaims, make_claim, ref_of, trn2_node
-
-
-class Killed(Exception):
-    """The process stops here (the test's stand-in for SIGKILL)."""
+from tests.unit.kubelet_plugin.support import (
+    Killed,
+    MemoryClaims,
+    make_claim,
+    ref_of,
+    trn2_node,
+)
 
 
 class Told:

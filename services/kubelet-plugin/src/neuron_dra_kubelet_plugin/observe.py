@@ -20,7 +20,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Sequence
-from typing import Final, Literal, NamedTuple, Protocol
+from typing import Final, NamedTuple, Protocol
 
 from neuron_dra_common.events import ClaimPrepared, ClaimUnprepared, ObjectRef
 from neuron_dra_common.events.base import Event
@@ -33,7 +33,7 @@ from neuron_dra_kubelet_plugin.claims import ClaimRef
 from neuron_dra_kubelet_plugin.health import Health, HealthSource
 from neuron_dra_kubelet_plugin.plan import PrepareError
 from neuron_dra_kubelet_plugin.preparer import Preparer
-from neuron_dra_kubelet_plugin.told import ToldLedger
+from neuron_dra_kubelet_plugin.told import Said, ToldLedger
 
 __all__ = [
     "DURATION",
@@ -163,7 +163,7 @@ class _Item(NamedTuple):
     """A queued event, and what the ledger knows it by."""
 
     event: Event
-    step: Literal["claim-prepared", "claim-unprepared"]
+    said: Said
     uid: str
     generation: int
 
@@ -230,7 +230,7 @@ class ClaimEvents:
         generation = self._ledger.prepared(
             entry.uid, again=again, namespace=entry.namespace, name=entry.name
         )
-        self._put(_Item(event, "claim-prepared", entry.uid, generation))
+        self._put(_Item(event, "prepared", entry.uid, generation))
 
     def unprepared(self, entry: ClaimEntry) -> None:
         PREPARED_CLAIMS.dec()
@@ -240,14 +240,14 @@ class ClaimEvents:
             devices=tuple(d.device for d in entry.devices),
         )
         generation = self._ledger.unprepared(entry.uid, namespace=entry.namespace, name=entry.name)
-        self._put(_Item(event, "claim-unprepared", entry.uid, generation))
+        self._put(_Item(event, "unprepared", entry.uid, generation))
 
     def told_unprepared(self, ref: ClaimRef) -> None:
         # Its devices went with its entry; the event's id is the one it had.
         claim = ObjectRef(namespace=ref.namespace, name=ref.name, uid=ref.uid)
         event = ClaimUnprepared(node=self._node, claim=claim, devices=())
         generation = self._ledger.unprepared(ref.uid, namespace=ref.namespace, name=ref.name)
-        self._put(_Item(event, "claim-unprepared", ref.uid, generation))
+        self._put(_Item(event, "unprepared", ref.uid, generation))
 
     def tell_owed(self, checkpoint: Checkpoint) -> int:
         """Tell what the bus does not have: a claim whose last event was never published, or
@@ -271,7 +271,7 @@ class ClaimEvents:
     def _id(self, item: _Item) -> str:
         """The event's id: a claim's first preparation since boot has the id release 0.1.0
         gave it; each later one adds its generation."""
-        base = f"{item.step}/{self._node}/{item.uid}/{self._boot_id}"
+        base = f"claim-{item.said}/{self._node}/{item.uid}/{self._boot_id}"
         return base if item.generation == 1 else f"{base}/{item.generation}"
 
     def stop(self) -> None:
@@ -315,11 +315,4 @@ class ClaimEvents:
             )
             return
         self.published += len(items)
-        self._ledger.published(
-            (
-                item.uid,
-                item.generation,
-                "prepared" if item.step == "claim-prepared" else "unprepared",
-            )
-            for item in items
-        )
+        self._ledger.published((item.uid, item.generation, item.said) for item in items)
