@@ -3,12 +3,12 @@
 ``python -m bench.noop_extender --port P --kubeconfig FILE``: an HTTP extender that decides
 nothing. ``filter`` keeps every node it is given (``NodeNames`` or ``Nodes``, as configured),
 ``prioritize`` scores each 0, ``bind`` posts the Binding and nothing else. Served the same way
-as the product's extender (aiohttp on uvloop, one process, the same Kubernetes client), it
-costs kube-scheduler what any extender costs it: two HTTP round trips per pod in the
-scheduling cycle, the JSON of the pod and the node lists both ways, and a bind through a
-client of its own. Its pods/s is therefore the most an extender of this kind can reach through
-that scheduler on that machine, and ours is measured against it as well as against the
-scheduler alone.
+as the product's extender (JSON endpoints of the service runtime's HTTP server, on uvloop, in
+one process, with the same Kubernetes client), it costs kube-scheduler what any extender
+costs it: two HTTP round trips per pod in the scheduling cycle, the JSON of the pod and the
+node lists both ways, and a bind through a client of its own. Its pods/s is therefore the
+most an extender of this kind can reach through that scheduler on that machine, and ours is
+measured against it as well as against the scheduler alone.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from typing import Any
 
 import msgspec
 import uvloop
-from aiohttp import web
 from neuron_dra_common.kube import KubeClient, load_kubeconfig
+from neuron_dra_common.runtime import HealthServer
 from neuron_dra_scheduler_extender.cluster import PODS
 
 __all__ = ["answer_filter", "answer_prioritize", "binding", "main"]
@@ -75,21 +75,17 @@ def binding(args: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _json(value: object) -> web.Response:
-    return web.Response(body=_encode.encode(value), content_type="application/json")
-
-
 async def serve(port: int, kubeconfig: Path) -> None:
     kube = KubeClient(load_kubeconfig(kubeconfig))
 
-    async def filter_(request: web.Request) -> web.Response:
-        return _json(answer_filter(_decode.decode(await request.read())))
+    async def filter_(body: bytes) -> tuple[int, bytes]:
+        return 200, _encode.encode(answer_filter(_decode.decode(body)))
 
-    async def prioritize(request: web.Request) -> web.Response:
-        return _json(answer_prioritize(_decode.decode(await request.read())))
+    async def prioritize(body: bytes) -> tuple[int, bytes]:
+        return 200, _encode.encode(answer_prioritize(_decode.decode(body)))
 
-    async def bind(request: web.Request) -> web.Response:
-        args = _decode.decode(await request.read())
+    async def bind(body: bytes) -> tuple[int, bytes]:
+        args = _decode.decode(body)
         try:
             await kube.request(
                 "POST",
@@ -97,28 +93,18 @@ async def serve(port: int, kubeconfig: Path) -> None:
                 body=binding(args),
             )
         except Exception as exc:  # the scheduler retries the pod, with the reason
-            return _json({"Error": str(exc)})
-        return _json({"Error": ""})
+            return 200, _encode.encode({"Error": str(exc)})
+        return 200, _encode.encode({"Error": ""})
 
-    async def ready(_: web.Request) -> web.Response:
-        return web.Response(text="ok")
-
-    app = web.Application()
-    app.add_routes(
-        [
-            web.post("/filter", filter_),
-            web.post("/prioritize", prioritize),
-            web.post("/bind", bind),
-            web.get("/readyz", ready),
-        ]
-    )
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
+    # /readyz is the server's own: ready at once, with no checks to pass.
+    http = HealthServer(host="127.0.0.1", port=port)
+    for path, handler in {"/filter": filter_, "/prioritize": prioritize, "/bind": bind}.items():
+        http.add_json_post(path, handler)
+    await http.start()
     try:
         await asyncio.Event().wait()
     finally:
-        await runner.cleanup()
+        await http.stop()
         await kube.close()
 
 

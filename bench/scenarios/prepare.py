@@ -15,8 +15,7 @@ as the scheduler would. Two plugins serve the kubelet DRA API (v1) on unix socke
 The benchmark plays the kubelet: a gRPC client from the generated stubs calls each socket
 directly. Every claim is unprepared right after it was prepared, so both drivers do the whole
 work on every call (the test driver answers a repeated prepare of a prepared claim from
-memory; ours from its checkpoint). Both read the claim on every prepare: the test driver
-GETs it from the API; ours reads it from its informer cache.
+memory; ours from its checkpoint). Both GET the claim from the API on every prepare.
 
 For claims of 1, 4 and 16 devices:
 

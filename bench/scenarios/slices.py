@@ -4,7 +4,8 @@ One local stack (its real etcd and kube-apiserver; a single simulated node) hold
 objects. In the same run:
 
 * **bare loop**: kubernetes-asyncio's ``ApiClient`` creates the very slice objects the
-  publisher would write, with the same concurrency, nothing else;
+  publisher would write, with the same concurrency, nothing else (``bench/bare/slices_bare.py``,
+  in a child process run from the baseline environment: see ``bench/baseline_env.py``);
 * **publisher**: N NodeInventory events are published on the bus; the publisher's real
   controller (durable consumer, Node and slice informers, work queue, KubeSliceStore) writes
   every pool. Timed from the first publish to the last pool written.
@@ -37,6 +38,7 @@ from typing import Any
 
 import msgspec
 
+from bench import baseline_env
 from bench.harness import Figure, Report, cpu_seconds, cpu_used, percentile, proc_stat
 
 WORKERS = 16
@@ -137,8 +139,6 @@ class _Bench:
         self.uids: dict[str, str] = {}
 
     async def open(self) -> None:
-        from kubernetes_asyncio import client as k8s
-        from kubernetes_asyncio import config as k8s_config
         from neuron_dra_common.hardware.node import read_node
         from neuron_dra_common.hardware.simulate import write_node
         from neuron_dra_common.kube import connect
@@ -146,30 +146,10 @@ class _Bench:
         with tempfile.TemporaryDirectory() as tmp:
             sim = write_node(Path(tmp), instance_type="trn2.48xlarge", node_name="bench")
             self.hardware = read_node(sim.root, neuron_ls_command=sim.neuron_ls_command)
-        configuration = k8s.Configuration()
-        await k8s_config.load_kube_config(
-            config_file=str(self.kubeconfig), client_configuration=configuration
-        )
-        self.bare = k8s.ApiClient(configuration)
         self.kube = await connect(kubeconfig=self.kubeconfig)
 
     async def close(self) -> None:
         await self.kube.close()
-        await self.bare.close()
-
-    async def call(
-        self, method: str, path: str, body: Any = None, query: list[tuple[str, str]] | None = None
-    ) -> Any:
-        return await self.bare.call_api(
-            path,
-            method,
-            query_params=query or [],
-            header_params={"Content-Type": "application/json", "Accept": "application/json"},
-            body=body,
-            auth_settings=["BearerToken"],
-            response_types_map={200: "object", 201: "object"},
-            _return_http_data_only=True,
-        )
 
     async def settle(self, *, idle_cores: float = 0.2, within: float = 60.0) -> float:
         """Wait until the stack's processes together use less than ``idle_cores`` (the
@@ -188,7 +168,7 @@ class _Bench:
         from neuron_dra_common.kube import NODES
 
         async def make(i: int) -> None:
-            await self.call("POST", "/api/v1/nodes", _node(names[i]))
+            await self.kube.request("POST", "/api/v1/nodes", body=_node(names[i]))
 
         await _bounded(len(names), make)
         self.uids = {
@@ -200,8 +180,12 @@ class _Bench:
         from neuron_dra_common.kube import NODES, RESOURCE_SLICES
         from neuron_dra_slice_publisher.store import SELECTOR
 
-        await self.call("DELETE", RESOURCE_SLICES.path(), query=[("labelSelector", SELECTOR)])
-        await self.call("DELETE", NODES.path(), query=[("labelSelector", _BENCH_LABEL + "=true")])
+        await self.kube.request(
+            "DELETE", RESOURCE_SLICES.path(), query=[("labelSelector", SELECTOR)]
+        )
+        await self.kube.request(
+            "DELETE", NODES.path(), query=[("labelSelector", _BENCH_LABEL + "=true")]
+        )
         for _ in range(600):  # deletecollection finishes asynchronously
             left = (await self.kube.list(RESOURCE_SLICES, label_selector=SELECTOR))[0]
             left += (await self.kube.list(NODES, label_selector=_BENCH_LABEL + "=true"))[0]
@@ -230,36 +214,36 @@ class _Bench:
         ]
 
     async def bare_round(self, names: list[str], samples: int) -> tuple[_Phase, list[float]]:
-        """The bare loop: POST every pool's slices; then ``samples`` single replaces."""
+        """The bare loop: POST every pool's slices; then ``samples`` single replaces.
+
+        The bench renders the slices; ``bench/bare/slices_bare.py`` writes them, times the
+        loop and each replace, and reads the servers' CPU time around the loop."""
         from neuron_dra_common.kube import RESOURCE_SLICES
 
         prepared = [self.bodies(name) for name in names]
-        path = RESOURCE_SLICES.path()
-
-        async def write(i: int) -> None:
-            for body in prepared[i]:
-                await self.call("POST", path, body)
-
-        cpu0, own0 = cpu_seconds(self.servers), time.process_time()
-        t0 = time.perf_counter()
-        await _bounded(len(names), write)
+        changes = [
+            self.bodies(names[k % len(names)], driver=f"2.30.{k}.0")[0] for k in range(samples)
+        ]
+        out = await baseline_env.run_script(
+            "slices_bare.py",
+            {
+                "kubeconfig": str(self.kubeconfig),
+                "path": RESOURCE_SLICES.path(),
+                "workers": WORKERS,
+                "change_gap": CHANGE_GAP,
+                "pools": prepared,
+                "changes": changes,
+                "servers": self.servers,
+            },
+        )
         phase = _Phase(
             label="bare loop",
-            seconds=time.perf_counter() - t0,
-            cpu=cpu_used(cpu0, cpu_seconds(self.servers)),
-            own=time.process_time() - own0,
+            seconds=out["seconds"],
+            cpu=cpu_used(out["cpu_before"], out["cpu_after"]),
+            own=out["own"],
             writes=sum(len(p) for p in prepared),
         )
-        change: list[float] = []
-        for k in range(samples):
-            body = self.bodies(names[k % len(names)], driver=f"2.30.{k}.0")[0]
-            current = await self.call("GET", f"{path}/{body['metadata']['name']}")
-            body["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
-            await asyncio.sleep(CHANGE_GAP)
-            t = time.perf_counter()
-            await self.call("PUT", f"{path}/{body['metadata']['name']}", body)
-            change.append(time.perf_counter() - t)
-        return phase, change
+        return phase, list(out["changes"])
 
     async def publisher_round(
         self, names: list[str], samples: int, profiler: cProfile.Profile | None
@@ -470,6 +454,7 @@ async def _measure(
 
 def run(*, quick: bool) -> Report:
     n, samples, rounds = (200, 20, 2) if quick else (1000, 125, 5)
+    baseline_env.python()  # made (once) before the stack starts, not between its rounds
     with tempfile.TemporaryDirectory(prefix="bench-slices-") as tmp:
         fleet = Path(tmp) / "fleet.yaml"
         fleet.write_text(_FLEET)

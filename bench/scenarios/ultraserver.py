@@ -20,6 +20,13 @@ its ResourceClaimTemplate:
 
 Sizes cycle through topologySize 1/2/4 x serverCount 1/2. A workload is deleted once it is
 Allocated and the next one starts when it is gone, so the fleet never fills.
+
+kubernetes-asyncio runs in a child process of its own (``bench/bare/ultraserver_bare.py``,
+from the baseline environment: see ``bench/baseline_env.py``), which makes every request of
+the bench but its watches; it takes each workload's start just before its create, on the
+machine's monotonic clock that the bench's watches read too. The bare variant's status and
+template are built before its create, from the twin as the apiserver answers a create
+(generation 1), and the client puts in the uid that the create answered.
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ import asyncio
 import copy
 import json
 import os
+import subprocess
 import tempfile
 import time
 from collections import Counter
@@ -37,8 +45,6 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-from kubernetes_asyncio import client as k8s
-from kubernetes_asyncio import config as k8s_config
 from neuron_dra_cli.stack.fleet import node_labels, parse_fleet
 from neuron_dra_common.bus import Bus
 from neuron_dra_common.events import NodeInventory
@@ -59,11 +65,14 @@ from neuron_dra_ultraserver_operator.model import (
 from neuron_dra_ultraserver_operator.records import topo0_host
 from neuron_dra_ultraserver_operator.resources import NUS, NUSW, RESOURCE_CLAIM_TEMPLATES
 
-from bench.harness import Figure, Report, percentile
+from bench import baseline_env
+from bench.harness import Figure, Report, cpu_seconds, percentile
 from bench.stack import local_stack
 
 Obj = dict[str, Any]
 Call = Callable[..., Awaitable[Any]]
+#: (method, path, body, content type): one request of the client.
+Request = tuple[str, str, Any, str]
 
 ULTRASERVERS = 100
 INSTANCE_TYPE = "trn2u.48xlarge"
@@ -81,6 +90,10 @@ LEASE_PERIOD = 20.0
 WAIT_SECONDS = 120.0
 FLEET_SECONDS = 300.0
 _LEASES = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases"
+_JSON = "application/json"
+_MERGE = "application/merge-patch+json"
+#: Where the twin's uid goes in its status and template until its create has answered.
+_TWIN_UID = "bench-uid-of-the-created-twin"
 # The stack's one simulated node runs no driver: the bench Nodes are the only UltraServer
 # members, and nothing but the bench feeds the inventory stream.
 _FLEET = (
@@ -166,18 +179,78 @@ def _allocated(obj: Obj) -> bool:
 # --- the stack -----------------------------------------------------------------------------
 
 
-def _cpu_seconds(pids: dict[str, int]) -> dict[str, float]:
-    """User + system CPU seconds each process has used so far (0 once it is gone)."""
-    tick = os.sysconf("SC_CLK_TCK")
-    out: dict[str, float] = {}
-    for name, pid in pids.items():
+# --- the client ----------------------------------------------------------------------------
+
+
+class Client:
+    """kubernetes-asyncio, in its child process (``bench/bare/ultraserver_bare.py``)."""
+
+    def __init__(self, proc: asyncio.subprocess.Process) -> None:
+        self._proc = proc
+        self._sent = 0
+        self._waiting: dict[int, asyncio.Future[tuple[float, Any]]] = {}
+        self._reader = asyncio.create_task(self._read(), name="bench-client")
+
+    @classmethod
+    async def start(cls, kubeconfig: str) -> Client:
+        proc = await asyncio.create_subprocess_exec(
+            str(baseline_env.python()),
+            str(baseline_env.BARE / "ultraserver_bare.py"),
+            kubeconfig,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            limit=2**26,
+        )
+        return cls(proc)
+
+    @property
+    def pid(self) -> int:
+        return self._proc.pid
+
+    async def _read(self) -> None:
+        assert self._proc.stdout is not None
+        while line := await self._proc.stdout.readline():
+            reply = json.loads(line)
+            waiter = self._waiting.pop(reply["id"], None)
+            if waiter is None or waiter.done():  # its caller was cancelled
+                continue
+            if "error" in reply:
+                waiter.set_exception(RuntimeError(f"kubernetes-asyncio: {reply['error']}"))
+            else:
+                waiter.set_result((reply["t0"], reply["result"]))
+        code = await self._proc.wait()
+        for waiter in self._waiting.values():
+            if not waiter.done():
+                waiter.set_exception(RuntimeError(f"bench/bare/ultraserver_bare.py exited {code}"))
+        self._waiting.clear()
+
+    async def timed(self, *calls: Request, uid: str = "") -> tuple[float, Any]:
+        """Make ``calls`` one after the other; returns when the first started (``perf_counter``)
+        and what the last answered. With ``uid``, that string in the later calls' bodies stands
+        for the uid of the object the first call answered."""
+        if self._reader.done():
+            raise RuntimeError("bench/bare/ultraserver_bare.py has exited")
+        assert self._proc.stdin is not None
+        self._sent += 1
+        waiter: asyncio.Future[tuple[float, Any]] = asyncio.get_running_loop().create_future()
+        self._waiting[self._sent] = waiter
+        line = json.dumps({"id": self._sent, "calls": calls, "uid": uid})
+        self._proc.stdin.write(line.encode() + b"\n")
+        return await waiter
+
+    async def call(
+        self, method: str, path: str, body: Any = None, *, content_type: str = _JSON
+    ) -> Any:
+        return (await self.timed((method, path, body, content_type)))[1]
+
+    async def close(self) -> None:
+        assert self._proc.stdin is not None
+        self._proc.stdin.close()
         try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            out[name] = 0.0
-            continue
-        out[name] = (int(fields[11]) + int(fields[12])) / tick
-    return out
+            await asyncio.wait_for(self._reader, 30)
+        except TimeoutError:
+            self._proc.kill()
+            await self._proc.wait()
 
 
 # --- watching ------------------------------------------------------------------------------
@@ -376,8 +449,9 @@ class Kubelets:
 
 
 class Bench:
-    def __init__(self, *, call: Call, kube: KubeClient, nats_url: str) -> None:
-        self.call = call
+    def __init__(self, *, client: Client, kube: KubeClient, nats_url: str) -> None:
+        self.client = client
+        self.call: Call = client.call
         self.kube = kube
         self.nats_url = nats_url
         self.nusw = msgspec.structs.replace(NUSW, version=VERSION)
@@ -398,7 +472,7 @@ class Bench:
         self.started: dict[str, float] = {}
         self.released: list[float] = []
         self.nodes: list[str] = []
-        self.kubelets = Kubelets(call=call, kube=kube)
+        self.kubelets = Kubelets(call=self.call, kube=kube)
         self.reasserted_timed = 0
         #: UltraServer index -> (server id, node names by node id)
         self.members: dict[int, tuple[str, list[str]]] = {}
@@ -498,14 +572,13 @@ class Bench:
     async def operator_one(self, name: str, size: int, count: int) -> float:
         body = workload_body(name, size=size, count=count, group=GROUP)
         path = self.nusw.path(namespace=NAMESPACE)
-        t0 = self.started[name] = time.perf_counter()
-        await self.call("POST", path, body)
+        t0, _ = await self.client.timed(("POST", path, body, _JSON))
+        self.started[name] = t0
         done = max(
             await self.workloads.wait(name, "allocated"),
             await self.rcts.wait(f"{name}-rct", "exists"),
         )
-        t1 = time.perf_counter()
-        await self.call("DELETE", f"{path}/{name}")
+        t1, _ = await self.client.timed(("DELETE", f"{path}/{name}", None, _JSON))
         self.released.append(await self.workloads.wait(name, "gone") - t1)
         return done - t0
 
@@ -513,29 +586,30 @@ class Bench:
         body = workload_body(name, size=size, count=count, group=TWIN_GROUP)
         path = self.twin.path(namespace=NAMESPACE)
         rct_path = self.templates.path(namespace=NAMESPACE)
-        t0 = time.perf_counter()
-        created = await self.call("POST", path, body)
+        created = {**body, "metadata": {**body["metadata"], "uid": _TWIN_UID, "generation": 1}}
         workload = workload_from_api(created)
         records = self._records(size, count)
-        await self.call(
-            "PATCH",
-            f"{path}/{name}/status",
-            {"status": self._status(workload, records)},
-            content_type="application/merge-patch+json",
-        )
         template = claim_template(workload, records, {})
         template["metadata"]["ownerReferences"][0]["apiVersion"] = f"{TWIN_GROUP}/{VERSION}"
-        await self.call(
-            "POST",
-            rct_path,
-            {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate", **template},
+        t0, _ = await self.client.timed(
+            ("POST", path, body, _JSON),
+            ("PATCH", f"{path}/{name}/status", {"status": self._status(workload, records)}, _MERGE),
+            (
+                "POST",
+                rct_path,
+                {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate", **template},
+                _JSON,
+            ),
+            uid=_TWIN_UID,
         )
         done = max(
             await self.twins.wait(name, "allocated"),
             await self.rcts.wait(f"{name}-rct", "exists"),
         )
-        await self.call("DELETE", f"{rct_path}/{name}-rct")
-        await self.call("DELETE", f"{path}/{name}")
+        await self.client.timed(
+            ("DELETE", f"{rct_path}/{name}-rct", None, _JSON),
+            ("DELETE", f"{path}/{name}", None, _JSON),
+        )
         await self.twins.wait(name, "gone")
         return done - t0
 
@@ -634,25 +708,15 @@ class Level(msgspec.Struct, kw_only=True):
 async def _measure(recorded: Obj, levels: list[Level]) -> Report:
     kubeconfig = recorded["kubeconfig"]
     pids = {c["name"]: int(c["pid"]) for c in recorded["components"] if c["name"] in _COMPONENTS}
-    configuration = k8s.Configuration()
-    await k8s_config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
-    bare = k8s.ApiClient(configuration)
+    client = await Client.start(kubeconfig)
+    call = client.call
     kube = await connect(kubeconfig=kubeconfig)
 
-    async def call(
-        method: str, path: str, body: Any = None, *, content_type: str = "application/json"
-    ) -> Any:
-        return await bare.call_api(
-            path,
-            method,
-            header_params={"Content-Type": content_type, "Accept": "application/json"},
-            body=body,
-            auth_settings=["BearerToken"],
-            response_types_map={200: "object", 201: "object", 202: "object"},
-            _return_http_data_only=True,
-        )
+    def own() -> float:
+        """CPU seconds of the bench: this process and its client."""
+        return time.process_time() + cpu_seconds({"client": client.pid})["client"]
 
-    bench = Bench(call=call, kube=kube, nats_url=recorded["nats_url"])
+    bench = Bench(client=client, kube=kube, nats_url=recorded["nats_url"])
     tasks: list[asyncio.Task[None]] = []
     try:
         await call("POST", "/api/v1/namespaces", {"metadata": {"name": NAMESPACE}})
@@ -674,27 +738,27 @@ async def _measure(recorded: Obj, levels: list[Level]) -> Report:
         bench.released.clear()
         before = sum(bench.kubelets.reasserted.values())
         for level in levels:
-            cpu0 = _cpu_seconds(pids)
-            own0 = time.process_time()
+            cpu0 = cpu_seconds(pids)
+            own0 = own()
             level.bare, level.bare_rate = await _phase(
                 bench.bare_one,
                 prefix=f"bare-{level.concurrency}",
                 n=level.n,
                 concurrency=level.concurrency,
             )
-            cpu1 = _cpu_seconds(pids)
-            own1 = time.process_time()
+            cpu1 = cpu_seconds(pids)
+            own1 = own()
             level.operator, level.operator_rate = await _phase(
                 bench.operator_one,
                 prefix=f"op-{level.concurrency}",
                 n=level.n,
                 concurrency=level.concurrency,
             )
-            cpu2 = _cpu_seconds(pids)
+            cpu2 = cpu_seconds(pids)
             level.cpu_bare = {k: cpu1[k] - cpu0[k] for k in cpu0}
             level.cpu_bare["bench"] = own1 - own0
             level.cpu_operator = {k: cpu2[k] - cpu1[k] for k in cpu0}
-            level.cpu_operator["bench"] = time.process_time() - own1
+            level.cpu_operator["bench"] = own() - own1
             level.names = [f"op-{level.concurrency}-{i:04d}" for i in range(level.n)]
             for task in [*tasks, *bench.kubelets.tasks]:
                 if task.done():
@@ -706,7 +770,7 @@ async def _measure(recorded: Obj, levels: list[Level]) -> Report:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         await kube.close()
-        await bare.close()
+        await client.close()
     return _report(bench, levels, fleet_seconds)
 
 
@@ -813,6 +877,7 @@ def run(*, quick: bool) -> Report:
         if quick
         else [Level(concurrency=1, n=90), Level(concurrency=8, n=240)]
     )
+    baseline_env.python()  # made (once) before the stack starts
     with (
         tempfile.TemporaryDirectory(prefix="bench-ultraserver-") as tmp,
         local_stack(Path(tmp), fleet=_FLEET) as rec,

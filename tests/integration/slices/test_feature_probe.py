@@ -3,21 +3,24 @@ error: a publisher that starts while the apiserver fails waits for it, or refuse
 
 The apiserver is the stack's real one, reached through a small HTTP front that answers 503
 (as an apiserver does while its storage is away) for as long as a test says, then passes
-requests through; a front that never stops failing needs no apiserver behind it.
+requests through; a front that never stops failing needs no apiserver behind it. The front
+speaks plain HTTP/1.1 on asyncio streams: requests with a Content-Length, kept alive.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
 import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from http import HTTPStatus
 from pathlib import Path
+from urllib.parse import parse_qsl, unquote
 
 import pytest
-from aiohttp import web
 from neuron_dra_common.hardware.model import NeuronDevice, NodeHardware, UltraServerInfo
 from neuron_dra_common.kube import ApiException, KubeClient, connect
 from neuron_dra_slice_publisher.slices import NodeDeviceMode, build_pool
@@ -45,23 +48,63 @@ class FlakyApiserver:
     failures: int = 0
     seen: list[tuple[str, str]] = field(default_factory=list)
     url: str = ""
+    connections: set[asyncio.Task[None]] = field(default_factory=set)
 
-    async def handle(self, request: web.Request) -> web.Response:
-        self.seen.append((request.method, request.path_qs))
+    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """One client connection: its requests answered in turn until it closes."""
+        this = asyncio.current_task()
+        assert this is not None
+        self.connections.add(this)
+        try:
+            while True:
+                try:
+                    head = await reader.readuntil(b"\r\n\r\n")
+                except (asyncio.IncompleteReadError, ConnectionError):
+                    return  # the client closed the connection
+                request_line, *lines = head.decode("latin-1").split("\r\n")[:-2]
+                method, target, _ = request_line.split(" ", 2)
+                headers = {}
+                for line in lines:
+                    name, value = line.split(":", 1)
+                    headers[name.strip().lower()] = value.strip()
+                assert "transfer-encoding" not in headers, "the client sends a Content-Length"
+                body = await reader.readexactly(int(headers.get("content-length", "0")))
+                status, answer = await self.handle(method, target, body)
+                closing = headers.get("connection", "").lower() == "close"
+                writer.write(
+                    b"HTTP/1.1 %d %s\r\nContent-Type: application/json\r\n"
+                    b"Content-Length: %d\r\n%s\r\n%s"
+                    % (
+                        status,
+                        HTTPStatus(status).phrase.encode(),
+                        len(answer),
+                        b"Connection: close\r\n" if closing else b"",
+                        answer,
+                    )
+                )
+                await writer.drain()
+                if closing:
+                    return
+        finally:
+            writer.transport.abort()
+            self.connections.discard(this)
+
+    async def handle(self, method: str, target: str, body: bytes) -> tuple[int, bytes]:
+        self.seen.append((method, target))
         if self.failures < 0 or len(self.seen) <= self.failures:
-            return web.json_response(_UNAVAILABLE, status=503)
-        body = await request.read()
+            return 503, json.dumps(_UNAVAILABLE).encode()
         assert self.upstream is not None, "no apiserver behind this front"
+        path, _, query = target.partition("?")
         try:
             answer = await self.upstream.request(
-                request.method,
-                request.path,
-                query=list(request.query.items()),
+                method,
+                unquote(path),
+                query=parse_qsl(query, keep_blank_values=True),
                 body=body or None,
             )
         except ApiException as exc:
-            return web.Response(status=exc.status, body=exc.body, content_type="application/json")
-        return web.json_response(answer, status=201 if request.method == "POST" else 200)
+            return exc.status, exc.body
+        return (201 if method == "POST" else 200), json.dumps(answer).encode()
 
     def kubeconfig(self, path: Path) -> Path:
         config = {
@@ -88,18 +131,17 @@ async def kube(kube_stack: KubeStack) -> AsyncIterator[KubeClient]:
 @pytest.fixture
 async def flaky(tmp_path: Path) -> AsyncIterator[tuple[FlakyApiserver, Path]]:
     front = FlakyApiserver()
-    app = web.Application()
-    app.router.add_route("*", "/{tail:.*}", front.handle)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    port = free_port()
-    site = web.TCPSite(runner, "127.0.0.1", port)
-    await site.start()
-    front.url = f"http://127.0.0.1:{port}"
+    server = await asyncio.start_server(front.serve, "127.0.0.1", 0)
+    front.url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
     try:
         yield front, front.kubeconfig(tmp_path / "flaky.kubeconfig")
     finally:
-        await runner.cleanup()
+        server.close()
+        connections = list(front.connections)
+        for connection in connections:
+            connection.cancel()
+        await asyncio.gather(*connections, return_exceptions=True)
+        await server.wait_closed()
 
 
 def ultraserver_node() -> NodeHardware:

@@ -1,4 +1,4 @@
-"""The Kubernetes client reads the environment's proxy once, as aiohttp's trust_env would."""
+"""The Kubernetes client reads the environment's proxy once (HTTPS_PROXY, NO_PROXY, ...)."""
 
 from __future__ import annotations
 

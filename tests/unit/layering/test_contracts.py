@@ -85,9 +85,9 @@ def _source_copy(dest: Path) -> Path:
         ),
         (
             "neuron_dra_ultraserver_operator/reconciler.py",
-            "import aiohttp",
+            "import httptools",
             "http-in-kube",
-            "neuron_dra_ultraserver_operator.reconciler -> aiohttp",
+            "neuron_dra_ultraserver_operator.reconciler -> httptools",
         ),
         (
             "neuron_dra_topology_allocator/main.py",
@@ -106,7 +106,7 @@ def _source_copy(dest: Path) -> Path:
             "neuron_dra_common/cdi.py",
             "import neuron_dra_common.runtime.http",
             "pure-modules",
-            "neuron_dra_common.cdi is not allowed to import aiohttp",
+            "neuron_dra_common.cdi is not allowed to import httptools",
         ),
         (
             "neuron_dra_kubelet_plugin/main.py",

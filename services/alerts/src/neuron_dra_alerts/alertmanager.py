@@ -9,12 +9,14 @@ an ``endsAt`` a few re-sends ahead.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
+from urllib.parse import urlencode
 
-import aiohttp
 import msgspec
+from neuron_dra_common.httpclient import HttpClient
 
 __all__ = ["AlertmanagerClient", "AlertmanagerError", "PostableAlert"]
 
@@ -41,29 +43,34 @@ class AlertmanagerClient:
 
     def __init__(self, base_url: str, *, timeout: float = 10.0) -> None:
         self.base_url = base_url.rstrip("/")
-        self._timeout = aiohttp.ClientTimeout(total=timeout)
-        self._session: aiohttp.ClientSession | None = None
+        self._timeout = timeout
+        self._http = HttpClient(self.base_url, pool_size=4)
 
-    def _http(self) -> aiohttp.ClientSession:
-        if self._session is None or self._session.closed:
-            self._session = aiohttp.ClientSession(timeout=self._timeout)
-        return self._session
+    async def _call(
+        self, method: str, path: str, *, body: bytes | None = None
+    ) -> tuple[int, bytes]:
+        headers = {"Accept": "application/json"}
+        if body is not None:
+            headers["Content-Type"] = "application/json"
+        async with asyncio.timeout(self._timeout):
+            response = await self._http.request(method, path, headers=headers, body=body)
+            async with response:
+                return response.status, await response.read()
 
     async def post(self, alerts: Sequence[PostableAlert]) -> None:
         """Send ``alerts``; :class:`AlertmanagerError` when they were not accepted."""
         if not alerts:
             return
         url = f"{self.base_url}/api/v2/alerts"
-        body = _encoder.encode(list(alerts))
         try:
-            async with self._http().post(
-                url, data=body, headers={"Content-Type": "application/json"}
-            ) as resp:
-                if resp.status >= 300:
-                    text = (await resp.text())[:500]
-                    raise AlertmanagerError(f"POST {url}: HTTP {resp.status}: {text}")
-        except (aiohttp.ClientError, TimeoutError) as exc:
+            status, text = await self._call(
+                "POST", "/api/v2/alerts", body=_encoder.encode(list(alerts))
+            )
+        except (OSError, TimeoutError) as exc:
             raise AlertmanagerError(f"POST {url}: {exc!r}") from exc
+        if status >= 300:
+            shown = text[:500].decode(errors="replace")
+            raise AlertmanagerError(f"POST {url}: HTTP {status}: {shown}")
 
     async def alerts(self, *, active: bool = True, filters: Sequence[str] = ()) -> list[Any]:
         """``GET /api/v2/alerts`` (``filters`` as Alertmanager's matchers, ``name="value"``)."""
@@ -71,15 +78,16 @@ class AlertmanagerClient:
         params: list[tuple[str, str]] = [("active", "true" if active else "false")]
         params += [("filter", f) for f in filters]
         try:
-            async with self._http().get(url, params=params) as resp:
-                if resp.status >= 300:
-                    raise AlertmanagerError(f"GET {url}: HTTP {resp.status}")
-                found: list[Any] = await resp.json()
-                return found
-        except (aiohttp.ClientError, TimeoutError) as exc:
+            status, text = await self._call("GET", f"/api/v2/alerts?{urlencode(params)}")
+        except (OSError, TimeoutError) as exc:
             raise AlertmanagerError(f"GET {url}: {exc!r}") from exc
+        if status >= 300:
+            raise AlertmanagerError(f"GET {url}: HTTP {status}")
+        try:
+            found: list[Any] = msgspec.json.decode(text)
+        except msgspec.DecodeError as exc:
+            raise AlertmanagerError(f"GET {url}: not JSON: {exc}") from exc
+        return found
 
     async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        await self._http.close()

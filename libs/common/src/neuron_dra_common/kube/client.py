@@ -3,18 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import os
-import sys
 import urllib.request
 from collections.abc import AsyncGenerator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 from urllib.parse import unquote, urlencode, urlsplit
 
-import aiohttp
 import msgspec
 from opentelemetry import trace
 
+from neuron_dra_common.httpclient import HttpClient, Response
 from neuron_dra_common.kube.auth import Credentials
 from neuron_dra_common.kube.config import KubeConfig, load_in_cluster, load_kubeconfig, ssl_context
 from neuron_dra_common.kube.metrics import REQUESTS, resource_of
@@ -58,15 +58,7 @@ class ApiException(Exception):
 
 #: What a call fails with when no answer came back (the apiserver down, restarting, or too
 #: slow): worth trying again, unlike most answers an :class:`ApiException` carries.
-UNANSWERED: Final = (OSError, TimeoutError, aiohttp.ClientError)
-
-# Before CPython 3.12.8 (and in 3.13.0), a TLS connection closed while the peer has not yet
-# answered the close (a call cancelled mid-response) keeps its socket until the shutdown's
-# 30 s timeout, or for ever once the loop is gone. aiohttp's documented remedy on those
-# versions: it aborts such connections after a short grace, and all of them when the client
-# closes. Newer versions have the fix, and aiohttp warns when asked there.
-_PYTHON = sys.version_info[:3]
-_CLEANUP_CLOSED: Final = _PYTHON < (3, 12, 8) or _PYTHON == (3, 13, 0)
+UNANSWERED: Final = (OSError, TimeoutError)
 
 
 def retriable(exc: ApiException) -> bool:
@@ -213,57 +205,27 @@ class KubeClient:
         self._tracer = get_tracer()
         self._credentials = Credentials(config)
         self._ssl = ssl_context(config) if config.server.startswith("https:") else None
-        self._pool_size = pool_size
-        # The environment's proxy is read once, here: a session that trusts the environment
-        # would look up proxy variables and ~/.netrc in a worker thread on every request.
-        # A kubeconfig proxy-url wins.
-        self._extra: dict[str, Any] = {}
+        # The environment's proxy is read once, here. A kubeconfig proxy-url wins.
         proxy, proxy_headers = (
             (config.proxy_url, {}) if config.proxy_url else proxy_from_env(config.server)
         )
-        if proxy:
-            self._extra["proxy"] = proxy
-            if proxy_headers:
-                self._extra["proxy_headers"] = proxy_headers
-        if config.tls_server_name:
-            self._extra["server_hostname"] = config.tls_server_name
-        self._session: aiohttp.ClientSession | None = None
+        self._http = HttpClient(
+            config.server,
+            ssl=self._ssl,
+            server_hostname=config.tls_server_name or None,
+            proxy=proxy,
+            proxy_headers=proxy_headers,
+            pool_size=pool_size,
+        )
 
     @property
     def server(self) -> str:
         return self.config.server
 
-    def _http(self) -> aiohttp.ClientSession:
-        # Made on first use, inside the event loop.
-        if self._session is None:
-            self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(
-                    limit=self._pool_size,
-                    ssl=self._ssl if self._ssl is not None else True,
-                    enable_cleanup_closed=_CLEANUP_CLOSED,
-                ),
-                trust_env=False,
-                # Watch events of large objects are long lines (etcd takes up to 1.5 MiB).
-                read_bufsize=2**21,
-            )
-        return self._session
-
     async def close(self) -> None:
-        session, self._session = self._session, None
-        if session is None:
-            return
         # Connections are dropped, not shut down politely: a TLS close waits for the peer's
         # reply, and a caller that closes its loop right after would leave the socket open.
-        # The connector's close returns once every connection it holds has gone.
-        connector = session.connector
-        if connector is not None:
-            await connector.close(abort_ssl=True)
-        await session.close()
-        # A connection whose opening was cancelled (a watch stopped during its TLS handshake)
-        # is not the connector's yet; asyncio closes it in a callback. Let those run before
-        # the caller may close the loop, so no socket outlives the client.
-        for _ in range(3):
-            await asyncio.sleep(0)
+        await self._http.close()
 
     async def request(
         self,
@@ -273,7 +235,7 @@ class KubeClient:
         query: Sequence[tuple[str, str]] = (),
         body: Obj | bytes | None = None,
         content_type: str = JSON,
-        request_timeout: float | aiohttp.ClientTimeout | None = 30.0,
+        request_timeout: float | None = 30.0,
         accept: str = JSON,
     ) -> Obj:
         """One call; returns the decoded JSON body. Raises ``ApiException`` on HTTP errors.
@@ -294,7 +256,7 @@ class KubeClient:
         body: Obj | bytes | None = None,
         query: Sequence[tuple[str, str]] = (),
         content_type: str = JSON,
-        request_timeout: float | aiohttp.ClientTimeout | None = 30.0,
+        request_timeout: float | None = 30.0,
     ) -> Obj:
         """A call (typically a create or replace) answered with the object's metadata only.
 
@@ -315,7 +277,7 @@ class KubeClient:
         query: Sequence[tuple[str, str]],
         body: Obj | bytes | None,
         content_type: str,
-        request_timeout: float | aiohttp.ClientTimeout | None,
+        request_timeout: float | None,
         accept: str,
     ) -> bytes:
         with self._tracer.start_as_current_span(
@@ -323,22 +285,12 @@ class KubeClient:
             kind=trace.SpanKind.CLIENT,
             attributes={"http.request.method": method, "url.path": path},
         ):
-            resp = await self._call(
-                method,
-                path,
-                query=query,
-                body=body,
-                content_type=content_type,
-                request_timeout=request_timeout,
-                accept=accept,
-            )
-            try:
-                data: bytes = await resp.read()
-            except BaseException:
-                _drop(resp)
-                raise
-            finally:
-                resp.release()
+            async with asyncio.timeout(request_timeout):
+                resp = await self._call(
+                    method, path, query=query, body=body, content_type=content_type, accept=accept
+                )
+                async with resp:
+                    data: bytes = await resp.read()
         return data
 
     async def _call(
@@ -349,9 +301,9 @@ class KubeClient:
         query: Sequence[tuple[str, str]],
         body: Obj | bytes | None,
         content_type: str,
-        request_timeout: float | aiohttp.ClientTimeout | None,
         accept: str = JSON,
-    ) -> aiohttp.ClientResponse:
+        read_timeout: float | None = None,
+    ) -> Response:
         headers = {"Accept": accept, "Content-Type": content_type, "User-Agent": _USER_AGENT}
         headers.update(kube_trace_headers())
         params = list(query)
@@ -360,24 +312,17 @@ class KubeClient:
         authorization = await self._credentials.authorization()
         if authorization is not None:
             headers["Authorization"] = authorization
-        url = f"{self.config.server}{path}"
-        if params:
-            url += "?" + urlencode(params)
-        if isinstance(request_timeout, aiohttp.ClientTimeout):
-            timeout = request_timeout
-        else:
-            timeout = aiohttp.ClientTimeout(total=request_timeout)
-        resp: aiohttp.ClientResponse = await self._http().request(
+        target = f"{path}?{urlencode(params)}" if params else path
+        resp = await self._http.request(
             method,
-            url,
-            data=body if body is None or isinstance(body, bytes) else _encode(body),
+            target,
             headers=headers,
-            timeout=timeout,
-            **self._extra,
+            body=body if body is None or isinstance(body, bytes) else _encode(body),
+            read_timeout=read_timeout,
         )
         if resp.status >= 400:
-            text = await resp.read()
-            resp.release()
+            async with resp:
+                text = await resp.read(read_timeout=read_timeout)
             if resp.status == 401:
                 self._credentials.expire()
             raise _api_error(resp.status, method, path, text)
@@ -449,35 +394,25 @@ class KubeClient:
         ]
         if label_selector:
             query.append(("labelSelector", label_selector))
-        resp = await self._call(
-            "GET",
-            resource.path(namespace=namespace),
-            query=query,
-            body=None,
-            content_type="application/json",
-            request_timeout=aiohttp.ClientTimeout(total=None, sock_read=timeout_seconds + 30),
-            accept=METADATA if metadata_only else JSON,
-        )
+        # The server ends the watch after timeout_seconds; silence for longer means it is gone.
+        read_timeout = timeout_seconds + 30
+        async with asyncio.timeout(30.0):
+            resp = await self._call(
+                "GET",
+                resource.path(namespace=namespace),
+                query=query,
+                body=None,
+                content_type="application/json",
+                accept=METADATA if metadata_only else JSON,
+                read_timeout=read_timeout,
+            )
         decode = _decode_metadata_event if metadata_only else _decode
-        try:
-            async for line in resp.content:
+        # Stopped (aclose, cancel) or failed before the stream's end, the connection is
+        # dropped: a polite TLS close could outlive the event loop.
+        async with resp:
+            async for line in resp.lines(read_timeout=read_timeout):
                 if line.strip():
                     yield decode(line)
-        except BaseException:  # stopped (aclose, cancel) or failed before the stream's end
-            _drop(resp)
-            raise
-        finally:
-            resp.release()
-
-
-def _drop(resp: aiohttp.ClientResponse) -> None:
-    """Drop the connection of a response abandoned before its end (a watch stopped, a call
-    cancelled): it cannot be reused, and closing it politely would start a TLS shutdown that
-    waits for the server's reply and can outlive the event loop, leaving the socket open."""
-    connection = resp.connection
-    transport = connection.transport if connection is not None else None
-    if transport is not None:
-        transport.abort()
 
 
 async def connect(
@@ -517,7 +452,8 @@ def proxy_from_env(url: str) -> tuple[str | None, dict[str, str]]:
     named = urlsplit(proxy)
     if not named.username or named.hostname is None:
         return proxy, {}
-    auth = aiohttp.encode_basic_auth(unquote(named.username), unquote(named.password or ""))
+    pair = f"{unquote(named.username)}:{unquote(named.password or '')}".encode("latin-1")
+    auth = "Basic " + base64.b64encode(pair).decode("ascii")
     netloc = named.hostname + (f":{named.port}" if named.port else "")
     return named._replace(netloc=netloc).geturl(), {"Proxy-Authorization": auth}
 
