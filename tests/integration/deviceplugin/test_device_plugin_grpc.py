@@ -2,18 +2,20 @@
 registers every resource on kubelet.sock, serves the device list with health, preferred
 sets and allocations, and registers again when the kubelet comes back with a new socket.
 
-The kubelet's side is our own ``v1beta1.Registration`` server on ``kubelet.sock``, a real
-gRPC server that records what it is told.
+The kubelet's side is a ``v1beta1.Registration`` server on ``kubelet.sock`` on the official
+gRPC library (grpcio), as the kubelet's is on gRPC-Go's: it records what it is told. The
+tests call the plugin with grpcio's client too, so the plugin's grpclib server is checked
+against the official implementation on the wire.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import socket
 import tempfile
 from collections.abc import AsyncIterator, Iterator
-from functools import partial
 from pathlib import Path
 
 import grpc
@@ -56,11 +58,19 @@ class Kubelet(pb_grpc.RegistrationServicer):
                 await self.changed.wait()
 
 
-def kubelet_server(directory: Path, kubelet: Kubelet) -> UnixGrpcServer:
-    return UnixGrpcServer(
-        directory / "kubelet.sock",
-        registrars=[partial(pb_grpc.add_RegistrationServicer_to_server, kubelet)],
-    )
+@contextlib.asynccontextmanager
+async def kubelet_server(directory: Path, kubelet: Kubelet) -> AsyncIterator[None]:
+    """The kubelet's ``kubelet.sock`` for the block; gone (as its process is) after it."""
+    path = directory / "kubelet.sock"
+    server = grpc.aio.server()
+    pb_grpc.add_RegistrationServicer_to_server(kubelet, server)
+    server.add_insecure_port(unix_target(path))
+    await server.start()
+    try:
+        yield
+    finally:
+        await server.stop(None)
+        path.unlink(missing_ok=True)
 
 
 def empty_like_a_starting_kubelet(directory: Path) -> None:
@@ -255,9 +265,7 @@ async def test_allocate_serves_the_kubelets_choice_while_the_api_server_is_away(
         pods=ApiAnnotatedPods(client, node="n1"),
     )
     socket = directory / "plugin.sock"
-    server = UnixGrpcServer(
-        socket, registrars=[partial(pb_grpc.add_DevicePluginServicer_to_server, servicer)]
-    )
+    server = UnixGrpcServer(socket, services=[servicer])
     try:
         async with server, grpc.aio.insecure_channel(unix_target(socket)) as channel:
             allocated = await pb_grpc.DevicePluginStub(channel).Allocate(

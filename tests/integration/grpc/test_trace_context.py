@@ -1,17 +1,18 @@
-"""Trace context over the gRPC servers' unix sockets, called by real gRPC clients."""
+"""Trace context over the gRPC servers' unix sockets, called by the official gRPC client."""
 
 from __future__ import annotations
 
 import tempfile
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from functools import partial
 from pathlib import Path
 from typing import Any
 
 import grpc
-from neuron_dra_common.grpcserver import TraceContextInterceptor, UnixGrpcServer, unix_target
+from grpclib.server import Stream
+from neuron_dra_common.grpcserver import UnixGrpcServer, unix_target
 from neuron_dra_common.telemetry import inject_grpc_metadata, tracing_enabled
+from neuron_dra_protos.dra.v1 import dra_grpc
 from neuron_dra_protos.dra.v1 import dra_pb2 as v1
 from neuron_dra_protos.dra.v1 import dra_pb2_grpc as v1_grpc
 from opentelemetry import trace
@@ -22,33 +23,34 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 METHOD = "/k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin/NodePrepareResources"
 
 
-class Recorder(v1_grpc.DRAPluginServicer):
+class Recorder(dra_grpc.DRAPluginBase):
     """Answers every prepare with nothing and notes the trace it ran in."""
 
     def __init__(self) -> None:
         self.seen: list[trace.SpanContext] = []
 
     async def NodePrepareResources(
-        self, request: v1.NodePrepareResourcesRequest, context: object
-    ) -> v1.NodePrepareResourcesResponse:
+        self, stream: Stream[v1.NodePrepareResourcesRequest, v1.NodePrepareResourcesResponse]
+    ) -> None:
+        await stream.recv_message()
         self.seen.append(trace.get_current_span().get_span_context())
-        return v1.NodePrepareResourcesResponse()
+        await stream.send_message(v1.NodePrepareResourcesResponse())
 
     async def NodeUnprepareResources(
-        self, request: v1.NodeUnprepareResourcesRequest, context: object
-    ) -> v1.NodeUnprepareResourcesResponse:
-        return v1.NodeUnprepareResourcesResponse()
+        self, stream: Stream[v1.NodeUnprepareResourcesRequest, v1.NodeUnprepareResourcesResponse]
+    ) -> None:
+        await stream.recv_message()
+        await stream.send_message(v1.NodeUnprepareResourcesResponse())
 
 
 @asynccontextmanager
-async def serving(recorder: Recorder, interceptor: TraceContextInterceptor) -> AsyncIterator[Any]:
+async def serving(recorder: Recorder, tracer: trace.Tracer | None = None) -> AsyncIterator[Any]:
     """A stub on an asyncio channel (whose calls are awaited; the generated stub's types
     describe the blocking one, hence ``Any``)."""
     with tempfile.TemporaryDirectory(prefix="tc-", dir="/tmp") as tmp:
         path = Path(tmp) / "dra.sock"
-        registrar = partial(v1_grpc.add_DRAPluginServicer_to_server, recorder)
         async with (
-            UnixGrpcServer(path, registrars=[registrar], interceptors=[interceptor]),
+            UnixGrpcServer(path, services=[recorder], tracer=tracer),
             grpc.aio.insecure_channel(unix_target(path)) as channel,
         ):
             yield v1_grpc.DRAPluginStub(channel)
@@ -64,7 +66,7 @@ def caller() -> tuple[trace.Tracer, InMemorySpanExporter]:
 async def test_a_recording_server_makes_a_span_under_the_callers() -> None:
     kubelet, exporter = caller()
     recorder = Recorder()
-    async with serving(recorder, TraceContextInterceptor(kubelet)) as stub:
+    async with serving(recorder, kubelet) as stub:
         with kubelet.start_as_current_span("kubelet prepares") as root:
             await stub.NodePrepareResources(
                 v1.NodePrepareResourcesRequest(), metadata=inject_grpc_metadata([])
@@ -81,7 +83,7 @@ async def test_with_tracing_off_the_handler_still_runs_in_the_callers_trace() ->
     assert not tracing_enabled()  # no provider installed in the test process
     kubelet, exporter = caller()
     recorder = Recorder()
-    async with serving(recorder, TraceContextInterceptor()) as stub:
+    async with serving(recorder) as stub:
         with kubelet.start_as_current_span("kubelet prepares") as root:
             await stub.NodePrepareResources(
                 v1.NodePrepareResourcesRequest(), metadata=inject_grpc_metadata([])

@@ -3,7 +3,7 @@ kubelet-side client would call it: random bytes as the request, and well-formed 
 claims carry any UID, namespace and name (empty, huge, repeated, not UTF-8 safe).
 
 Whatever comes in, the server answers (bytes that are no protobuf of the method's request are
-refused by gRPC itself, naming the message type and "Error parsing"; everything it can parse
+refused with INVALID_ARGUMENT, naming the message type and "Error parsing"; everything it can parse
 is answered claim by claim, each error naming the claim) and goes on serving: a good prepare afterwards
 works. The mix is seeded (``NEURON_DRA_FUZZ_SEED``) and sized by ``NEURON_DRA_FUZZ_MESSAGES``.
 """
@@ -85,6 +85,7 @@ async def test_any_request_is_answered_and_the_server_keeps_serving(
             if failed is not None:
                 # Only what protobuf cannot parse is refused as a whole call.
                 assert "Error parsing message" in (failed.details() or ""), (i, method, failed)
+                assert failed.code() == grpc.StatusCode.INVALID_ARGUMENT, (i, method, failed)
                 refused += 1
                 continue
             answered += 1

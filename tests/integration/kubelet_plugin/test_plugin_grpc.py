@@ -176,15 +176,15 @@ async def test_stale_socket_is_replaced_and_other_files_are_not(root: Path) -> N
     stale = socket.socket(socket.AF_UNIX)
     stale.bind(str(path))
     stale.close()  # a socket file with nobody behind it, as a killed process leaves
-    async with UnixGrpcServer(path, registrars=[]) as server:
+    async with UnixGrpcServer(path, services=[]) as server:
         assert path.is_socket()
         assert server.target == f"unix://{path}"
     assert not path.exists()
     path.write_text("not a socket")
     with pytest.raises(SocketPathError, match="exists and is not a socket"):
-        await UnixGrpcServer(path, registrars=[]).start()
+        await UnixGrpcServer(path, services=[]).start()
 
 
 def test_too_long_socket_path_is_refused() -> None:
     with pytest.raises(SocketPathError, match="longer than"):
-        UnixGrpcServer(Path("/" + "x" * 200), registrars=[])
+        UnixGrpcServer(Path("/" + "x" * 200), services=[])

@@ -1,4 +1,5 @@
-"""Liveness calls both sockets for real; both serve gRPC health."""
+"""Liveness calls both sockets for real; both serve gRPC health (checked with grpcio's
+client, as the kubelet's gRPC-Go would call it)."""
 
 from __future__ import annotations
 
@@ -8,10 +9,10 @@ from pathlib import Path
 
 import grpc
 import pytest
-from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpclib.health.v1 import health_pb2
 from neuron_dra_kubelet_plugin.checkpoint import CheckpointStore
 from neuron_dra_kubelet_plugin.health import StaticHealth
-from neuron_dra_kubelet_plugin.liveness import SocketProbe, probe_sockets
+from neuron_dra_kubelet_plugin.liveness import PROBE_FAILURES, SocketProbe, probe_sockets
 from neuron_dra_kubelet_plugin.preparer import Effects, NodePreparer
 from neuron_dra_kubelet_plugin.registration import SocketPaths, socket_paths
 from neuron_dra_kubelet_plugin.servers import serve
@@ -39,16 +40,19 @@ async def test_both_sockets_answer_and_report_serving(paths: SocketPaths) -> Non
     await probe_sockets(paths)
     for socket in (paths.registration, paths.dra):
         async with grpc.aio.insecure_channel(f"unix://{socket}") as channel:
-            status = await health_pb2_grpc.HealthStub(channel).Check(
-                health_pb2.HealthCheckRequest(), timeout=5
+            check = channel.unary_unary(
+                "/grpc.health.v1.Health/Check",
+                request_serializer=health_pb2.HealthCheckRequest.SerializeToString,
+                response_deserializer=health_pb2.HealthCheckResponse.FromString,
             )
+            status = await check(health_pb2.HealthCheckRequest(), timeout=5)
         assert status.status == health_pb2.HealthCheckResponse.SERVING
 
 
 async def test_a_removed_socket_fails_liveness(paths: SocketPaths) -> None:
     probe = SocketProbe(paths, interval=0.05, timeout=0.5, failures_allowed=1)
     paths.dra.unlink()
-    with pytest.raises(grpc.aio.AioRpcError):
+    with pytest.raises(PROBE_FAILURES):
         await probe_sockets(paths, call_timeout=0.5)
     probe._last_ok -= 10  # as if the last good round was long ago
     assert not probe.alive()

@@ -166,7 +166,7 @@ def test_a_prepare_call_with_malformed_claims_answers_every_claim_and_shares_no_
             request = v1.NodePrepareResourcesRequest(
                 claims=[v1.Claim(namespace=r.namespace, name=r.name, uid=r.uid) for r in refs]
             )
-            response = asyncio.run(plugin.NodePrepareResources(request, None))  # type: ignore[arg-type]
+            response = asyncio.run(plugin.prepare(request))
             assert set(response.claims) == {r.uid for r in refs}
             for ref in refs:
                 answer = response.claims[ref.uid]
@@ -201,7 +201,7 @@ def _prepare_call(refs: list[ClaimRef], objects: dict[str, Any]) -> dict[str, st
             claims=[v1.Claim(namespace=r.namespace, name=r.name, uid=r.uid) for r in refs]
         )
         plugin = DraPlugin(DraService(preparer), messages=v1)
-        response = asyncio.run(plugin.NodePrepareResources(request, None))  # type: ignore[arg-type]
+        response = asyncio.run(plugin.prepare(request))
         return {uid: answer.error for uid, answer in response.claims.items()}
 
 

@@ -42,7 +42,9 @@ def test_without_an_otlp_endpoint_neither_the_sdk_nor_the_bus_client_is_loaded()
     assert not [m for m in modules if m.startswith("opentelemetry.sdk")]
     # The bus client comes once the kubelet's sockets listen, not on the way there.
     assert not [m for m in modules if m == "nats" or m.startswith("nats.")]
-    assert "grpc" in modules  # the kubelet's protocol, needed from the start
+    assert "grpclib" in modules  # the kubelet's protocol, needed from the start
+    # grpcio's C core (and its threads) is not the plugin's: grpclib serves the kubelet.
+    assert not [m for m in modules if m == "grpc" or m.startswith("grpc.")]
 
 
 def test_with_an_otlp_endpoint_the_sdk_is_loaded_and_spans_are_recorded() -> None:

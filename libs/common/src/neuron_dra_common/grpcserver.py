@@ -1,34 +1,46 @@
-"""gRPC plumbing: ``grpc.aio`` servers on unix sockets, with trace context from metadata.
+"""gRPC plumbing: grpclib servers on unix sockets, with trace context from metadata.
 
-The only module of the common library that touches gRPC servers. A service describes what
-to serve with *registrars* (``add_XServicer_to_server`` bound to its servicer) and gets a
-server that:
+The only module of the common library that touches gRPC servers. A service hands its
+servicers (grpclib service bases from ``neuron_dra_protos``: anything with ``__mapping__``)
+to a server that:
 
 - removes a stale socket left by an earlier process before binding (a live listener at
   the path is never a reason to fail over: the kubelet only talks to the newest socket);
 - refuses to replace anything at the path that is not a socket;
 - removes its own socket on exit, but only if the path still is the socket it created;
-- joins the caller's trace: the W3C ``traceparent`` in the invocation metadata becomes the
+- lets unary calls under way finish (for a grace period) before it stops, and then closes
+  every connection it accepted (grpclib's own close leaves them to the clients);
+- refuses a request that is no protobuf of the method's message with ``INVALID_ARGUMENT``,
+  naming the message type (and logs no traceback for it);
+- joins the caller's trace: the W3C ``traceparent`` in the request metadata becomes the
   parent of a server span named after the method (with tracing off, just the current
   context of the call, so what the handler sends on carries it).
 
+grpclib (HTTP/2 in Python over asyncio) rather than grpcio: a node agent serves a handful of
+calls a minute, and grpcio's C core and its threads cost about 9 MiB of memory per process.
+
 Example::
 
-    async with UnixGrpcServer(path, registrars=[partial(add_FooServicer_to_server, foo)]):
+    async with UnixGrpcServer(path, services=[FooServicer()]):
         await stopped.wait()
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
+import socket
 import stat
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, Protocol
 
-import grpc
+from google.protobuf.message import DecodeError
+from grpclib.const import Cardinality, Handler, Status
+from grpclib.exceptions import GRPCError
+from grpclib.server import Server, Stream
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 
@@ -36,9 +48,8 @@ from neuron_dra_common.telemetry import extract_grpc_metadata, get_tracer, traci
 
 __all__ = [
     "MAX_UNIX_PATH",
-    "Registrar",
+    "Servable",
     "SocketPathError",
-    "TraceContextInterceptor",
     "UnixGrpcServer",
     "remove_stale_socket",
     "unix_target",
@@ -47,7 +58,11 @@ __all__ = [
 #: Longest socket path the kernel accepts (``sun_path`` is 108 bytes with the final NUL).
 MAX_UNIX_PATH = 107
 
-Registrar = Callable[[grpc.aio.Server], None]
+
+class Servable(Protocol):
+    """A grpclib service: its methods by full name (what the generated bases provide)."""
+
+    def __mapping__(self) -> Mapping[str, Handler]: ...
 
 
 class SocketPathError(OSError):
@@ -85,122 +100,138 @@ def remove_stale_socket(path: Path) -> bool:
     return True
 
 
-# Handlers registered on an aio server are coroutine (or async generator) functions, whatever
-# the sync-flavoured annotation of RpcMethodHandler says.
-_Behaviour = Callable[[Any, Any], Any]
+def _accepted(path: Path) -> list[int]:
+    """This process's descriptors of connections accepted on the unix socket at ``path``.
+
+    The kernel lists every unix socket in ``/proc/net/unix``; an accepted connection carries
+    its listener's path and is connected (state 03).
+    """
+    inodes: set[str] = set()
+    try:
+        with open("/proc/net/unix") as table:
+            next(table)
+            for line in table:
+                fields = line.split(None, 7)
+                if len(fields) == 8 and fields[5] == "03" and fields[7].rstrip("\n") == str(path):
+                    inodes.add(fields[6])
+    except OSError:
+        return []
+    found = []
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):
+            target = os.readlink(f"/proc/self/fd/{fd}")
+            if target.startswith("socket:[") and target[8:-1] in inodes:
+                found.append(int(fd))
+    return found
 
 
-def _with_context(parent: otel_context.Context, behaviour: _Behaviour) -> _Behaviour:
-    async def call(request: Any, context: Any) -> Any:
-        token = otel_context.attach(parent)
-        try:
-            return await behaviour(request, context)
-        finally:
-            otel_context.detach(token)
+def _shut_down(fd: int) -> None:
+    """End a connection at the socket layer; its transport sees the end and closes."""
+    sock = socket.socket(fileno=fd)
+    try:
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
+    finally:
+        sock.detach()  # the descriptor stays the transport's to close
 
-    return call
+
+_Call = Callable[[Stream[Any, Any]], Awaitable[None]]
+_Wrap = Callable[[str, _Call, Cardinality], _Call]
 
 
-class TraceContextInterceptor(grpc.aio.ServerInterceptor):
-    """Runs each call inside a server span whose parent is the caller's trace context."""
+class _Wrapped:
+    """A service whose every method runs through ``wrap`` (given its name and cardinality)."""
 
-    def __init__(self, tracer: trace.Tracer | None = None) -> None:
-        # A tracer handed in always records; the process-wide one only once tracing is on.
-        self._always = tracer is not None
-        self._tracer = tracer or get_tracer()
+    def __init__(self, service: Servable, wrap: _Wrap) -> None:
+        self._service = service
+        self._wrap = wrap
 
-    async def intercept_service(
-        self,
-        continuation: Callable[
-            [grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any] | None]
-        ],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler[Any, Any] | None:
-        handler = await continuation(handler_call_details)
-        if handler is None or handler.request_streaming:
-            # Client-streaming calls are not part of any service served here.
-            return handler
-        method = handler_call_details.method
-        metadata = tuple(handler_call_details.invocation_metadata or ())
-        if not self._always and not tracing_enabled():
-            # Nothing is recorded: only a caller's trace context is carried on (to the events
-            # and API calls the handler makes); a caller that sends none costs nothing.
-            if not any(key == "traceparent" for key, _ in metadata):
-                return handler
-            if handler.unary_unary is not None:
-                return grpc.unary_unary_rpc_method_handler(
-                    _with_context(extract_grpc_metadata(metadata), handler.unary_unary),
-                    request_deserializer=handler.request_deserializer,
-                    response_serializer=handler.response_serializer,
-                )
-            return handler
-        parent = extract_grpc_metadata(metadata)
-        if handler.unary_unary is not None:
-            return grpc.unary_unary_rpc_method_handler(
-                self._wrap_unary(method, parent, handler.unary_unary),
-                request_deserializer=handler.request_deserializer,
-                response_serializer=handler.response_serializer,
+    def __mapping__(self) -> dict[str, Handler]:
+        return {
+            name: Handler(
+                self._wrap(name, handler.func, handler.cardinality),
+                handler.cardinality,
+                handler.request_type,
+                handler.reply_type,
             )
-        if handler.unary_stream is not None:
-            return grpc.unary_stream_rpc_method_handler(
-                self._wrap_stream(method, parent, handler.unary_stream),
-                request_deserializer=handler.request_deserializer,
-                response_serializer=handler.response_serializer,
-            )
-        return handler
-
-    def _wrap_unary(
-        self, method: str, parent: otel_context.Context, behaviour: _Behaviour
-    ) -> _Behaviour:
-        async def call(request: Any, context: Any) -> Any:
-            with self._tracer.start_as_current_span(
-                method, context=parent, kind=trace.SpanKind.SERVER
-            ):
-                return await behaviour(request, context)
-
-        return call
-
-    def _wrap_stream(
-        self, method: str, parent: otel_context.Context, behaviour: _Behaviour
-    ) -> _Behaviour:
-        async def call(request: Any, context: Any) -> AsyncIterator[Any]:
-            # A stream lives long and yields to the server between messages, so the span is
-            # not made current (that would leak into whatever runs between two messages).
-            span = self._tracer.start_span(method, context=parent, kind=trace.SpanKind.SERVER)
-            try:
-                async for message in behaviour(request, context):
-                    yield message
-            finally:
-                span.end()
-
-        return call
+            for name, handler in self._service.__mapping__().items()
+        }
 
 
 class UnixGrpcServer:
-    """A ``grpc.aio`` server bound to one unix socket, usable as an async context manager."""
+    """A grpclib server bound to one unix socket, usable as an async context manager.
+
+    ``tracer``: record server spans with this tracer whatever the process's tracing says
+    (the process-wide tracer records only once tracing is on).
+    """
 
     def __init__(
         self,
         path: Path,
         *,
-        registrars: Sequence[Registrar],
+        services: Sequence[Servable],
         grace_seconds: float = 1.0,
-        interceptors: Sequence[grpc.aio.ServerInterceptor] | None = None,
+        tracer: trace.Tracer | None = None,
     ) -> None:
         _check_path(path)
         self.path = path
-        self._registrars = tuple(registrars)
+        self._services = tuple(services)
         self._grace = grace_seconds
-        self._interceptors = (
-            tuple(interceptors) if interceptors is not None else (TraceContextInterceptor(),)
-        )
-        self._server: grpc.aio.Server | None = None
+        self._always = tracer is not None
+        self._tracer = tracer or get_tracer()
+        self._server: Server | None = None
         self._inode: int | None = None
+        self._unary = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
 
     @property
     def target(self) -> str:
         """What a client dials to reach this server."""
         return unix_target(self.path)
+
+    def _traced(self, method: str, call: _Call, cardinality: Cardinality) -> _Call:
+        """``call`` in the caller's trace, counted while under way if unary."""
+        unary = cardinality in (Cardinality.UNARY_UNARY, Cardinality.STREAM_UNARY)
+
+        async def traced(stream: Stream[Any, Any]) -> None:
+            try:
+                await counted(stream)
+            except DecodeError as exc:
+                # protobuf's text names the type: "Error parsing message with type '...'".
+                message = str(exc) or "Error parsing message"
+                raise GRPCError(Status.INVALID_ARGUMENT, message) from exc
+
+        async def counted(stream: Stream[Any, Any]) -> None:
+            if unary:
+                self._unary += 1
+                self._idle.clear()
+            try:
+                metadata = list(stream.metadata.items()) if stream.metadata else []
+                if not self._always and not tracing_enabled():
+                    # Nothing is recorded: only a caller's trace context is carried on (to
+                    # the events and API calls the handler makes); a caller that sends none
+                    # costs nothing.
+                    if not any(key == "traceparent" for key, _ in metadata):
+                        await call(stream)
+                        return
+                    token = otel_context.attach(extract_grpc_metadata(metadata))
+                    try:
+                        await call(stream)
+                    finally:
+                        otel_context.detach(token)
+                    return
+                with self._tracer.start_as_current_span(
+                    method, context=extract_grpc_metadata(metadata), kind=trace.SpanKind.SERVER
+                ):
+                    await call(stream)
+            finally:
+                if unary:
+                    self._unary -= 1
+                    if not self._unary:
+                        self._idle.set()
+
+        return traced
 
     async def start(self) -> None:
         """Bind the socket (replacing a stale one) and start serving."""
@@ -208,21 +239,35 @@ class UnixGrpcServer:
             raise RuntimeError(f"gRPC server on {self.path} already started")
         self.path.parent.mkdir(parents=True, exist_ok=True)
         remove_stale_socket(self.path)
-        server = grpc.aio.server(interceptors=self._interceptors)
-        for register in self._registrars:
-            register(server)
-        if server.add_insecure_port(self.target) == 0:
-            raise SocketPathError(f"socket path {self.path}: gRPC could not bind it")
-        await server.start()
+        server = Server([_Wrapped(service, self._traced) for service in self._services])
+        try:
+            await server.start(path=str(self.path))
+        except OSError as exc:
+            raise SocketPathError(f"socket path {self.path}: could not bind it: {exc}") from exc
         self._server = server
         self._inode = self.path.lstat().st_ino
 
     async def stop(self) -> None:
-        """Stop serving (in-flight calls get the grace period) and remove the socket."""
+        """Stop serving (unary calls under way get the grace period; streams end), close
+        every connection and remove the socket."""
         server, self._server = self._server, None
         if server is not None:
-            await server.stop(self._grace)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._idle.wait(), self._grace)
+            server.close()
+            await server.wait_closed()
+            await self._close_connections()
         self._remove_own_socket()
+
+    async def _close_connections(self) -> None:
+        # A client that keeps its connection (the kubelet does) would otherwise hold it, and
+        # this process's end of it, for as long as the process lives.
+        for fd in _accepted(self.path):
+            _shut_down(fd)
+        for _ in range(200):  # a second at most: each transport closes at its next read
+            if not _accepted(self.path):
+                return
+            await asyncio.sleep(0.005)
 
     def _remove_own_socket(self) -> None:
         inode, self._inode = self._inode, None
@@ -232,11 +277,6 @@ class UnixGrpcServer:
             # A successor may already have bound the same path: its socket is not ours.
             if self.path.lstat().st_ino == inode:
                 self.path.unlink()
-
-    async def wait_for_termination(self) -> None:
-        """Return when the server has stopped."""
-        if self._server is not None:
-            await self._server.wait_for_termination()
 
     async def __aenter__(self) -> UnixGrpcServer:
         await self.start()

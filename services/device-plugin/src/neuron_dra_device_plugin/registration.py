@@ -14,14 +14,15 @@ import contextlib
 import logging
 import os
 from collections.abc import Awaitable, Callable, Sequence
-from functools import partial
 from pathlib import Path
 from typing import Final
 
-import grpc
-from neuron_dra_common.grpcserver import UnixGrpcServer, unix_target
+from grpclib.client import Channel
+from grpclib.const import Cardinality
+from grpclib.exceptions import GRPCError, ProtocolError, StreamTerminatedError
+from neuron_dra_common.grpcserver import UnixGrpcServer
+from neuron_dra_protos.deviceplugin.v1beta1 import deviceplugin_grpc as pb_grpc
 from neuron_dra_protos.deviceplugin.v1beta1 import deviceplugin_pb2 as pb
-from neuron_dra_protos.deviceplugin.v1beta1 import deviceplugin_pb2_grpc as pb_grpc
 
 from neuron_dra_device_plugin.servicer import OPTIONS, DevicePluginServicer
 
@@ -34,13 +35,11 @@ KUBELET_SOCKET: Final = "kubelet.sock"
 _REGISTER_TIMEOUT = 10.0
 #: How long a liveness probe waits for the kubelet's socket to answer.
 _PROBE_TIMEOUT = 0.5
-#: The probe's channel tries to reach a kubelet that went away twice a second, not after
-#: gRPC's default back-off (up to two minutes), so a restarted kubelet is soon seen alive.
-_PROBE_OPTIONS: Final = (
-    ("grpc.initial_reconnect_backoff_ms", 250),
-    ("grpc.min_reconnect_backoff_ms", 250),
-    ("grpc.max_reconnect_backoff_ms", 500),
-)
+#: A method the kubelet's registration server does not have: it answers UNIMPLEMENTED, which
+#: takes its gRPC server to be up and serving (a socket file alone can outlive the kubelet).
+_PROBE_METHOD: Final = "/v1beta1.Registration/Probe"
+#: What a call to the kubelet fails with when nothing answers.
+_UNANSWERED: Final = (OSError, TimeoutError, StreamTerminatedError, ProtocolError)
 _RETRY_SECONDS = 5.0
 
 
@@ -69,18 +68,28 @@ def _identity(path: Path) -> _Identity | None:
 def kubelet_socket_probe(kubelet_socket: Path) -> Callable[[], Awaitable[bool]]:
     """Whether the kubelet serves on ``kubelet_socket``: the plugin's sign that its node's
     kubelet is alive, with no network to the node needed (a kubelet that died leaves its
-    socket file, but nothing answers on it). One gRPC channel is kept for all the probes, so a
-    probe every second opens no new connection while the kubelet lives; it connects to a
-    restarted kubelet's new socket on its own."""
-    channel: grpc.aio.Channel | None = None
+    socket file, but nothing answers on it). Each probe is a gRPC call the kubelet answers
+    with UNIMPLEMENTED. One connection is kept for all the probes while the kubelet lives, so
+    a probe every second opens none; once it breaks, the next probe dials anew, so a
+    restarted kubelet is seen at its next probe."""
+    channel: Channel | None = None
 
     async def probe() -> bool:
         nonlocal channel
         if channel is None:
-            channel = grpc.aio.insecure_channel(unix_target(kubelet_socket), options=_PROBE_OPTIONS)
+            channel = Channel(path=str(kubelet_socket))
         try:
-            await asyncio.wait_for(channel.channel_ready(), timeout=_PROBE_TIMEOUT)
-        except TimeoutError:
+            async with (
+                asyncio.timeout(_PROBE_TIMEOUT),
+                channel.request(_PROBE_METHOD, Cardinality.UNARY_UNARY, pb.Empty, pb.Empty) as call,
+            ):
+                await call.send_message(pb.Empty(), end=True)
+                await call.recv_message()
+        except GRPCError:
+            return True  # its gRPC server answered, that it has no such method
+        except _UNANSWERED:
+            channel.close()
+            channel = None
             return False
         return True
 
@@ -88,8 +97,9 @@ def kubelet_socket_probe(kubelet_socket: Path) -> Callable[[], Awaitable[bool]]:
 
 
 async def register(kubelet_socket: Path, *, resource: str, endpoint: str) -> None:
-    """One ``Register`` call; raises ``grpc.aio.AioRpcError`` when the kubelet refuses."""
-    async with grpc.aio.insecure_channel(unix_target(kubelet_socket)) as channel:
+    """One ``Register`` call; raises ``GRPCError`` when the kubelet refuses, one of
+    ``OSError``, ``TimeoutError``, ``StreamTerminatedError`` when nothing answers."""
+    async with Channel(path=str(kubelet_socket)) as channel:
         stub = pb_grpc.RegistrationStub(channel)
         await stub.Register(
             pb.RegisterRequest(
@@ -149,10 +159,7 @@ class Registrar:
 
     async def _serve_while(self, kubelet: _Identity) -> None:
         servers = [
-            UnixGrpcServer(
-                self._dir / socket_name(s.resource),
-                registrars=[partial(pb_grpc.add_DevicePluginServicer_to_server, s)],
-            )
+            UnixGrpcServer(self._dir / socket_name(s.resource), services=[s])
             for s in self._servicers
         ]
         async with contextlib.AsyncExitStack() as stack:
@@ -165,12 +172,13 @@ class Registrar:
                     )
                     self.registrations += 1
                     log.info("registered with the kubelet", extra={"resource": s.resource})
-            except grpc.aio.AioRpcError as exc:
+            except (GRPCError, *_UNANSWERED) as exc:
                 # A socket left by a kubelet that is gone answers nothing: wait for the next
                 # kubelet's socket (or a while) rather than serving anew every interval.
+                code = exc.status.name if isinstance(exc, GRPCError) else "UNAVAILABLE"
                 log.warning(
                     "kubelet registration failed; retrying",
-                    extra={"error": exc.details(), "code": exc.code().name},
+                    extra={"error": str(exc), "code": code},
                 )
                 await self._wait_for_new(kubelet, within=_RETRY_SECONDS)
                 return

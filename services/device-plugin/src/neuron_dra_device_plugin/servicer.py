@@ -13,14 +13,15 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
 from typing import Protocol
 
-import grpc
+from grpclib.const import Status
+from grpclib.exceptions import GRPCError
+from grpclib.server import Stream
 from neuron_dra_common.extended import CORE_RESOURCE
 from neuron_dra_common.topology import InvalidDeviceCount
+from neuron_dra_protos.deviceplugin.v1beta1 import deviceplugin_grpc as pb_grpc
 from neuron_dra_protos.deviceplugin.v1beta1 import deviceplugin_pb2 as pb
-from neuron_dra_protos.deviceplugin.v1beta1 import deviceplugin_pb2_grpc as pb_grpc
 
 from neuron_dra_device_plugin.choose import preferred_cores, preferred_devices
 from neuron_dra_device_plugin.health import HealthState, unit_health
@@ -68,7 +69,7 @@ def _container_response(edits: ContainerEdits) -> pb.ContainerAllocateResponse:
     )
 
 
-class DevicePluginServicer(pb_grpc.DevicePluginServicer):
+class DevicePluginServicer(pb_grpc.DevicePluginBase):
     def __init__(
         self,
         *,
@@ -85,15 +86,13 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
         self._pods = pods
 
     async def GetDevicePluginOptions(
-        self, request: pb.Empty, context: grpc.aio.ServicerContext[pb.Empty, pb.DevicePluginOptions]
-    ) -> pb.DevicePluginOptions:
-        return OPTIONS
+        self, stream: Stream[pb.Empty, pb.DevicePluginOptions]
+    ) -> None:
+        await stream.recv_message()
+        await stream.send_message(OPTIONS)
 
-    async def ListAndWatch(
-        self,
-        request: pb.Empty,
-        context: grpc.aio.ServicerContext[pb.Empty, pb.ListAndWatchResponse],
-    ) -> AsyncIterator[pb.ListAndWatchResponse]:
+    async def ListAndWatch(self, stream: Stream[pb.Empty, pb.ListAndWatchResponse]) -> None:
+        await stream.recv_message()
         while True:
             changed = self._health.next_change()
             unhealthy = self._health.unhealthy
@@ -101,23 +100,28 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
                 "sending devices",
                 extra={"resource": self.resource, "unhealthy": sorted(unhealthy)},
             )
-            yield list_response(self._inventory, resource=self.resource, unhealthy=unhealthy)
+            await stream.send_message(
+                list_response(self._inventory, resource=self.resource, unhealthy=unhealthy)
+            )
             await changed.wait()
 
     async def GetPreferredAllocation(
-        self,
-        request: pb.PreferredAllocationRequest,
-        context: grpc.aio.ServicerContext[
-            pb.PreferredAllocationRequest, pb.PreferredAllocationResponse
-        ],
-    ) -> pb.PreferredAllocationResponse:
+        self, stream: Stream[pb.PreferredAllocationRequest, pb.PreferredAllocationResponse]
+    ) -> None:
+        request = await stream.recv_message()
+        assert request is not None  # a unary call always carries its message
+        await stream.send_message(self.preferred(request))
+
+    def preferred(self, request: pb.PreferredAllocationRequest) -> pb.PreferredAllocationResponse:
+        """The answer to ``GetPreferredAllocation``; a unit this node never listed is an
+        ``INVALID_ARGUMENT`` error."""
         responses = []
         for ask in request.container_requests:
             try:
                 available = self._inventory.parse(self.resource, ask.available_deviceIDs)
                 must = self._inventory.parse(self.resource, ask.must_include_deviceIDs)
             except UnknownId as exc:
-                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+                raise GRPCError(Status.INVALID_ARGUMENT, str(exc)) from exc
             if self.resource == CORE_RESOURCE:
                 chosen = preferred_cores(
                     available=available,
@@ -139,11 +143,14 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
             )
         return pb.PreferredAllocationResponse(container_responses=responses)
 
-    async def Allocate(
-        self,
-        request: pb.AllocateRequest,
-        context: grpc.aio.ServicerContext[pb.AllocateRequest, pb.AllocateResponse],
-    ) -> pb.AllocateResponse:
+    async def Allocate(self, stream: Stream[pb.AllocateRequest, pb.AllocateResponse]) -> None:
+        request = await stream.recv_message()
+        assert request is not None  # a unary call always carries its message
+        await stream.send_message(await self.allocate(request))
+
+    async def allocate(self, request: pb.AllocateRequest) -> pb.AllocateResponse:
+        """The answer to ``Allocate``; a refusal is an ``INVALID_ARGUMENT`` error whose text
+        the kubelet shows on the pod."""
         responses = []
         for ask in request.container_requests:
             try:
@@ -156,7 +163,7 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
                 log.warning(
                     "allocation refused", extra={"resource": self.resource, "error": str(exc)}
                 )
-                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+                raise GRPCError(Status.INVALID_ARGUMENT, str(exc)) from exc
             log.info(
                 "allocated",
                 extra={
@@ -197,10 +204,7 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
         return pending.units
 
     async def PreStartContainer(
-        self,
-        request: pb.PreStartContainerRequest,
-        context: grpc.aio.ServicerContext[
-            pb.PreStartContainerRequest, pb.PreStartContainerResponse
-        ],
-    ) -> pb.PreStartContainerResponse:
-        return pb.PreStartContainerResponse()
+        self, stream: Stream[pb.PreStartContainerRequest, pb.PreStartContainerResponse]
+    ) -> None:
+        await stream.recv_message()
+        await stream.send_message(pb.PreStartContainerResponse())

@@ -11,28 +11,25 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from functools import partial
 from types import ModuleType
-from typing import Any, cast
+from typing import Any
 
-import grpc
 import msgspec
-from neuron_dra_common.grpcserver import Registrar
+from grpclib.server import Stream
+from neuron_dra_common.grpcserver import Servable
+from neuron_dra_protos.dra.v1 import dra_grpc as v1_grpc
 from neuron_dra_protos.dra.v1 import dra_pb2 as v1
-from neuron_dra_protos.dra.v1 import dra_pb2_grpc as v1_grpc
+from neuron_dra_protos.dra.v1beta1 import dra_grpc as v1beta1_grpc
 from neuron_dra_protos.dra.v1beta1 import dra_pb2 as v1beta1
-from neuron_dra_protos.dra.v1beta1 import dra_pb2_grpc as v1beta1_grpc
 
 from neuron_dra_kubelet_plugin.checkpoint import PreparedDevice
 from neuron_dra_kubelet_plugin.claims import ClaimRef
 from neuron_dra_kubelet_plugin.plan import PrepareError
 from neuron_dra_kubelet_plugin.preparer import Preparer
 
-__all__ = ["ClaimOutcome", "DraPlugin", "DraService", "dra_plugin_registrars"]
+__all__ = ["ClaimOutcome", "DraPlugin", "DraService", "dra_plugin_services"]
 
 log = logging.getLogger(__name__)
-
-_Context = grpc.aio.ServicerContext[Any, Any]
 
 
 class ClaimOutcome(msgspec.Struct, frozen=True, kw_only=True):
@@ -127,18 +124,28 @@ class DraPlugin:
 
     Both versions carry the same messages under the same field numbers (v1 adds a share id,
     which this driver never sets), so one servicer answers both; ``messages`` is the
-    version's generated message module and builds the responses.
+    version's generated message module and builds the responses. :class:`DraPluginV1` and
+    :class:`DraPluginV1beta1` only add the version's method names.
     """
 
     def __init__(self, service: DraService, *, messages: ModuleType) -> None:
         self._service = service
         self._messages = messages
 
-    async def NodePrepareResources(
-        self,
-        request: v1.NodePrepareResourcesRequest | v1beta1.NodePrepareResourcesRequest,
-        context: _Context,
+    async def NodePrepareResources(self, stream: Stream[Any, Any]) -> None:
+        request = await stream.recv_message()
+        assert request is not None  # a unary call always carries its message
+        await stream.send_message(await self.prepare(request))
+
+    async def NodeUnprepareResources(self, stream: Stream[Any, Any]) -> None:
+        request = await stream.recv_message()
+        assert request is not None  # a unary call always carries its message
+        await stream.send_message(await self.unprepare(request))
+
+    async def prepare(
+        self, request: v1.NodePrepareResourcesRequest | v1beta1.NodePrepareResourcesRequest
     ) -> Any:
+        """The response to one ``NodePrepareResources`` request."""
         outcomes = await self._service.prepare(_refs(request.claims))
         response = self._messages.NodePrepareResourcesResponse()
         for uid, outcome in outcomes.items():
@@ -155,11 +162,10 @@ class DraPlugin:
                 )
         return response
 
-    async def NodeUnprepareResources(
-        self,
-        request: v1.NodeUnprepareResourcesRequest | v1beta1.NodeUnprepareResourcesRequest,
-        context: _Context,
+    async def unprepare(
+        self, request: v1.NodeUnprepareResourcesRequest | v1beta1.NodeUnprepareResourcesRequest
     ) -> Any:
+        """The response to one ``NodeUnprepareResources`` request."""
         outcomes = await self._service.unprepare(_refs(request.claims))
         response = self._messages.NodeUnprepareResourcesResponse()
         for uid, outcome in outcomes.items():
@@ -167,17 +173,14 @@ class DraPlugin:
         return response
 
 
-def dra_plugin_registrars(service: DraService) -> list[Registrar]:
-    """Add the one servicer to a server under both versions' service names."""
-    # The generated adders are typed for their own abstract servicer; DraPlugin has its
-    # methods under the same names, which is all a gRPC servicer is.
-    return [
-        partial(
-            v1_grpc.add_DRAPluginServicer_to_server,
-            cast(v1_grpc.DRAPluginServicer, DraPlugin(service, messages=v1)),
-        ),
-        partial(
-            v1beta1_grpc.add_DRAPluginServicer_to_server,
-            cast(v1beta1_grpc.DRAPluginServicer, DraPlugin(service, messages=v1beta1)),
-        ),
-    ]
+class DraPluginV1(DraPlugin, v1_grpc.DRAPluginBase):
+    """The servicer under the v1 service name."""
+
+
+class DraPluginV1beta1(DraPlugin, v1beta1_grpc.DRAPluginBase):
+    """The servicer under the v1beta1 service name."""
+
+
+def dra_plugin_services(service: DraService) -> list[Servable]:
+    """The one servicer under both versions' service names."""
+    return [DraPluginV1(service, messages=v1), DraPluginV1beta1(service, messages=v1beta1)]

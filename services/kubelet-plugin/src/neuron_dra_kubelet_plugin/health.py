@@ -11,12 +11,12 @@ import asyncio
 import contextlib
 import enum
 import time
-from collections.abc import AsyncIterator, Iterable
-from typing import Any, Protocol
+from collections.abc import Iterable
+from typing import Protocol
 
-import grpc
 import msgspec
-from neuron_dra_protos.health.v1alpha1 import health_pb2, health_pb2_grpc
+from grpclib.server import Stream
+from neuron_dra_protos.health.v1alpha1 import health_grpc, health_pb2
 
 __all__ = [
     "DEFAULT_HEARTBEAT_SECONDS",
@@ -108,7 +108,7 @@ def to_response(
     )
 
 
-class HealthServicer(health_pb2_grpc.DRAResourceHealthServicer):
+class HealthServicer(health_grpc.DRAResourceHealthBase):
     """``v1alpha1.DRAResourceHealth/NodeWatchResources``."""
 
     def __init__(
@@ -124,11 +124,13 @@ class HealthServicer(health_pb2_grpc.DRAResourceHealthServicer):
 
     async def NodeWatchResources(
         self,
-        request: health_pb2.NodeWatchResourcesRequest,
-        context: grpc.aio.ServicerContext[Any, Any],
-    ) -> AsyncIterator[health_pb2.NodeWatchResourcesResponse]:
+        stream: Stream[health_pb2.NodeWatchResourcesRequest, health_pb2.NodeWatchResourcesResponse],
+    ) -> None:
+        await stream.recv_message()
         while True:
-            yield to_response(self._source.snapshot(), timeout_seconds=self._timeout)
+            await stream.send_message(
+                to_response(self._source.snapshot(), timeout_seconds=self._timeout)
+            )
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self._heartbeat):
                     await self._source.wait_changed()

@@ -15,35 +15,40 @@ import contextlib
 import logging
 import time
 
-import grpc
-from grpc_health.v1 import health_pb2, health_pb2_grpc
-from neuron_dra_common.grpcserver import unix_target
-from neuron_dra_protos.dra.v1 import dra_pb2, dra_pb2_grpc
-from neuron_dra_protos.registration.v1 import registration_pb2, registration_pb2_grpc
+from grpclib.client import Channel
+from grpclib.exceptions import GRPCError, StreamTerminatedError
+from grpclib.health.v1 import health_grpc, health_pb2
+from neuron_dra_protos.dra.v1 import dra_grpc, dra_pb2
+from neuron_dra_protos.registration.v1 import registration_grpc, registration_pb2
 
 from neuron_dra_kubelet_plugin.registration import SocketPaths
 
-__all__ = ["SocketProbe", "probe_sockets"]
+__all__ = ["PROBE_FAILURES", "SocketProbe", "probe_sockets"]
 
 log = logging.getLogger(__name__)
 
 
+#: What a failed round raises: an error answer, a stream cut, no socket, no answer in time.
+PROBE_FAILURES = (GRPCError, StreamTerminatedError, OSError, TimeoutError, RuntimeError)
+
+
 async def probe_sockets(paths: SocketPaths, *, call_timeout: float = 5.0) -> None:
-    """One round of calls on both sockets; raises ``grpc.aio.AioRpcError`` when one fails."""
-    async with grpc.aio.insecure_channel(unix_target(paths.registration)) as channel:
-        await registration_pb2_grpc.RegistrationStub(channel).GetInfo(
+    """One round of calls on both sockets; raises one of :data:`PROBE_FAILURES` when one
+    fails."""
+    async with Channel(path=str(paths.registration)) as channel:
+        await registration_grpc.RegistrationStub(channel).GetInfo(
             registration_pb2.InfoRequest(), timeout=call_timeout
         )
-        status = await health_pb2_grpc.HealthStub(channel).Check(
+        status = await health_grpc.HealthStub(channel).Check(
             health_pb2.HealthCheckRequest(), timeout=call_timeout
         )
         _serving(status, paths.registration.name)
-    async with grpc.aio.insecure_channel(unix_target(paths.dra)) as channel:
-        status = await health_pb2_grpc.HealthStub(channel).Check(
+    async with Channel(path=str(paths.dra)) as channel:
+        status = await health_grpc.HealthStub(channel).Check(
             health_pb2.HealthCheckRequest(), timeout=call_timeout
         )
         _serving(status, paths.dra.name)
-        await dra_pb2_grpc.DRAPluginStub(channel).NodePrepareResources(
+        await dra_grpc.DRAPluginStub(channel).NodePrepareResources(
             dra_pb2.NodePrepareResourcesRequest(), timeout=call_timeout
         )
 
@@ -86,7 +91,7 @@ class SocketProbe:
                 await probe_sockets(self._paths, call_timeout=self._timeout)
                 self._last_ok = time.monotonic()
                 self.last_error = ""
-            except (grpc.aio.AioRpcError, RuntimeError) as exc:
+            except PROBE_FAILURES as exc:
                 self.last_error = str(exc)
                 log.warning("socket probe failed", extra={"error": self.last_error})
             self.rounds += 1

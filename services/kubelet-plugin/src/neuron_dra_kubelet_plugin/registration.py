@@ -12,10 +12,10 @@ import asyncio
 import logging
 from pathlib import Path
 
-import grpc
 import msgspec
+from grpclib.server import Stream
 from neuron_dra_common.driver import DRIVER_NAME
-from neuron_dra_protos.registration.v1 import registration_pb2, registration_pb2_grpc
+from neuron_dra_protos.registration.v1 import registration_grpc, registration_pb2
 
 __all__ = [
     "DEFAULT_KUBELET_ROOT",
@@ -71,7 +71,7 @@ class RegistrationStatus(msgspec.Struct, frozen=True, kw_only=True):
     error: str = ""
 
 
-class RegistrationServicer(registration_pb2_grpc.RegistrationServicer):
+class RegistrationServicer(registration_grpc.RegistrationBase):
     """Answers the kubelet's plugin watcher and records what it reports back."""
 
     def __init__(
@@ -93,21 +93,19 @@ class RegistrationServicer(registration_pb2_grpc.RegistrationServicer):
         self.registered = asyncio.Event()
 
     async def GetInfo(
-        self,
-        request: registration_pb2.InfoRequest,
-        context: grpc.aio.ServicerContext[
-            registration_pb2.InfoRequest, registration_pb2.PluginInfo
-        ],
-    ) -> registration_pb2.PluginInfo:
-        return self._info
+        self, stream: Stream[registration_pb2.InfoRequest, registration_pb2.PluginInfo]
+    ) -> None:
+        await stream.recv_message()
+        await stream.send_message(self._info)
 
     async def NotifyRegistrationStatus(
         self,
-        request: registration_pb2.RegistrationStatus,
-        context: grpc.aio.ServicerContext[
+        stream: Stream[
             registration_pb2.RegistrationStatus, registration_pb2.RegistrationStatusResponse
         ],
-    ) -> registration_pb2.RegistrationStatusResponse:
+    ) -> None:
+        request = await stream.recv_message()
+        assert request is not None  # a unary call always carries its message
         self.status = RegistrationStatus(registered=request.plugin_registered, error=request.error)
         if request.plugin_registered:
             log.info("kubelet registered driver %s", self._info.name)
@@ -115,4 +113,4 @@ class RegistrationServicer(registration_pb2_grpc.RegistrationServicer):
         else:
             log.error("kubelet refused driver %s: %s", self._info.name, request.error)
             self.registered.clear()
-        return registration_pb2.RegistrationStatusResponse()
+        await stream.send_message(registration_pb2.RegistrationStatusResponse())

@@ -12,16 +12,12 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator
-from functools import partial
 
-from grpc_health.v1 import health as grpc_health
-from grpc_health.v1 import health_pb2 as grpc_health_pb2
-from grpc_health.v1 import health_pb2_grpc as grpc_health_grpc
+from grpclib.health.check import ServiceStatus
+from grpclib.health.service import OVERALL, Health
 from neuron_dra_common.grpcserver import UnixGrpcServer
-from neuron_dra_protos.health.v1alpha1 import health_pb2_grpc
-from neuron_dra_protos.registration.v1 import registration_pb2_grpc
 
-from neuron_dra_kubelet_plugin.draservice import DraService, dra_plugin_registrars
+from neuron_dra_kubelet_plugin.draservice import DraService, dra_plugin_services
 from neuron_dra_kubelet_plugin.health import (
     DEFAULT_HEARTBEAT_SECONDS,
     HealthServicer,
@@ -55,29 +51,20 @@ async def serve(
     """Run both servers for the duration of the ``async with`` block."""
     service = DraService(preparer)
     registration = RegistrationServicer(endpoint=paths.dra)
-    status = grpc_health.aio.HealthServicer()
-    add_status = partial(grpc_health_grpc.add_HealthServicer_to_server, status)
+    serving = ServiceStatus()
+    status = Health({OVERALL: [serving]})
     dra = UnixGrpcServer(
         paths.dra,
-        registrars=[
-            *dra_plugin_registrars(service),
-            partial(
-                health_pb2_grpc.add_DRAResourceHealthServicer_to_server,
-                HealthServicer(health, heartbeat_seconds=heartbeat_seconds),
-            ),
-            add_status,
+        services=[
+            *dra_plugin_services(service),
+            HealthServicer(health, heartbeat_seconds=heartbeat_seconds),
+            status,
         ],
     )
-    registrar = UnixGrpcServer(
-        paths.registration,
-        registrars=[
-            partial(registration_pb2_grpc.add_RegistrationServicer_to_server, registration),
-            add_status,
-        ],
-    )
+    registrar = UnixGrpcServer(paths.registration, services=[registration, status])
     async with dra, registrar:
-        await status.set("", grpc_health_pb2.HealthCheckResponse.SERVING)
+        serving.set(True)
         try:
             yield PluginServers(dra=dra, registrar=registrar, registration=registration)
         finally:
-            await status.enter_graceful_shutdown()
+            serving.set(False)

@@ -1,0 +1,86 @@
+"""The unix-socket gRPC server stops the way the kubelet needs: a call under way is answered
+(within the grace period), a stream ends, and the socket goes with the server."""
+
+from __future__ import annotations
+
+import asyncio
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+from grpclib.server import Stream
+from neuron_dra_common.grpcserver import UnixGrpcServer, unix_target
+from neuron_dra_protos.dra.v1 import dra_grpc
+from neuron_dra_protos.dra.v1 import dra_pb2 as v1
+from neuron_dra_protos.dra.v1 import dra_pb2_grpc as v1_grpc
+
+
+class Slow(dra_grpc.DRAPluginBase):
+    """Takes ``seconds`` to answer a prepare."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.started = asyncio.Event()
+
+    async def NodePrepareResources(
+        self, stream: Stream[v1.NodePrepareResourcesRequest, v1.NodePrepareResourcesResponse]
+    ) -> None:
+        await stream.recv_message()
+        self.started.set()
+        await asyncio.sleep(self.seconds)
+        response = v1.NodePrepareResourcesResponse()
+        response.claims["u1"].error = "answered"
+        await stream.send_message(response)
+
+    async def NodeUnprepareResources(
+        self, stream: Stream[v1.NodeUnprepareResourcesRequest, v1.NodeUnprepareResourcesResponse]
+    ) -> None:
+        await stream.recv_message()
+        await stream.send_message(v1.NodeUnprepareResourcesResponse())
+
+
+def _gone(path: Path) -> bool:
+    return not path.exists()
+
+
+@pytest.fixture
+def socket_path() -> Iterator[Path]:
+    with tempfile.TemporaryDirectory(prefix="us-", dir="/tmp") as tmp:
+        yield Path(tmp) / "dra.sock"
+
+
+async def _stop_during_a_prepare(
+    socket_path: Path, slow: Slow, *, grace: float
+) -> v1.NodePrepareResourcesResponse | grpc.aio.AioRpcError:
+    """Stop the server while a prepare is under way: its answer, or the error it ended with."""
+    server = UnixGrpcServer(socket_path, services=[slow], grace_seconds=grace)
+    await server.start()
+    async with grpc.aio.insecure_channel(unix_target(socket_path)) as channel:
+        call = asyncio.ensure_future(
+            v1_grpc.DRAPluginStub(channel).NodePrepareResources(
+                v1.NodePrepareResourcesRequest(), timeout=10
+            )
+        )
+        await asyncio.wait_for(slow.started.wait(), 10)
+        async with asyncio.timeout(grace + 5):
+            await server.stop()
+        try:
+            response: v1.NodePrepareResourcesResponse = await call
+        except grpc.aio.AioRpcError as exc:
+            return exc
+        return response
+
+
+async def test_a_call_under_way_is_answered_before_the_server_stops(socket_path: Path) -> None:
+    answer = await _stop_during_a_prepare(socket_path, Slow(0.3), grace=5.0)
+    assert isinstance(answer, v1.NodePrepareResourcesResponse), answer
+    assert answer.claims["u1"].error == "answered"
+    assert _gone(socket_path)
+
+
+async def test_a_call_past_the_grace_is_cut_and_the_server_stops(socket_path: Path) -> None:
+    answer = await _stop_during_a_prepare(socket_path, Slow(30), grace=0.2)
+    assert isinstance(answer, grpc.aio.AioRpcError), answer
+    assert _gone(socket_path)
