@@ -217,7 +217,8 @@ async def test_a_body_is_sent_with_its_length() -> None:
         await client.close()
 
 
-async def test_an_https_server_behind_a_connect_proxy(tmp_path: Path) -> None:
+@pytest.mark.parametrize("proxy_scheme", ["http", "https"])
+async def test_an_https_server_behind_a_connect_proxy(tmp_path: Path, proxy_scheme: str) -> None:
     pki = Pki(tmp_path / "pki")
     cert = pki.apiserver()
     tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
@@ -241,14 +242,17 @@ async def test_an_https_server_behind_a_connect_proxy(tmp_path: Path) -> None:
             finally:
                 up_writer.transport.abort()
 
-        async with _Server(proxy) as relay:
+        # An https:// proxy speaks TLS itself: the tunnel to the server is TLS within TLS.
+        proxy_tls = tls if proxy_scheme == "https" else None
+        async with _Server(proxy, tls=proxy_tls) as relay:
             client_tls = ssl.create_default_context(cafile=str(tmp_path / "pki" / "ca.crt"))
             auth = "Basic " + base64.b64encode(b"u:p").decode()
             client = HttpClient(
                 f"https://127.0.0.1:{origin.port}",
                 ssl=client_tls,
-                proxy=f"http://127.0.0.1:{relay.port}",
+                proxy=f"{proxy_scheme}://127.0.0.1:{relay.port}",
                 proxy_headers={"Proxy-Authorization": auth},
+                proxy_ssl=client_tls,
             )
             assert await _get(client, "/through") == (200, b"/through")
             assert await _get(client, "/again") == (200, b"/again")
@@ -289,3 +293,5 @@ async def test_a_plain_server_behind_a_proxy_gets_the_absolute_form() -> None:
 def test_only_http_urls_are_taken() -> None:
     with pytest.raises(ValueError, match="not an http or https URL"):
         HttpClient("unix:///run/socket")
+    with pytest.raises(ValueError, match="only http:// and https:// proxies are supported"):
+        HttpClient("https://10.0.0.1:6443", proxy="socks5://proxy.local:1080")

@@ -2,7 +2,8 @@
 
 A service talks to one or two servers, with JSON bodies and, for watches, responses that
 never end. That needs little of HTTP: keep-alive connections, TLS (with a client
-certificate, a server name of its own), a proxy reached with ``CONNECT``, ``Content-Length``
+certificate, a server name of its own), a proxy (``http://`` or ``https://``) reached with
+``CONNECT``, ``Content-Length``
 and chunked bodies, and timeouts. ``httptools`` (the llhttp parser) reads the responses;
 everything else is here, so no process carries a general-purpose HTTP stack (and nats-py,
 which imports aiohttp whenever it is installed, finds none).
@@ -193,8 +194,10 @@ class HttpClient:
 
     ``ssl``: the context for an ``https`` server (default: the system's trust store);
     ``server_hostname``: the name to check its certificate against, when not the URL's host;
-    ``proxy``: an ``http://`` proxy (``CONNECT`` for an ``https`` server) with
-    ``proxy_headers`` (such as ``Proxy-Authorization``).
+    ``proxy``: an ``http://`` or ``https://`` proxy (``CONNECT`` for an ``https`` server;
+    TLS to the proxy, then TLS to the server through it, for an ``https://`` proxy) with
+    ``proxy_headers`` (such as ``Proxy-Authorization``); ``proxy_ssl``: the context for an
+    ``https://`` proxy (default: the system's trust store).
     """
 
     def __init__(
@@ -205,6 +208,7 @@ class HttpClient:
         server_hostname: str | None = None,
         proxy: str | None = None,
         proxy_headers: Mapping[str, str] | None = None,
+        proxy_ssl: ssl_module.SSLContext | None = None,
         pool_size: int = 100,
     ) -> None:
         self.url = url.rstrip("/")
@@ -212,9 +216,17 @@ class HttpClient:
         self._tls = self.url.startswith("https:")
         self._ssl = (ssl or ssl_module.create_default_context()) if self._tls else None
         self._server_hostname = server_hostname or self._host
-        self._proxy = _host_port(proxy)[:2] if proxy else None
-        if proxy and not proxy.startswith("http:"):
-            raise ValueError(f"proxy {proxy}: only http:// proxies are supported")
+        self._proxy: tuple[str, int] | None = None
+        self._proxy_tls: ssl_module.SSLContext | None = None
+        if proxy:
+            try:
+                self._proxy = _host_port(proxy)[:2]
+            except ValueError:
+                raise ValueError(
+                    f"proxy {proxy}: only http:// and https:// proxies are supported"
+                ) from None
+            if proxy.startswith("https:"):
+                self._proxy_tls = proxy_ssl or ssl_module.create_default_context()
         self._proxy_headers = dict(proxy_headers or {})
         self._slots = asyncio.Semaphore(pool_size)
         self._idle: list[_Connection] = []
@@ -229,7 +241,13 @@ class HttpClient:
                 server_hostname=self._server_hostname if self._tls else None,
             )
             return _Connection(reader, writer)
-        reader, writer = await asyncio.open_connection(*self._proxy)
+        host, port = self._proxy
+        reader, writer = await asyncio.open_connection(
+            host,
+            port,
+            ssl=self._proxy_tls,
+            server_hostname=host if self._proxy_tls is not None else None,
+        )
         connection = _Connection(reader, writer)
         if not self._tls:
             return connection
