@@ -82,6 +82,17 @@ async def test_a_finished_connection_serves_the_next_request(keeper: _Server) ->
     await client.close()
 
 
+async def test_a_path_in_the_url_comes_before_every_target(keeper: _Server) -> None:
+    # A kubeconfig's server can sit behind a path (a proxy in front of the apiserver), as can
+    # Alertmanager behind a route prefix.
+    client = HttpClient(f"http://127.0.0.1:{keeper.port}/k8s/clusters/c-1/")
+    assert await _get(client, "/api/v1/nodes?limit=1") == (
+        200,
+        b"/k8s/clusters/c-1/api/v1/nodes?limit=1",
+    )
+    await client.close()
+
+
 async def test_a_body_left_unread_drops_its_connection() -> None:
     async def slow(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         while True:
@@ -282,10 +293,10 @@ async def test_a_plain_server_behind_a_proxy_gets_the_absolute_form() -> None:
         await writer.drain()
 
     async with _Server(absolute) as relay:
-        client = HttpClient("http://alertmanager:9093", proxy=f"http://127.0.0.1:{relay.port}")
+        client = HttpClient("http://alertmanager:9093/am", proxy=f"http://127.0.0.1:{relay.port}")
         assert await _get(client, "/api/v2/alerts") == (
             200,
-            b"http://alertmanager:9093/api/v2/alerts",
+            b"http://alertmanager:9093/am/api/v2/alerts",
         )
         await client.close()
 

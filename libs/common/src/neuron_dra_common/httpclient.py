@@ -190,7 +190,8 @@ def _until_close(headers: Mapping[str, str]) -> bool:
 
 
 class HttpClient:
-    """Requests to the server at ``url`` (``http://`` or ``https://``, no path).
+    """Requests to the server at ``url`` (``http://`` or ``https://``; a path in it is put
+    before every request's target).
 
     ``ssl``: the context for an ``https`` server (default: the system's trust store);
     ``server_hostname``: the name to check its certificate against, when not the URL's host;
@@ -214,6 +215,10 @@ class HttpClient:
         self.url = url.rstrip("/")
         self._host, self._port, self._host_header = _host_port(self.url)
         self._tls = self.url.startswith("https:")
+        # A server behind a path (a proxy in front of the apiserver, Alertmanager with a
+        # route prefix) gets every request under it.
+        self._prefix = urlsplit(self.url).path
+        self._origin = f"{'https' if self._tls else 'http'}://{self._host_header}"
         self._ssl = (ssl or ssl_module.create_default_context()) if self._tls else None
         self._server_hostname = server_hostname or self._host
         self._proxy: tuple[str, int] | None = None
@@ -295,8 +300,9 @@ class HttpClient:
     def _encode_head(
         self, method: str, target: str, headers: Mapping[str, str], body: bytes | None
     ) -> bytes:
+        target = self._prefix + target
         if self._proxy is not None and not self._tls:
-            target = f"{self.url}{target}"  # absolute form, for the proxy
+            target = self._origin + target  # absolute form, for the proxy
         lines = [f"{method} {target} HTTP/1.1", f"Host: {self._host_header}"]
         lines += [f"{name}: {value}" for name, value in headers.items()]
         if body is not None or method in _BODY_METHODS:
