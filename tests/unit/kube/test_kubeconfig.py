@@ -5,10 +5,14 @@ for a file that cannot be used."""
 from __future__ import annotations
 
 import base64
+import json
 import ssl
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 import yaml
 from neuron_dra_cli.stack.pki import CertPair, Pki, write_kubeconfig
@@ -246,6 +250,25 @@ def test_unreadable_files(tmp_path: Path) -> None:
     bad.write_text("clusters: [unclosed")
     with pytest.raises(ConfigError, match=f"kubeconfig {bad}: not valid YAML"):
         load_kubeconfig(bad)
+    bad.write_text('{"clusters": [}')
+    with pytest.raises(ConfigError, match=f"kubeconfig {bad}: not valid JSON"):
+        load_kubeconfig(bad)
+
+
+def test_a_kubeconfig_written_as_json_is_read_without_a_yaml_parser(
+    tmp_path: Path, stack_kubeconfig: Path
+) -> None:
+    as_json = tmp_path / "config.json"
+    as_json.write_text(json.dumps(yaml.safe_load(stack_kubeconfig.read_text()), indent=2))
+    script = (
+        "import sys; from neuron_dra_common.kube.config import load_kubeconfig; "
+        f"c = load_kubeconfig({str(as_json)!r}); "
+        "print(c.server, 'yaml' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == [SERVER, "False"]
+    from_json = msgspec.structs.replace(load_kubeconfig(as_json), source="")
+    assert from_json == msgspec.structs.replace(load_kubeconfig(stack_kubeconfig), source="")
 
 
 def test_insecure_skips_verification(stack_kubeconfig: Path) -> None:

@@ -5,16 +5,16 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from neuron_dra_common.telemetry.registry import REGISTRY
 from neuron_dra_kubelet_plugin.checkpoint import CheckpointStore
 from neuron_dra_kubelet_plugin.health import DeviceHealthReport, Health, StaticHealth
-from neuron_dra_kubelet_plugin.observe import OPERATIONS, ObservedPreparer, count_unhealthy
+from neuron_dra_kubelet_plugin.observe import ObservedPreparer, count_unhealthy
 from neuron_dra_kubelet_plugin.plan import PrepareError
 from neuron_dra_kubelet_plugin.preparer import Effects, NodePreparer
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from prometheus_client import REGISTRY
 
 from tests.unit.kubelet_plugin.support import MemoryClaims, make_claim, ref_of, trn2_node
 
@@ -27,7 +27,11 @@ def preparer(root: Path, claims: MemoryClaims) -> NodePreparer:
 
 
 def count(operation: str, outcome: str) -> float:
-    return float(OPERATIONS.labels(operation, outcome)._value.get())
+    value = REGISTRY.get_sample_value(
+        "neuron_dra_kubelet_plugin_operations_total", {"operation": operation, "outcome": outcome}
+    )
+    assert value is not None
+    return value
 
 
 async def test_a_recording_tracer_gets_a_span_per_claim_operation(tmp_path: Path) -> None:

@@ -5,8 +5,7 @@ from __future__ import annotations
 import importlib
 
 import pytest
-from prometheus_client import Counter, Enum, Gauge, Histogram, Info, Summary
-from prometheus_client.metrics_core import Metric
+from neuron_dra_common.telemetry.registry import Counter, Gauge, Histogram
 
 #: The modules that define the product's metrics.
 MODULES = (
@@ -18,7 +17,8 @@ MODULES = (
     "neuron_dra_common.bus.metrics",
     "neuron_dra_ultraserver_operator.metrics",
 )
-KINDS = (Counter, Enum, Gauge, Histogram, Info, Summary)
+KINDS = (Counter, Gauge, Histogram)
+Metric = Counter | Gauge | Histogram
 
 
 def product_metrics() -> list[Metric]:
@@ -27,7 +27,7 @@ def product_metrics() -> list[Metric]:
     for name in MODULES:
         for value in vars(importlib.import_module(name)).values():
             if isinstance(value, KINDS):
-                found += value.describe()
+                found.append(value)
     return found
 
 
@@ -40,5 +40,7 @@ def test_the_modules_define_metrics() -> None:
 def test_name_prefix_and_unit(metric: Metric) -> None:
     # neuron_* alone is what AWS's neuron-monitor exports.
     assert metric.name.startswith("neuron_dra_")
-    if metric.type == "histogram":
+    if metric.kind == "counter":
+        assert metric.exposed_name.endswith("_total"), metric.exposed_name
+    if metric.kind == "histogram":
         assert metric.name.endswith(("_seconds", "_bytes")), metric.name

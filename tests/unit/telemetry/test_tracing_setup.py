@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 from neuron_dra_common.telemetry import metrics
+from neuron_dra_common.telemetry.registry import REGISTRY
 from neuron_dra_common.telemetry.tracing import (
     otlp_endpoint_from,
     service_resource,
@@ -11,7 +12,6 @@ from neuron_dra_common.telemetry.tracing import (
 )
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.sampling import ParentBased
-from prometheus_client import REGISTRY
 
 
 def test_the_standard_endpoint_alone_turns_export_on() -> None:

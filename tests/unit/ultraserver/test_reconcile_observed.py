@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from neuron_dra_common.events import AllocationRequested, Event
 from neuron_dra_common.kube import WorkQueue
+from neuron_dra_common.telemetry.registry import REGISTRY
 from neuron_dra_ultraserver_operator.fleet import Fleet, FleetIndex
 from neuron_dra_ultraserver_operator.model import TRACEPARENT
 from neuron_dra_ultraserver_operator.reconciler import SPAN_NAME
@@ -17,7 +18,6 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from prometheus_client import REGISTRY
 
 from tests.unit.ultraserver.memory_api import KEY, World
 

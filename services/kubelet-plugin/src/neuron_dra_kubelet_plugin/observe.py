@@ -25,8 +25,8 @@ from typing import Final, NamedTuple, Protocol
 from neuron_dra_common.events import ClaimPrepared, ClaimUnprepared, ObjectRef
 from neuron_dra_common.events.base import Event
 from neuron_dra_common.telemetry import tracing_enabled
+from neuron_dra_common.telemetry.registry import Counter, Gauge, Histogram
 from opentelemetry import trace
-from prometheus_client import Counter, Gauge, Histogram
 
 from neuron_dra_kubelet_plugin.checkpoint import Checkpoint, ClaimEntry, ClaimState, PreparedDevice
 from neuron_dra_kubelet_plugin.claims import ClaimRef

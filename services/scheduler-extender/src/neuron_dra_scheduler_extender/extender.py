@@ -30,8 +30,8 @@ from typing import Protocol
 
 import msgspec
 from neuron_dra_common.extended import ANNOTATION_IDS
+from neuron_dra_common.telemetry.registry import Counter, Histogram
 from neuron_dra_common.topology import UnknownInstanceType
-from prometheus_client import Counter, Histogram
 
 from neuron_dra_scheduler_extender.api import (
     ExtenderArgs,

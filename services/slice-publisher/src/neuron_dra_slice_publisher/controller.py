@@ -28,10 +28,10 @@ from neuron_dra_common.telemetry import (
     context_from_traceparent,
     get_tracer,
 )
+from neuron_dra_common.telemetry.registry import Counter
 from neuron_dra_common.topology import UnknownInstanceType, instance_spec
 from neuron_dra_common.ultraserver import NodeAllocationError, node_allocation
 from opentelemetry import trace
-from prometheus_client import Counter
 
 from neuron_dra_slice_publisher.announce import TaintAnnouncer
 from neuron_dra_slice_publisher.pool import (

@@ -27,8 +27,8 @@ from neuron_dra_common.events import (
     UltraServerGrant,
 )
 from neuron_dra_common.telemetry import get_tracer
+from neuron_dra_common.telemetry.registry import Counter, Histogram
 from neuron_dra_common.ultraserver import TOPOLOGY_SIZES, modes_for_size, ultraserver_name
-from prometheus_client import Counter, Histogram
 
 from neuron_dra_topology_allocator.placement import (
     UNITS,

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Final
 
+from neuron_dra_common.telemetry.registry import Counter, Gauge, Histogram
 from neuron_dra_common.ultraserver import NUSW_STATES
-from prometheus_client import Counter, Gauge, Histogram
 
 __all__ = ["ALLOCATION_SECONDS", "RECONCILE_ERRORS", "WORKLOADS", "WorkloadStates"]
 

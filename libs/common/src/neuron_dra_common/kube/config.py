@@ -249,8 +249,6 @@ def _private_file(path: Path, data: bytes) -> str:
 
 
 def _read_yaml(path: Path, *, must_exist: bool) -> Mapping[str, Any] | None:
-    import yaml  # only a kubeconfig needs it; a pod's own account does not
-
     try:
         text = path.read_text()
     except FileNotFoundError:
@@ -259,10 +257,19 @@ def _read_yaml(path: Path, *, must_exist: bool) -> Mapping[str, Any] | None:
         return None
     except OSError as exc:
         raise ConfigError(f"kubeconfig {path}: cannot be read: {exc.strerror}") from None
-    try:
-        doc = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"kubeconfig {path}: not valid YAML: {exc}") from None
+    if text.lstrip().startswith("{"):
+        # A kubeconfig written as JSON (which is YAML) needs no YAML parser.
+        try:
+            doc = msgspec.json.decode(text)
+        except msgspec.DecodeError as exc:
+            raise ConfigError(f"kubeconfig {path}: not valid JSON: {exc}") from None
+    else:
+        import yaml  # only a YAML kubeconfig needs it; a pod's own account does not
+
+        try:
+            doc = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"kubeconfig {path}: not valid YAML: {exc}") from None
     if doc is None:
         return {}
     if not isinstance(doc, Mapping):

@@ -20,7 +20,8 @@ from http import HTTPStatus
 from typing import Any
 
 from httptools import HttpParserError, HttpParserUpgrade, HttpRequestParser
-from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest
+
+from neuron_dra_common.telemetry.registry import CONTENT_TYPE, REGISTRY, Registry
 
 __all__ = ["HealthServer"]
 
@@ -207,7 +208,7 @@ class HealthServer:
         *,
         host: str,
         port: int,
-        registry: CollectorRegistry = REGISTRY,
+        registry: Registry = REGISTRY,
         max_body: int = _MAX_BODY,
     ) -> None:
         self._host, self._port = host, port
@@ -242,7 +243,7 @@ class HealthServer:
         return 200, _OK
 
     async def _metrics(self, _: bytes) -> tuple[int, bytes]:
-        return 200, generate_latest(self._registry)
+        return 200, self._registry.expose()
 
     async def _healthz(self, _: bytes) -> tuple[int, bytes]:
         return self._verdict(self._live)
@@ -253,7 +254,7 @@ class HealthServer:
     async def start(self) -> None:
         get = b"Allow: GET, HEAD\r\n"
         self._routes = {
-            b"/metrics": _Route(b"GET", CONTENT_TYPE_LATEST.encode(), self._metrics, get),
+            b"/metrics": _Route(b"GET", CONTENT_TYPE.encode(), self._metrics, get),
             b"/healthz": _Route(b"GET", _JSON, self._healthz, get),
             b"/readyz": _Route(b"GET", _JSON, self._readyz, get),
         }

@@ -9,8 +9,7 @@ from __future__ import annotations
 import platform
 from typing import Final
 
-from prometheus_client import Gauge
-
+from neuron_dra_common.telemetry.registry import Gauge
 from neuron_dra_common.telemetry.tracing import service_version
 
 __all__ = ["BUILD_INFO", "PREFIX", "publish_build_info"]
