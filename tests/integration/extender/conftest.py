@@ -162,10 +162,15 @@ def _wait(what: str, ready: Callable[[], bool], proc: Proc) -> None:
         time.sleep(0.2)
 
 
-def _scheduler_config(source: Path, *, url: str, kubeconfig: Path, out: Path) -> Path:
-    """The component's KubeSchedulerConfiguration, pointed at this extender and apiserver."""
+def _scheduler_config(
+    source: Path, *, url: str, kubeconfig: Path, out: Path, node_cache: bool | None = None
+) -> Path:
+    """The component's KubeSchedulerConfiguration, pointed at this extender and apiserver
+    (``node_cache``: ``nodeCacheCapable`` set so, else as the component has it)."""
     config = yaml.safe_load(source.read_text())
     config["extenders"][0]["urlPrefix"] = url
+    if node_cache is not None:
+        config["extenders"][0]["nodeCacheCapable"] = node_cache
     config["clientConnection"] = {"kubeconfig": str(kubeconfig)}
     config["leaderElection"] = {"leaderElect": False}
     out.write_text(yaml.safe_dump(config))
@@ -282,8 +287,15 @@ def extender_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Exten
                 ports["s2"],
             ),
         ):
+            # The default scheduler sends whole Nodes (nodeCacheCapable: false, as a
+            # configuration written for AWS's extension may), my-scheduler node names: each
+            # form of the extender's arguments comes from the real scheduler.
             config = _scheduler_config(
-                source, url=url, kubeconfig=sched_cfg, out=root / f"{name}.yaml"
+                source,
+                url=url,
+                kubeconfig=sched_cfg,
+                out=root / f"{name}.yaml",
+                node_cache=False if name == "default-scheduler" else None,
             )
             launch(
                 comp.scheduler(
