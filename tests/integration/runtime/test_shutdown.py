@@ -90,6 +90,45 @@ def test_bad_setting_fails_start_naming_the_variable(nats_server: NatsServer) ->
     )
 
 
+@pytest.mark.parametrize(
+    ("module", "kubeconfig", "said"),
+    [
+        ("neuron_dra_slice_publisher", None, "kubeconfig {path}: no such file"),
+        (
+            "neuron_dra_ultraserver_operator",
+            "clusters: [{name: c, cluster: {server: 'https://127.0.0.1:1', "
+            "proxy-url: 'socks5://proxy:1080'}}]\nusers: [{name: u, user: {token: t}}]\n"
+            "contexts: [{name: x, context: {cluster: c, user: u}}]\ncurrent-context: x\n",
+            "proxy socks5://proxy:1080: only http:// and https:// proxies are supported",
+        ),
+    ],
+)
+def test_a_kubeconfig_that_cannot_be_used_fails_start_in_one_line(
+    nats_server: NatsServer, tmp_path: Path, module: str, kubeconfig: str | None, said: str
+) -> None:
+    path = tmp_path / "kubeconfig"
+    if kubeconfig is not None:
+        path.write_text(kubeconfig)
+    proc = subprocess.run(
+        [sys.executable, "-m", module],
+        cwd=ROOT,
+        env={
+            **os.environ,
+            "NEURON_DRA_NATS_SERVERS": nats_server.url,
+            "NEURON_DRA_HTTP_PORT": str(free_port()),
+            "NEURON_DRA_KUBECONFIG": str(path),
+        },
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    out = (proc.stdout + proc.stderr).decode()
+    assert proc.returncode == 2, out
+    assert "Traceback" not in out
+    [line] = [json.loads(text) for text in out.splitlines() if '"level":"error"' in text]
+    assert line["message"] == "cannot start: " + said.format(path=path)
+
+
 def test_stop_while_still_starting_exits_cleanly(nats_server: NatsServer, tmp_path: Path) -> None:
     """SIGTERM while the service is still connecting (a slow build) is an orderly exit, not
     a kill by the default signal action."""

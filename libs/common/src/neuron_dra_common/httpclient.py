@@ -35,6 +35,8 @@ from urllib.parse import urlsplit
 
 import httptools
 
+from neuron_dra_common.errors import SetupError
+
 __all__ = ["HttpClient", "HttpError", "Response"]
 
 _READ_SIZE = 1 << 20
@@ -227,7 +229,7 @@ class HttpClient:
             try:
                 self._proxy = _host_port(proxy)[:2]
             except ValueError:
-                raise ValueError(
+                raise SetupError(
                     f"proxy {proxy}: only http:// and https:// proxies are supported"
                 ) from None
             if proxy.startswith("https:"):

@@ -20,6 +20,8 @@ from typing import Annotated, Any, Literal, TypeVar
 
 import msgspec
 
+from neuron_dra_common.errors import SetupError
+
 __all__ = [
     "ENV_PREFIX",
     "LeaderElectedSettings",
@@ -38,7 +40,7 @@ ENV_PREFIX = "NEURON_DRA_"
 S = TypeVar("S", bound=msgspec.Struct)
 
 
-class SettingsError(ValueError):
+class SettingsError(SetupError):
     """A setting had a bad value; the message names the variable or flag and the expectation."""
 
 

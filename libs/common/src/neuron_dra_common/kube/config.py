@@ -24,6 +24,8 @@ from typing import Any, Final
 
 import msgspec
 
+from neuron_dra_common.errors import SetupError
+
 __all__ = [
     "SERVICE_ACCOUNT_DIR",
     "ConfigError",
@@ -38,7 +40,7 @@ __all__ = [
 SERVICE_ACCOUNT_DIR: Final = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 
 
-class ConfigError(ValueError):
+class ConfigError(SetupError):
     """A kubeconfig (or the pod's service account) that cannot be used; says where and why."""
 
 

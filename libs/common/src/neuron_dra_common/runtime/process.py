@@ -22,6 +22,7 @@ from typing import TypeVar
 
 import uvloop
 
+from neuron_dra_common.errors import SetupError
 from neuron_dra_common.runtime.http import HealthServer
 from neuron_dra_common.settings import ServiceSettings, SettingsError, load
 from neuron_dra_common.telemetry.logs import configure_logging
@@ -204,8 +205,15 @@ def run(build: Callable[[], Awaitable[Service]], *, name: str, settings: Service
         finally:
             shutdown_tracing()
 
-    with contextlib.suppress(KeyboardInterrupt):
-        return uvloop.run(main())
+    try:
+        with contextlib.suppress(KeyboardInterrupt):
+            return uvloop.run(main())
+    except SetupError as exc:
+        # A kubeconfig, proxy or path the settings name that cannot be used: one line that
+        # says which and why, not a traceback.
+        log.error(f"cannot start: {exc}", extra={"error": str(exc)})
+        shutdown_tracing()
+        return 2
     return 130
 
 
