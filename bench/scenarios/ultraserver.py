@@ -437,10 +437,11 @@ class Kubelets:
                 if event.get("type") not in ("ADDED", "MODIFIED"):
                     continue
                 conditions = (obj.get("status") or {}).get("conditions") or ()
+                ready = next((c for c in conditions if c.get("type") == "Ready"), None)
                 name = str(obj["metadata"]["name"])
-                if name in self.names and not any(
-                    c.get("type") == "Ready" and c.get("status") == "True" for c in conditions
-                ):
+                # Only a node the controller-manager marked (Ready Unknown or False): a new
+                # node's first versions have no Ready condition yet, and join() sets it.
+                if name in self.names and ready is not None and ready.get("status") != "True":
                     self.reasserted[name] = self.reasserted.get(name, 0) + 1
                     await self._ready(name)
 
