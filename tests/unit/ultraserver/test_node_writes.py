@@ -17,7 +17,7 @@ from neuron_dra_common.ultraserver import (
     node_allocation,
 )
 
-from tests.unit.ultraserver.memory_api import Api, World
+from tests.unit.ultraserver.memory_api import KEY, Api, World
 
 
 def node_calls(world: World, method: str) -> list[str]:
@@ -106,3 +106,24 @@ def record(workload: str, uid: str) -> str:
 
 def decode(raw: str) -> NodeAllocation | None:
     return node_allocation("us0-n0", {NODE_ALLOCATION: raw})
+
+
+def test_an_informer_that_shows_an_earlier_write_of_the_operator_costs_no_read() -> None:
+    # The informer lags: it has shown the Pending write of each node, not the Bound write
+    # that followed it. That copy is older than the one the operator wrote last, so the
+    # release starts from the operator's own copy: no 409, no read.
+    cache: dict[str, Any] = {}
+    world = World(1, size=4, count=1, strategy="ReplaceAffected", node_cache=lambda api: cache)
+    cache.update(copy.deepcopy(world.api.nodes))
+    world.reconcile()
+    assert world.status["state"] == "Allocated"
+    for name, node in world.api.nodes.items():
+        echo = copy.deepcopy(node)
+        echo["metadata"]["resourceVersion"] = str(int(node["metadata"]["resourceVersion"]) - 1)
+        cache[name] = echo
+    world.api.calls.clear()
+    world.api.workloads[KEY]["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    world.reconcile()
+    assert world.recorded() == set()
+    assert node_calls(world, "GET") == []
+    assert len(node_calls(world, "PATCH")) == 4

@@ -129,9 +129,12 @@ class Executor:
         self._publish = publish
         #: The Node informer's cache: the version a node record write starts from.
         self._nodes: Mapping[str, Obj] = nodes if nodes is not None else {}
-        #: node -> (the Node a record write of this operator returned, the version the cache
-        #: showed then): newer than the cache until the cache shows another version.
-        self._written: dict[str, tuple[Obj, str]] = {}
+        #: node -> (the Node the last record write of this operator returned, the versions
+        #: known to be older: what the cache showed and the write started from, and those of
+        #: the operator's writes before it). While the cache shows one of those, it is behind
+        #: the operator's own writes (an echo of an earlier one, or not even that), and the
+        #: copy the last write returned is the newest.
+        self._written: dict[str, tuple[Obj, frozenset[str]]] = {}
         self._states: dict[str, str] = {}
         self._allocate = allocate
         self._requeue = requeue
@@ -341,12 +344,13 @@ class Executor:
 
     def _known(self, name: str) -> Obj | None:
         """The newest copy of Node ``name`` this operator has without asking: its own last
-        write while the informer has not shown a later version, else the informer's."""
+        write while the informer shows that or an earlier version of the operator's own
+        writes, else the informer's (someone else wrote the Node since)."""
         cached = self._nodes.get(name)
         written = self._written.get(name)
         if written is not None:
-            node, seen = written
-            if cached is None or _version(cached) == seen:
+            node, ours = written
+            if cached is None or _version(cached) in ours:
                 return node
             del self._written[name]
         return cached
@@ -392,7 +396,7 @@ class Executor:
         body: Obj = {"metadata": {"annotations": annotations}}
         if meta.get("resourceVersion"):
             body["metadata"]["resourceVersion"] = meta["resourceVersion"]
-        seen = _version(self._nodes.get(write.node) or {})
+        base = _version(node)
         try:
             written = await self.client.request(
                 "PATCH",
@@ -406,7 +410,18 @@ class Executor:
                 raise
             return
         # The next write of this node (Pending, then Bound) starts from this version.
-        self._written[write.node] = (written, seen)
+        self._written[write.node] = (written, self._chain(write.node, base, _version(written)))
+
+    def _chain(self, name: str, base: str, made: str) -> frozenset[str]:
+        """The versions of Node ``name`` older than ``made``, the one a write from ``base``
+        just made: the informer's now, ``base``, and those of the operator's writes before
+        when this one started from the last of them (until the informer shows ``base``)."""
+        before = self._written.get(name)
+        cached = _version(self._nodes.get(name) or {})
+        ours = {cached, base, made}
+        if before is not None and _version(before[0]) == base and cached != base:
+            ours |= before[1]
+        return frozenset(ours)
 
     async def _template(self, name: str, namespace: str) -> Obj | None:
         """The ResourceClaimTemplate ``namespace/name`` as the API has it now, or None."""
