@@ -251,8 +251,30 @@ def test_unreadable_files(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=f"kubeconfig {bad}: not valid YAML"):
         load_kubeconfig(bad)
     bad.write_text('{"clusters": [}')
-    with pytest.raises(ConfigError, match=f"kubeconfig {bad}: not valid JSON"):
+    with pytest.raises(ConfigError, match=f"kubeconfig {bad}: not valid YAML"):
         load_kubeconfig(bad)
+
+
+def test_a_server_that_is_not_a_url_is_refused(stack_kubeconfig: Path) -> None:
+    rewrite(stack_kubeconfig, lambda d: cluster_of(d).update({"server": "127.0.0.1:6443"}))
+    with pytest.raises(
+        ConfigError, match=r"server is '127\.0\.0\.1:6443': not an https:// or http:// URL"
+    ):
+        load_kubeconfig(stack_kubeconfig)
+
+
+def test_yaml_in_flow_style_and_json_with_a_comment_are_still_read(
+    tmp_path: Path, stack_kubeconfig: Path
+) -> None:
+    doc = yaml.safe_load(stack_kubeconfig.read_text())
+    flow = tmp_path / "flow"
+    flow.write_text(yaml.safe_dump(doc, default_flow_style=True))
+    commented = tmp_path / "commented"
+    commented.write_text(json.dumps(doc) + "\n# written by hand\n")
+    expected = msgspec.structs.replace(load_kubeconfig(stack_kubeconfig), source="")
+    for path in (flow, commented):
+        assert path.read_text().startswith("{")
+        assert msgspec.structs.replace(load_kubeconfig(path), source="") == expected
 
 
 def test_a_kubeconfig_written_as_json_is_read_without_a_yaml_parser(

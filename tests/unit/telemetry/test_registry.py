@@ -125,6 +125,23 @@ def test_mistakes_in_a_definition_name_the_metric() -> None:
         Counter("demo_down", "Down", registry=registry).inc(-1)
     with pytest.raises(ValueError, match="demo_buckets_seconds: buckets must rise"):
         Histogram("demo_buckets_seconds", "Buckets", buckets=(1, 0.5), registry=registry)
+    # One series under two names: a counter's _total, a histogram's _count.
+    Counter("demo_sent", "Sent", registry=registry)
+    with pytest.raises(ValueError, match="demo_sent_total would expose the series of demo_sent"):
+        Gauge("demo_sent_total", "Sent too", registry=registry)
+    Histogram("demo_wait", "Wait", registry=registry)
+    with pytest.raises(ValueError, match="demo_wait_count would expose the series of demo_wait"):
+        Gauge("demo_wait_count", "Waits", registry=registry)
+
+
+def test_large_bounds_are_written_as_prometheus_clients_write_them() -> None:
+    registry = Registry()
+    hist = Histogram("demo_bytes", "Sizes", buckets=(1e3, 1e6, 2.5e7), registry=registry)
+    hist.observe(2e6)
+    hist.observe(math.nan)
+    families = _families(registry)["demo_bytes:histogram"]
+    buckets = {dict(k[1])["le"]: v for k, v in families.items() if k[0] == "demo_bytes_bucket"}
+    assert buckets == {"1000.0": 0, "1e+06": 0, "2.5e+07": 1, "+Inf": 2}
 
 
 def test_samples_are_read_back_by_name_and_labels() -> None:

@@ -127,3 +127,24 @@ def test_an_informer_that_shows_an_earlier_write_of_the_operator_costs_no_read()
     assert world.recorded() == set()
     assert node_calls(world, "GET") == []
     assert len(node_calls(world, "PATCH")) == 4
+
+
+def test_another_writer_right_after_each_write_costs_no_read() -> None:
+    # The informer (here always current) shows another writer's version of the Node (a
+    # kubelet's status) as soon as the operator's write returns: that version is newer than
+    # the operator's copy, so the next write starts from the informer's, not a refused one.
+    world = World(1, size=4, count=1, strategy="ReplaceAffected")
+    patch = world.api.request
+
+    async def then_another_write(method: str, path: str, **kw: Any) -> Any:
+        out = await patch(method, path, **kw)
+        if method == "PATCH" and "/nodes/" in path:
+            world.api.touch(path.rsplit("/", 1)[-1])
+        return out
+
+    world.api.request = then_another_write  # type: ignore[method-assign]
+    world.reconcile()
+    assert world.status["state"] == "Allocated", world.status["message"]
+    assert world.recorded() == set(world.nodes())
+    assert node_calls(world, "GET") == []
+    assert len(node_calls(world, "PATCH")) == 8

@@ -396,7 +396,9 @@ class Executor:
         body: Obj = {"metadata": {"annotations": annotations}}
         if meta.get("resourceVersion"):
             body["metadata"]["resourceVersion"] = meta["resourceVersion"]
-        base = _version(node)
+        # What the informer shows now is older than what this write makes; read after the
+        # write, it could be another writer's newer version.
+        base, cached = _version(node), _version(self._nodes.get(write.node) or {})
         try:
             written = await self.client.request(
                 "PATCH",
@@ -410,14 +412,15 @@ class Executor:
                 raise
             return
         # The next write of this node (Pending, then Bound) starts from this version.
-        self._written[write.node] = (written, self._chain(write.node, base, _version(written)))
+        made = _version(written)
+        self._written[write.node] = (written, self._chain(write.node, base, made, cached=cached))
 
-    def _chain(self, name: str, base: str, made: str) -> frozenset[str]:
+    def _chain(self, name: str, base: str, made: str, *, cached: str) -> frozenset[str]:
         """The versions of Node ``name`` older than ``made``, the one a write from ``base``
-        just made: the informer's now, ``base``, and those of the operator's writes before
-        when this one started from the last of them (until the informer shows ``base``)."""
+        just made: ``cached`` (the informer's before the write), ``base``, and those of the
+        operator's writes before when this one started from the last of them (until the
+        informer shows ``base``)."""
         before = self._written.get(name)
-        cached = _version(self._nodes.get(name) or {})
         ours = {cached, base, made}
         if before is not None and _version(before[0]) == base and cached != base:
             ours |= before[1]

@@ -16,7 +16,13 @@ from opentelemetry import trace
 
 from neuron_dra_common.httpclient import HttpClient, Response
 from neuron_dra_common.kube.auth import Credentials
-from neuron_dra_common.kube.config import KubeConfig, load_in_cluster, load_kubeconfig, ssl_context
+from neuron_dra_common.kube.config import (
+    ConfigError,
+    KubeConfig,
+    load_in_cluster,
+    load_kubeconfig,
+    ssl_context,
+)
 from neuron_dra_common.kube.metrics import REQUESTS, resource_of
 from neuron_dra_common.telemetry.propagation import kube_trace_headers
 from neuron_dra_common.telemetry.tracing import get_tracer
@@ -429,7 +435,7 @@ async def connect(
     elif os.environ.get("KUBERNETES_SERVICE_HOST"):
         config = load_in_cluster()
     else:
-        raise RuntimeError(
+        raise ConfigError(
             "Kubernetes client: no kubeconfig given, KUBECONFIG unset, and not in a pod "
             "(KUBERNETES_SERVICE_HOST unset)"
         )

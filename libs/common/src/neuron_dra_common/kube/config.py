@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import os
 import ssl
 import tempfile
@@ -132,6 +133,8 @@ def load_kubeconfig(path: Path | str, *, context: str | None = None) -> KubeConf
     server = str(cluster.get("server") or "")
     if not server:
         raise ConfigError(f"{at}.server is missing")
+    if not server.startswith(("https://", "http://")):
+        raise ConfigError(f"{at}.server is {server!r}: not an https:// or http:// URL")
     fields: dict[str, Any] = {
         "server": server.rstrip("/"),
         "source": str(cluster_file),
@@ -259,13 +262,14 @@ def _read_yaml(path: Path, *, must_exist: bool) -> Mapping[str, Any] | None:
         return None
     except OSError as exc:
         raise ConfigError(f"kubeconfig {path}: cannot be read: {exc.strerror}") from None
+    doc: Any = None
+    parsed = False
     if text.lstrip().startswith("{"):
-        # A kubeconfig written as JSON (which is YAML) needs no YAML parser.
-        try:
-            doc = msgspec.json.decode(text)
-        except msgspec.DecodeError as exc:
-            raise ConfigError(f"kubeconfig {path}: not valid JSON: {exc}") from None
-    else:
+        # A kubeconfig written as JSON (which is YAML) needs no YAML parser; one in YAML's
+        # flow style, or JSON with a comment after it, is still YAML.
+        with contextlib.suppress(msgspec.DecodeError):
+            doc, parsed = msgspec.json.decode(text), True
+    if not parsed:
         import yaml  # only a YAML kubeconfig needs it; a pod's own account does not
 
         try:

@@ -61,12 +61,20 @@ Sample = tuple[str, Mapping[str, str], float]
 
 
 def _number(value: float) -> str:
-    """A sample value as Prometheus writes it (``+Inf``, ``-Inf``, ``NaN``, else Python's repr)."""
+    """A sample value (or a bucket's ``le``) as Prometheus's clients write it: ``+Inf``,
+    ``-Inf``, ``NaN``, else Python's shortest form, in Go's exponent form from 1e6 up (as
+    Prometheus's own clients write ``le="1e+06"``, so that a series keeps its labels)."""
     if math.isinf(value):
         return "+Inf" if value > 0 else "-Inf"
     if math.isnan(value):
         return "NaN"
-    return repr(float(value))
+    text = repr(float(value))
+    point = text.find(".")
+    if value > 0 and point > 6:
+        digits = (text[:point] + text[point + 1 :]).rstrip("0") or "0"
+        mantissa = digits[0] + ("." + digits[1:] if len(digits) > 1 else "")
+        return f"{mantissa}e+{point - 1:02d}"
+    return text
 
 
 def _label_value(value: str) -> str:
@@ -89,18 +97,31 @@ class Registry:
 
     def __init__(self, *, process: bool = False) -> None:
         self._metrics: dict[str, _Metric] = {}
+        #: Every sample name a metric exposes, with the metric's name.
+        self._names: dict[str, str] = {}
         self._lock = threading.Lock()
         self._process = process
 
     def register(self, metric: _Metric) -> None:
+        """Add ``metric``; one whose name, or any sample name, another already has is refused
+        (``x_total`` of a counter ``x`` and a gauge ``x_total`` would be one series)."""
+        names = metric.sample_names()
         with self._lock:
-            if metric.name in self._metrics:
-                raise ValueError(f"metrics: {metric.name} is defined twice")
+            taken = sorted({self._names[n] for n in names if n in self._names})
+            if metric.name in self._metrics or taken:
+                raise ValueError(
+                    f"metrics: {metric.name} is defined twice"
+                    if metric.name in self._metrics or taken == [metric.name]
+                    else f"metrics: {metric.name} would expose the series of {', '.join(taken)}"
+                )
             self._metrics[metric.name] = metric
+            self._names.update(dict.fromkeys(names, metric.name))
 
     def unregister(self, metric: _Metric) -> None:
         with self._lock:
-            self._metrics.pop(metric.name, None)
+            if self._metrics.pop(metric.name, None) is not None:
+                for name in metric.sample_names():
+                    self._names.pop(name, None)
 
     def metrics(self) -> list[_Metric]:
         with self._lock:
@@ -121,10 +142,12 @@ class Registry:
             lines.append(f"# TYPE {metric.exposed_name} {metric.kind}")
             lines.extend(_line(sample) for sample in metric.samples())
         if self._process:
+            # Read once: every process series of one scrape is of the same moment.
+            process = _process_samples()
             for name, kind, text in _PROCESS_FAMILIES:
                 lines.append(f"# HELP {name} {text}")
                 lines.append(f"# TYPE {name} {kind}")
-                lines.extend(_line(s) for s in _process_samples() if s[0] == name)
+                lines.extend(_line(s) for s in process if s[0] == name)
         lines.append("")
         return "\n".join(lines).encode()
 
@@ -219,6 +242,10 @@ class _Metric:
     def _own_samples(self, labels: Mapping[str, str]) -> Iterable[Sample]:
         raise NotImplementedError
 
+    def sample_names(self) -> tuple[str, ...]:
+        """The names of the samples this metric exposes."""
+        return (self.exposed_name,)
+
     def samples(self) -> Iterator[Sample]:
         if not self.labelnames:
             yield from self._own_samples({})
@@ -296,16 +323,22 @@ class Histogram(_Metric):
         if len(bounds) < 2 or bounds != sorted(set(bounds)):
             raise ValueError(f"metrics: {name}: buckets must rise and there must be one at least")
         self.bounds = tuple(bounds)
-        super().__init__(name, documentation, labelnames, registry=registry)
         self._counts = [0] * len(self.bounds)
         self._sum = 0.0
+        # Registered last: complete before a scrape can see it.
+        super().__init__(name, documentation, labelnames, registry=registry)
+
+    def sample_names(self) -> tuple[str, ...]:
+        return (f"{self.name}_bucket", f"{self.name}_count", f"{self.name}_sum")
 
     def _child(self) -> Self:
         return type(self)(self.name, self.documentation, buckets=self.bounds, registry=None)
 
     def observe(self, value: float) -> None:
         self._unlabelled()
-        at = min(bisect.bisect_left(self.bounds, value), len(self.bounds) - 1)
+        # NaN is above every bound but +Inf's.
+        last = len(self.bounds) - 1
+        at = last if math.isnan(value) else min(bisect.bisect_left(self.bounds, value), last)
         with self._lock:
             self._counts[at] += 1
             self._sum += value
