@@ -196,7 +196,14 @@ def run(build: Callable[[], Awaitable[Service]], *, name: str, settings: Service
     publish_build_info(name)
 
     async def main() -> int:
-        service = await _build_unless_stopped(build)
+        try:
+            service = await _build_unless_stopped(build)
+        except SetupError as exc:
+            # A kubeconfig, proxy or path the settings name that cannot be used: one line
+            # that says which and why, not a traceback.
+            log.error(f"cannot start: {exc}", extra={"error": str(exc)})
+            shutdown_tracing()
+            return 2
         if service is None:
             shutdown_tracing()
             return 0
@@ -205,15 +212,8 @@ def run(build: Callable[[], Awaitable[Service]], *, name: str, settings: Service
         finally:
             shutdown_tracing()
 
-    try:
-        with contextlib.suppress(KeyboardInterrupt):
-            return uvloop.run(main())
-    except SetupError as exc:
-        # A kubeconfig, proxy or path the settings name that cannot be used: one line that
-        # says which and why, not a traceback.
-        log.error(f"cannot start: {exc}", extra={"error": str(exc)})
-        shutdown_tracing()
-        return 2
+    with contextlib.suppress(KeyboardInterrupt):
+        return uvloop.run(main())
     return 130
 
 
