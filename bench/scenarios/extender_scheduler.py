@@ -50,7 +50,7 @@ from typing import Any
 
 import msgspec
 import yaml
-from neuron_dra_cli.stack import components, probes, process
+from neuron_dra_cli.stack import components, probes, process, realdeviceplugin
 from neuron_dra_common.kube import NODES, KubeClient, Resource, load_kubeconfig
 from neuron_dra_common.topology import instance_spec, logical_cores_per_device
 from neuron_dra_scheduler_extender.cluster import PODS
@@ -216,14 +216,13 @@ def scheduler_config(
     """The component's KubeSchedulerConfiguration ``source`` for this control plane: its
     extenders pointed at ``extender_url`` (or removed when None; ``nodeCacheCapable`` set to
     ``node_cache`` unless None), no leader election, the client limits of :data:`CLIENT_QPS`."""
-    config = copy.deepcopy(source)
     if extender_url is None:
+        config = copy.deepcopy(source)
         config.pop("extenders", None)
     else:
-        for extender in config.get("extenders") or []:
-            extender["urlPrefix"] = extender_url
-            if node_cache is not None:
-                extender["nodeCacheCapable"] = node_cache
+        config = realdeviceplugin.scheduler_config(
+            source, extender_url=extender_url, node_cache=node_cache
+        )
     config["clientConnection"] = {
         "kubeconfig": str(kubeconfig),
         "qps": CLIENT_QPS,

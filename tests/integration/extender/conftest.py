@@ -26,6 +26,7 @@ from neuron_dra_cli import kubebuild
 from neuron_dra_cli.stack import components as comp
 from neuron_dra_cli.stack import probes, process
 from neuron_dra_cli.stack.pki import Pki, write_kubeconfig
+from neuron_dra_cli.stack.realdeviceplugin import scheduler_config
 
 from tests.unit.deploy.test_kustomize import KUSTOMIZE
 
@@ -167,10 +168,9 @@ def _scheduler_config(
 ) -> Path:
     """The component's KubeSchedulerConfiguration, pointed at this extender and apiserver
     (``node_cache``: ``nodeCacheCapable`` set so, else as the component has it)."""
-    config = yaml.safe_load(source.read_text())
-    config["extenders"][0]["urlPrefix"] = url
-    if node_cache is not None:
-        config["extenders"][0]["nodeCacheCapable"] = node_cache
+    config = scheduler_config(
+        yaml.safe_load(source.read_text()), extender_url=url, node_cache=node_cache
+    )
     config["clientConnection"] = {"kubeconfig": str(kubeconfig)}
     config["leaderElection"] = {"leaderElect": False}
     out.write_text(yaml.safe_dump(config))

@@ -205,15 +205,21 @@ def extender_kubeconfig(layout: Layout, admin_kubeconfig: Path) -> Path:
     )
 
 
-def scheduler_config(source: dict[str, Any], *, extender_url: str) -> dict[str, Any]:
+def scheduler_config(
+    source: dict[str, Any], *, extender_url: str, node_cache: bool | None = None
+) -> dict[str, Any]:
     """The component's KubeSchedulerConfiguration ``source`` with its extenders at
-    ``extender_url`` (the component's is a node port, which the stack has not)."""
+    ``extender_url`` (the component's is a node port, which the stack has not), and their
+    ``nodeCacheCapable`` set to ``node_cache`` unless None (as a configuration written for
+    AWS's extension may have it)."""
     config = copy.deepcopy(source)
     extenders = config.get("extenders") or []
     if not extenders:
         raise CliError(f"{SCHEDULER_CONFIG}: no extenders to point at {extender_url}")
     for entry in extenders:
         entry["urlPrefix"] = extender_url
+        if node_cache is not None:
+            entry["nodeCacheCapable"] = node_cache
     return config
 
 

@@ -197,17 +197,15 @@ def run(build: Callable[[], Awaitable[Service]], *, name: str, settings: Service
 
     async def main() -> int:
         try:
-            service = await _build_unless_stopped(build)
-        except SetupError as exc:
-            # A kubeconfig, proxy or path the settings name that cannot be used: one line
-            # that says which and why, not a traceback.
-            log.error(f"cannot start: {exc}", extra={"error": str(exc)})
-            shutdown_tracing()
-            return 2
-        if service is None:
-            shutdown_tracing()
-            return 0
-        try:
+            try:
+                service = await _build_unless_stopped(build)
+            except SetupError as exc:
+                # A kubeconfig, proxy or path the settings name that cannot be used: one line
+                # that says which and why, not a traceback.
+                log.error(f"cannot start: {exc}", extra={"error": str(exc)})
+                return 2
+            if service is None:
+                return 0
             return await service.run()
         finally:
             shutdown_tracing()

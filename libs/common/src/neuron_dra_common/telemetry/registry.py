@@ -19,6 +19,7 @@ Updates take a lock, so a thread (a span exporter, ``asyncio.to_thread``) may co
 from __future__ import annotations
 
 import bisect
+import functools
 import math
 import os
 import platform
@@ -371,7 +372,9 @@ _PROCESS_FAMILIES: Final = (
 )
 
 
+@functools.cache
 def _boot_time() -> float:
+    """When the machine booted (``/proc/stat``), read once: it does not change."""
     with open("/proc/stat", encoding="ascii") as f:
         for line in f:
             if line.startswith("btime "):
