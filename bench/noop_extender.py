@@ -23,6 +23,7 @@ import uvloop
 from neuron_dra_common.kube import KubeClient, load_kubeconfig
 from neuron_dra_common.runtime import HealthServer
 from neuron_dra_scheduler_extender.cluster import PODS
+from neuron_dra_scheduler_extender.verbs import body_limits
 
 __all__ = ["answer_filter", "answer_prioritize", "binding", "main"]
 
@@ -78,13 +79,13 @@ def binding(args: dict[str, Any]) -> dict[str, Any]:
 async def serve(port: int, kubeconfig: Path) -> None:
     kube = KubeClient(load_kubeconfig(kubeconfig))
 
-    async def filter_(body: bytes) -> tuple[int, bytes]:
+    async def filter_(body: bytes | bytearray) -> tuple[int, bytes]:
         return 200, _encode.encode(answer_filter(_decode.decode(body)))
 
-    async def prioritize(body: bytes) -> tuple[int, bytes]:
+    async def prioritize(body: bytes | bytearray) -> tuple[int, bytes]:
         return 200, _encode.encode(answer_prioritize(_decode.decode(body)))
 
-    async def bind(body: bytes) -> tuple[int, bytes]:
+    async def bind(body: bytes | bytearray) -> tuple[int, bytes]:
         args = _decode.decode(body)
         try:
             await kube.request(
@@ -98,8 +99,10 @@ async def serve(port: int, kubeconfig: Path) -> None:
 
     # /readyz is the server's own: ready at once, with no checks to pass.
     http = HealthServer(host="127.0.0.1", port=port)
+    # The same body limits as the product's extender.
+    limits = body_limits()
     for path, handler in {"/filter": filter_, "/prioritize": prioritize, "/bind": bind}.items():
-        http.add_json_post(path, handler)
+        http.add_json_post(path, handler, max_body=limits[path])
     await http.start()
     try:
         await asyncio.Event().wait()

@@ -370,7 +370,13 @@ def _extender(plane: ControlPlane) -> tuple[components.Component, str]:
         name="scheduler-extender",
         kind="scheduler-extender",
         module="neuron_dra_scheduler_extender",
-        env={"NEURON_DRA_KUBECONFIG": str(plane.admin), "NEURON_DRA_LOG_LEVEL": "warning"},
+        env={
+            "NEURON_DRA_KUBECONFIG": str(plane.admin),
+            "NEURON_DRA_LOG_LEVEL": "warning",
+            # The full-Nodes run sends every Node whole (a few KiB each): more than the
+            # default limit, sized for node names, on a large fleet.
+            "NEURON_DRA_MAX_ARGS_BYTES": str(256 * 2**20),
+        },
         ready_path="/readyz",
     )
     return ext, f"http://127.0.0.1:{ext.ports['http']}"

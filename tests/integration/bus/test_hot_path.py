@@ -11,7 +11,7 @@ from neuron_dra_common.bus import Bus, ConsumerSpec, Delivery, RunnerOptions
 from neuron_dra_common.bus.declarations import HEALTH
 from neuron_dra_common.bus.publisher import Publisher
 from neuron_dra_common.events import AnyEvent, DeviceHealthChanged
-from neuron_dra_common.telemetry.registry import REGISTRY
+from neuron_dra_common.telemetry import REGISTRY
 from opentelemetry.sdk.trace import TracerProvider
 
 from tests.contracts.support import dead_letters, heartbeat, running, wait_until

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from neuron_dra_common.telemetry.registry import REGISTRY
+from neuron_dra_common.telemetry import REGISTRY
 from neuron_dra_kubelet_plugin.checkpoint import CheckpointStore
 from neuron_dra_kubelet_plugin.health import DeviceHealthReport, Health, StaticHealth
 from neuron_dra_kubelet_plugin.observe import ObservedPreparer, count_unhealthy

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from neuron_dra_common.telemetry import metrics
-from neuron_dra_common.telemetry.registry import REGISTRY
+from neuron_dra_common.telemetry import REGISTRY, metrics
 from neuron_dra_common.telemetry.tracing import (
     otlp_endpoint_from,
     service_resource,

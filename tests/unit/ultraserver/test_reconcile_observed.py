@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from neuron_dra_common.events import AllocationRequested, Event
 from neuron_dra_common.kube import WorkQueue
-from neuron_dra_common.telemetry.registry import REGISTRY
+from neuron_dra_common.telemetry import REGISTRY
 from neuron_dra_ultraserver_operator.fleet import Fleet, FleetIndex
 from neuron_dra_ultraserver_operator.model import TRACEPARENT
 from neuron_dra_ultraserver_operator.reconciler import SPAN_NAME

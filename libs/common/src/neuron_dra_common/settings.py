@@ -50,12 +50,51 @@ class ServiceSettings(msgspec.Struct, frozen=True, kw_only=True):
     log_level: Annotated[
         Literal["debug", "info", "warning", "error"], msgspec.Meta(description="Log level")
     ] = "info"
+    # Loopback unless the deployment says otherwise: the manifests give a pod its pod IP
+    # (downward API), where the kubelet's probes and Prometheus reach it; on the host's
+    # network that is the node's address, not every interface of the host.
     http_host: Annotated[
-        str, msgspec.Meta(description="Address of /metrics, /healthz, /readyz")
-    ] = "0.0.0.0"
+        str,
+        msgspec.Meta(
+            min_length=1,
+            pattern=r"^[0-9A-Za-z.:%_-]+$",
+            description="Address the HTTP server (/metrics, /healthz, /readyz) listens on: an "
+            "IP address or host name (0.0.0.0: every interface)",
+        ),
+    ] = "127.0.0.1"
     http_port: Annotated[
         int, msgspec.Meta(ge=0, le=65535, description="Port of the HTTP server (0: any free)")
     ] = 8080
+    http_header_timeout: Annotated[
+        float,
+        msgspec.Meta(
+            gt=0, description="Seconds an HTTP request's head may take from its first byte"
+        ),
+    ] = 10.0
+    http_idle_timeout: Annotated[
+        float,
+        msgspec.Meta(
+            gt=0,
+            description="Seconds an HTTP connection may stay without a complete request, from "
+            "its start or its last answer, before it is closed",
+        ),
+    ] = 60.0
+    http_request_timeout: Annotated[
+        float,
+        msgspec.Meta(
+            gt=0,
+            description="Seconds allowed for an HTTP request from its head to its answer "
+            "(reading its body included)",
+        ),
+    ] = 30.0
+    http_max_connections: Annotated[
+        int,
+        msgspec.Meta(
+            ge=1,
+            le=100_000,
+            description="HTTP connections served at once; one more is closed when accepted",
+        ),
+    ] = 100
     nats_servers: Annotated[
         tuple[str, ...], msgspec.Meta(min_length=1, description="NATS URLs, comma-separated")
     ] = ("nats://127.0.0.1:4222",)

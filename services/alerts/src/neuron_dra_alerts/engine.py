@@ -33,7 +33,7 @@ from neuron_dra_common.events import (
     ObjectRef,
 )
 from neuron_dra_common.runtime.faults import CrashPoint, no_crash
-from neuron_dra_common.telemetry.registry import Counter, Gauge
+from neuron_dra_common.telemetry import Counter, Gauge
 
 from neuron_dra_alerts.alertmanager import AlertmanagerError, PostableAlert
 from neuron_dra_alerts.rules import Desired, evaluate

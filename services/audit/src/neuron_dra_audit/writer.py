@@ -11,7 +11,7 @@ from typing import BinaryIO
 from neuron_dra_common.bus import Delivery, encode_line, structured
 from neuron_dra_common.events import AnyEvent, encode
 from neuron_dra_common.runtime.faults import CrashPoint, no_crash
-from neuron_dra_common.telemetry.registry import Counter, Gauge
+from neuron_dra_common.telemetry import Counter, Gauge
 
 from neuron_dra_audit.auditlog import AuditLog
 

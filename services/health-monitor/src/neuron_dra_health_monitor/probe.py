@@ -25,7 +25,7 @@ from neuron_dra_common.events import DeviceHealthChanged
 from neuron_dra_common.hardware.kernlog import KernelLineError, parse_hw_error
 from neuron_dra_common.hardware.layout import NodePaths
 from neuron_dra_common.hardware.sysfs import SysfsNode, read_sysfs
-from neuron_dra_common.telemetry.registry import Counter
+from neuron_dra_common.telemetry import Counter
 from neuron_dra_common.topology import UnknownInstanceType, instance_spec
 from neuron_dra_common.topology.adjacency import adjacency
 

@@ -24,8 +24,7 @@ from typing import Final, NamedTuple, Protocol
 
 from neuron_dra_common.events import ClaimPrepared, ClaimUnprepared, ObjectRef
 from neuron_dra_common.events.base import Event
-from neuron_dra_common.telemetry import tracing_enabled
-from neuron_dra_common.telemetry.registry import Counter, Gauge, Histogram
+from neuron_dra_common.telemetry import Counter, Gauge, Histogram, tracing_enabled
 from opentelemetry import trace
 
 from neuron_dra_kubelet_plugin.checkpoint import Checkpoint, ClaimEntry, ClaimState, PreparedDevice

@@ -161,13 +161,13 @@ _node = msgspec.json.Decoder(NodeView)
 _encoder = msgspec.json.Encoder()
 
 
-def decode_args(body: bytes) -> ExtenderArgs:
+def decode_args(body: bytes | bytearray) -> ExtenderArgs:
     """The body of a filter or prioritize call; raises ``msgspec.DecodeError`` (or
     ``ValidationError``) naming the bad field."""
     return _args.decode(body)
 
 
-def decode_binding(body: bytes) -> ExtenderBindingArgs:
+def decode_binding(body: bytes | bytearray) -> ExtenderBindingArgs:
     return _binding.decode(body)
 
 

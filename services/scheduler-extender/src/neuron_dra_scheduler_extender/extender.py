@@ -30,7 +30,7 @@ from typing import Protocol
 
 import msgspec
 from neuron_dra_common.extended import ANNOTATION_IDS
-from neuron_dra_common.telemetry.registry import Counter, Histogram
+from neuron_dra_common.telemetry import Counter, Histogram
 from neuron_dra_common.topology import UnknownInstanceType
 
 from neuron_dra_scheduler_extender.api import (

@@ -28,7 +28,7 @@ async def build(settings: ExtenderSettings) -> Service:
 
     from neuron_dra_scheduler_extender.cluster import KubeCluster
     from neuron_dra_scheduler_extender.extender import Extender
-    from neuron_dra_scheduler_extender.verbs import routes
+    from neuron_dra_scheduler_extender.verbs import body_limits, routes
 
     client = await connect(kubeconfig=settings.kubeconfig or None)
     cluster = KubeCluster(client)
@@ -39,8 +39,9 @@ async def build(settings: ExtenderSettings) -> Service:
     service.add_task("nodes", cluster.nodes.run, stop=cluster.nodes.stop)
     service.add_task("pods", cluster.pods.run, stop=cluster.pods.stop)
     service.add_readiness("synced", lambda: cluster.synced)
+    limits = body_limits(args_max_body=settings.max_args_bytes)
     for path, handler in routes(extender, ready=lambda: cluster.synced).items():
-        service.http.add_json_post(path, handler)
+        service.http.add_json_post(path, handler, max_body=limits[path])
     service.on_shutdown(client.close)
     return service
 

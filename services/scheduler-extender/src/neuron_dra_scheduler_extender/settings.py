@@ -26,6 +26,16 @@ class ExtenderSettings(ServiceSettings, frozen=True, kw_only=True):
             "/healthz and /readyz (0: any free)",
         ),
     ] = 12345
+    max_args_bytes: Annotated[
+        int,
+        msgspec.Meta(
+            ge=64 * 1024,
+            description="Largest /filter or /prioritize body read, in bytes (413 past it); "
+            "4 MiB fits a scheduler with nodeCacheCapable: true (the pod and node names) on "
+            "5,000 nodes; one sending whole Nodes (nodeCacheCapable: false) needs a few KiB "
+            "more per node",
+        ),
+    ] = 4 * 2**20
     kubeconfig: Annotated[
         str, msgspec.Meta(description="kubeconfig file; empty: KUBECONFIG, else in-cluster")
     ] = ""

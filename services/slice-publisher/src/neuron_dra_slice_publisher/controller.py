@@ -25,10 +25,10 @@ from neuron_dra_common.hardware.model import EccCounters
 from neuron_dra_common.kube import WorkQueue
 from neuron_dra_common.telemetry import (
     TRACEPARENT_ANNOTATION,
+    Counter,
     context_from_traceparent,
     get_tracer,
 )
-from neuron_dra_common.telemetry.registry import Counter
 from neuron_dra_common.topology import UnknownInstanceType, instance_spec
 from neuron_dra_common.ultraserver import NodeAllocationError, node_allocation
 from opentelemetry import trace

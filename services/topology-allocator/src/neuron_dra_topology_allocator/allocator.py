@@ -26,8 +26,7 @@ from neuron_dra_common.events import (
     Event,
     UltraServerGrant,
 )
-from neuron_dra_common.telemetry import get_tracer
-from neuron_dra_common.telemetry.registry import Counter, Histogram
+from neuron_dra_common.telemetry import Counter, Histogram, get_tracer
 from neuron_dra_common.ultraserver import TOPOLOGY_SIZES, modes_for_size, ultraserver_name
 
 from neuron_dra_topology_allocator.placement import (

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Final
 
-from neuron_dra_common.telemetry.registry import Counter, Gauge, Histogram
+from neuron_dra_common.telemetry import Counter, Gauge, Histogram
 from neuron_dra_common.ultraserver import NUSW_STATES
 
 __all__ = ["ALLOCATION_SECONDS", "RECONCILE_ERRORS", "WORKLOADS", "WorkloadStates"]

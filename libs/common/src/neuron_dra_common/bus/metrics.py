@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from neuron_dra_common.telemetry.registry import Counter, Histogram
+from neuron_dra_common.telemetry import Counter, Histogram
 
 __all__ = [
     "DEAD_LETTERS",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from neuron_dra_common.telemetry.registry import Counter, Gauge
+from neuron_dra_common.telemetry import Counter, Gauge
 
 __all__ = ["LEADING", "REQUESTS", "resource_of"]
 

@@ -1,206 +1,162 @@
 """The one small HTTP server of a service: /metrics, /healthz, /readyz, and the JSON endpoints
-a service adds beside them (the scheduler extender's verbs).
+a service adds beside them (the scheduler extender's verbs), on aiohttp.
 
-HTTP/1.1 on asyncio streams, each request parsed by llhttp (``httptools``): connections are
-kept alive unless the client says otherwise (``Connection: close``, HTTP/1.0), requests sent
-ahead are answered in order, every answer carries a Content-Length. A body is read whole, up
-to ``max_body`` (413 past it); a request the parser refuses is answered 400, one whose head
-runs past 64 KiB 431, and its connection closed. An endpoint that raises answers 500.
+Every input is bounded, so that no client can make a node agent run out of memory or file
+descriptors (discovery has 256 MiB and shares the host's network):
+
+- **bodies**: the probes and ``/metrics`` take none. A POST to them is answered 405, a GET
+  that announces a body 413, both without reading it. A JSON endpoint reads at most its own
+  ``max_body`` (413 past it, on the announced length before a byte is read, or as soon as a
+  chunked body runs past it), into one buffer that the endpoint gets as it is;
+- **time**: a request's head must arrive within ``header_timeout`` of its first byte, and the
+  whole request (its body read, its answer made) within ``request_timeout`` (408 while the
+  body was still coming, 503 if the endpoint was slow); a connection that has not sent a
+  complete request head within ``idle_timeout`` of opening or of its last answer is closed,
+  however many bytes it trickles meanwhile;
+- **connections**: at most ``max_connections`` at a time; one more is closed as soon as it
+  is accepted (its client sees the connection end, and tries again).
+
+aiohttp parses and answers HTTP/1.1 (keep-alive, pipelining, chunked bodies, HEAD,
+``Expect: 100-continue``, 404/405); what it has no setting for (the connection cap and the
+header deadline) is a thin protocol around each of its connections, made through its public
+low-level API (:attr:`aiohttp.web.AppRunner.server` is the protocol factory
+``loop.create_server`` takes), which never reads the bytes it passes on.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from http import HTTPStatus
-from typing import Any
+from typing import Final
 
-from httptools import HttpParserError, HttpParserUpgrade, HttpRequestParser
+from aiohttp import web
 
-from neuron_dra_common.telemetry.registry import CONTENT_TYPE, REGISTRY, Registry
+from neuron_dra_common.telemetry import CONTENT_TYPE, REGISTRY, CollectorRegistry, expose
 
-__all__ = ["HealthServer"]
+__all__ = ["DEFAULT_MAX_BODY", "HealthServer", "HttpLimits", "JsonHandler"]
 
 log = logging.getLogger(__name__)
 
 Check = Callable[[], bool]
-#: A JSON endpoint: the request body in, the status and the JSON body out.
-JsonHandler = Callable[[bytes], Awaitable[tuple[int, bytes]]]
+#: A JSON endpoint: the request body in (read whole, at most the endpoint's ``max_body``),
+#: the status and the JSON body out.
+JsonHandler = Callable[[bytes | bytearray], Awaitable[tuple[int, bytes]]]
+_Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
-#: The largest request body read. A scheduler extender without a node cache is sent every
-#: candidate Node in full: megabytes on a large cluster.
-_MAX_BODY = 128 * 2**20
-_READ_SIZE = 65536
-#: A request line and headers longer than this (give or take one read) are refused.
-_MAX_HEAD = 65536
-#: A connection waiting this long for its next request is closed.
-_IDLE_TIMEOUT = 75.0
-#: How long a refused request's remaining bytes are read and dropped before its connection
-#: is closed: closing with unread bytes would reset it, and the client might lose the answer.
-_LINGER = 2.0
+#: The largest body a JSON endpoint reads unless it says otherwise.
+DEFAULT_MAX_BODY: Final = 64 * 1024
 #: How long :meth:`HealthServer.stop` lets an endpoint under way finish before cancelling it.
 _STOP_GRACE = 2.0
+#: How long a refused request's remaining bytes are read and dropped before its connection is
+#: closed: closing with unread bytes would reset it, and the client might lose the answer.
+_LINGER: Final = 2.0
+#: Refused connections are logged once per this many.
+_REFUSALS_PER_LOG: Final = 100
 
-_JSON = b"application/json"
-_TEXT = b"text/plain; charset=utf-8"
-_CLOSE = b"Connection: close\r\n"
-_KEEP_ALIVE = b"Connection: keep-alive\r\n"
-_CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
-_OK = json.dumps({"status": "ok"}).encode()
-_STATUS_LINES = {s.value: b"HTTP/1.1 %d %s\r\n" % (s.value, s.phrase.encode()) for s in HTTPStatus}
-
-
-def _status_line(status: int) -> bytes:
-    return _STATUS_LINES.get(status) or b"HTTP/1.1 %d \r\n" % status
+_JSON: Final = "application/json"
+_OK: Final = json.dumps({"status": "ok"}).encode()
+_PROBES: Final = ("/metrics", "/healthz", "/readyz")
 
 
-def _error_body(status: int) -> bytes:
-    """``404: Not Found``, as plain text."""
-    return b"%d: %s" % (status, HTTPStatus(status).phrase.encode())
+@dataclass(frozen=True, kw_only=True)
+class HttpLimits:
+    """The time and connection limits of one server (the body limits are per endpoint)."""
+
+    #: Seconds from a request head's first byte to its end.
+    header_timeout: float = 10.0
+    #: Seconds a connection may go without a complete request head, from its start or its
+    #: last answer.
+    idle_timeout: float = 60.0
+    #: Seconds from a request's head to its answer: reading the body and the endpoint's work.
+    request_timeout: float = 30.0
+    #: Connections served at once.
+    max_connections: int = 100
 
 
-@dataclass(slots=True)
-class _Route:
-    method: bytes
-    content_type: bytes
-    handler: JsonHandler
-    #: The Allow header of a 405 on this path.
-    allow: bytes
+class _Connection(asyncio.Protocol):
+    """aiohttp's protocol for one connection, with the header deadline aiohttp has none of.
 
+    aiohttp's own keep-alive timer closes a connection that has not completed a request head
+    ``idle_timeout`` after it opened or after its last answer, whatever it trickles. A head
+    started and then sent a byte a second is cut here, ``header_timeout`` after its first
+    byte: a timer started when bytes arrive while no request is under way, stopped when
+    aiohttp hands the request to the application (its head is complete then). Only the
+    timing of the bytes is looked at; aiohttp alone parses them.
+    """
 
-@dataclass(slots=True)
-class _Request:
-    method: bytes
-    #: The request target without its query string.
-    path: bytes
-    body: bytes
-    keep_alive: bool
-    #: The Connection header the answer carries (none for HTTP/1.1 keep-alive).
-    connection: bytes
+    def __init__(self, inner: asyncio.Protocol, server: HealthServer) -> None:
+        self._inner = inner
+        self._server = server
+        self._transport: asyncio.Transport | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._in_request = False
 
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        if not self._server._admit(transport, self):
+            transport.close()
+            return
+        self._transport = transport
+        self._inner.connection_made(transport)
 
-class _Refused(Exception):
-    """Raised in a parser callback to stop parsing a request the server will not read."""
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._transport is None:  # refused: aiohttp never saw it
+            return
+        self._stop_timer()
+        self._server._forget(self._transport)
+        self._inner.connection_lost(exc)
 
+    def data_received(self, data: bytes) -> None:
+        if not self._in_request and self._timer is None and self._transport is not None:
+            loop = asyncio.get_running_loop()
+            self._timer = loop.call_later(self._server.limits.header_timeout, self._too_slow)
+        self._inner.data_received(data)
 
-class _Requests:
-    """The parser's callbacks for one connection: the requests read off it, in order, and
-    the one under way."""
+    def eof_received(self) -> bool | None:
+        return self._inner.eof_received()
 
-    def __init__(self, max_body: int) -> None:
-        self.parser = HttpRequestParser(self)
-        self.max_body = max_body
-        self.done: list[_Request] = []
-        #: The status a request was refused with (413), 0 when the parser refused it.
-        self.refused = 0
-        #: The request under way asked for ``100 Continue`` before it sends its body.
-        self.expecting = False
-        self.in_head = False
-        self.head_size = 0
-        self._target = b""
-        self._chunks: list[bytes] = []
-        self._size = 0
-        self._keep_alive = True
-        self._connection = b""
+    def pause_writing(self) -> None:
+        self._inner.pause_writing()
 
-    def on_message_begin(self) -> None:
-        self.in_head, self.head_size = True, 0
-        self._target, self._chunks, self._size = b"", [], 0
+    def resume_writing(self) -> None:
+        self._inner.resume_writing()
 
-    def on_url(self, url: bytes) -> None:
-        self._target += url
+    def request_started(self) -> None:
+        self._in_request = True
+        self._stop_timer()
 
-    def on_header(self, name: bytes, value: bytes) -> None:
-        name = name.lower()
-        if name == b"content-length":
-            if int(value) > self.max_body:
-                self._refuse(413)
-        elif name == b"expect" and value.lower() == b"100-continue":
-            self.expecting = True
+    def request_ended(self) -> None:
+        self._in_request = False
 
-    def on_headers_complete(self) -> None:
-        self.in_head = False
-        # An Upgrade is not taken: the request is answered, then the connection closed.
-        self._keep_alive = self.parser.should_keep_alive() and not self.parser.should_upgrade()
-        if not self._keep_alive:
-            self._connection = _CLOSE
-        elif self.parser.get_http_version() == "1.0":
-            self._connection = _KEEP_ALIVE
-        else:
-            self._connection = b""
+    def _stop_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
 
-    def on_body(self, body: bytes) -> None:
-        self._size += len(body)
-        if self._size > self.max_body:
-            self._refuse(413)
-        self._chunks.append(body)
-
-    def on_message_complete(self) -> None:
-        self.expecting = False
-        target = self._target
-        cut = target.find(b"?")
-        self.done.append(
-            _Request(
-                method=self.parser.get_method(),
-                path=target if cut < 0 else target[:cut],
-                body=b"".join(self._chunks),
-                keep_alive=self._keep_alive,
-                connection=self._connection,
+    def _too_slow(self) -> None:
+        self._timer = None
+        if self._transport is not None:
+            log.debug(
+                "HTTP request head not complete in time: connection closed",
+                extra={"peer": str(self._transport.get_extra_info("peername"))},
             )
-        )
-        self._chunks = []
-
-    def head_too_long(self, read: int) -> bool:
-        """Whether the request under way is still in its head after ``read`` more bytes,
-        past the most a head may take."""
-        if not self.in_head:
-            return False
-        self.head_size += read
-        return self.head_size > _MAX_HEAD
-
-    def _refuse(self, status: int) -> None:
-        self.refused = status
-        raise _Refused
-
-
-def _respond(
-    writer: asyncio.StreamWriter,
-    status: int,
-    content_type: bytes,
-    body: bytes,
-    headers: bytes,
-    *,
-    head_only: bool = False,
-) -> None:
-    head = b"%sContent-Type: %s\r\nContent-Length: %d\r\n%s\r\n" % (
-        _status_line(status),
-        content_type,
-        len(body),
-        headers,
-    )
-    if head_only:
-        writer.write(head)
-    else:
-        writer.writelines((head, body))
-
-
-async def _linger(reader: asyncio.StreamReader) -> None:
-    with contextlib.suppress(TimeoutError):
-        async with asyncio.timeout(_LINGER):
-            while await reader.read(_READ_SIZE):
-                pass
+            self._transport.abort()
 
 
 class HealthServer:
-    """Serves Prometheus metrics and the kubelet's probes.
+    """Serves Prometheus metrics and the kubelet's probes, and a service's JSON endpoints.
 
     ``/healthz`` answers 200 while every liveness check passes (the process is not wedged);
     ``/readyz`` answers 200 once every readiness check passes, 503 with the failing names
-    otherwise.
+    otherwise. Both answer JSON: ``{"status": "ok"}`` or
+    ``{"status": "failing", "failing": [names]}``.
+
+    >>> server = HealthServer(host="127.0.0.1", port=0)
+    >>> server.add_json_post("/filter", handler, max_body=4 * 2**20)
+    >>> await server.start()  # server.port is the port it listens on
     """
 
     def __init__(
@@ -208,18 +164,19 @@ class HealthServer:
         *,
         host: str,
         port: int,
-        registry: Registry = REGISTRY,
-        max_body: int = _MAX_BODY,
+        limits: HttpLimits | None = None,
+        registry: CollectorRegistry = REGISTRY,
     ) -> None:
         self._host, self._port = host, port
+        self.limits = limits or HttpLimits()
         self._registry = registry
-        self._max_body = max_body
         self._live: dict[str, Check] = {}
         self._ready: dict[str, Check] = {}
-        self._posts: dict[str, JsonHandler] = {}
-        self._routes: dict[bytes, _Route] = {}
+        self._posts: dict[str, tuple[JsonHandler, int]] = {}
+        self._runner: web.AppRunner | None = None
         self._server: asyncio.Server | None = None
-        self._open: dict[asyncio.Task[Any], asyncio.StreamWriter] = {}
+        self._open: dict[asyncio.Transport, _Connection] = {}
+        self._refused = 0
         self.port = port
 
     def add_liveness(self, name: str, check: Check) -> None:
@@ -228,124 +185,176 @@ class HealthServer:
     def add_readiness(self, name: str, check: Check) -> None:
         self._ready[name] = check
 
-    def add_json_post(self, path: str, handler: JsonHandler) -> None:
+    def add_json_post(
+        self, path: str, handler: JsonHandler, *, max_body: int = DEFAULT_MAX_BODY
+    ) -> None:
         """Serve ``POST path`` with ``handler`` (a service's own API beside the probes, such
-        as the scheduler extender's verbs); add before :meth:`start`."""
-        if path in self._posts or path in ("/metrics", "/healthz", "/readyz"):
+        as the scheduler extender's verbs), reading at most ``max_body`` bytes of body; add
+        before :meth:`start`."""
+        if path in self._posts or path in _PROBES:
             raise ValueError(f"HTTP server: {path} is served twice")
-        self._posts[path] = handler
+        if max_body < 0:
+            raise ValueError(f"HTTP server: {path}: max_body {max_body} is negative")
+        self._posts[path] = (handler, max_body)
 
     @staticmethod
-    def _verdict(checks: dict[str, Check]) -> tuple[int, bytes]:
+    def _verdict(checks: dict[str, Check]) -> web.Response:
         failing = sorted(name for name, check in checks.items() if not check())
         if failing:
-            return 503, json.dumps({"status": "failing", "failing": failing}).encode()
-        return 200, _OK
+            body = {"status": "failing", "failing": failing}
+            return web.Response(status=503, body=json.dumps(body).encode(), content_type=_JSON)
+        return web.Response(body=_OK, content_type=_JSON)
 
-    async def _metrics(self, _: bytes) -> tuple[int, bytes]:
-        return 200, self._registry.expose()
+    async def _metrics(self, _: web.Request) -> web.Response:
+        return web.Response(body=expose(self._registry), headers={"Content-Type": CONTENT_TYPE})
 
-    async def _healthz(self, _: bytes) -> tuple[int, bytes]:
+    async def _healthz(self, _: web.Request) -> web.Response:
         return self._verdict(self._live)
 
-    async def _readyz(self, _: bytes) -> tuple[int, bytes]:
+    async def _readyz(self, _: web.Request) -> web.Response:
         return self._verdict(self._ready)
 
+    def _get(self, answer: Callable[[web.Request], Awaitable[web.Response]]) -> _Handler:
+        async def handle(request: web.Request) -> web.StreamResponse:
+            if request.body_exists:  # a GET that sends a body: refused, the body unread
+                raise _too_large(request, 0)
+            return await answer(request)
+
+        return handle
+
+    def _post(self, path: str, handler: JsonHandler, max_body: int) -> _Handler:
+        async def handle(request: web.Request) -> web.StreamResponse:
+            body = await _read_body(request, max_body)
+            try:
+                status, answer = await handler(body)
+            except Exception:
+                log.exception("HTTP endpoint failed", extra={"path": path})
+                return web.Response(status=500, text="500: Internal Server Error")
+            return web.Response(status=status, body=answer, content_type=_JSON)
+
+        return handle
+
+    @web.middleware
+    async def _limits(self, request: web.Request, handler: _Handler) -> web.StreamResponse:
+        transport = request.transport
+        connection = self._open.get(transport) if isinstance(transport, asyncio.Transport) else None
+        if connection is not None:
+            connection.request_started()
+        try:
+            async with asyncio.timeout(self.limits.request_timeout):
+                return await handler(request)
+        except TimeoutError:
+            if not request.content.is_eof():
+                # The client is still sending its body: the rest is not waited for.
+                error = web.HTTPRequestTimeout(text="408: the request body came too slowly")
+                error.force_close()
+                raise error from None
+            log.warning("HTTP endpoint too slow", extra={"path": request.path})
+            raise web.HTTPServiceUnavailable(text="503: the endpoint took too long") from None
+        finally:
+            if connection is not None:
+                connection.request_ended()
+
     async def start(self) -> None:
-        get = b"Allow: GET, HEAD\r\n"
-        self._routes = {
-            b"/metrics": _Route(b"GET", CONTENT_TYPE.encode(), self._metrics, get),
-            b"/healthz": _Route(b"GET", _JSON, self._healthz, get),
-            b"/readyz": _Route(b"GET", _JSON, self._readyz, get),
-        }
-        for path, handler in self._posts.items():
-            self._routes[path.encode()] = _Route(b"POST", _JSON, handler, b"Allow: POST\r\n")
-        self._server = await asyncio.start_server(self._serve, self._host, self._port)
+        app = web.Application(middlewares=[self._limits], client_max_size=0)
+        app.router.add_get("/metrics", self._get(self._metrics))
+        app.router.add_get("/healthz", self._get(self._healthz))
+        app.router.add_get("/readyz", self._get(self._readyz))
+        for path, (handler, max_body) in self._posts.items():
+            app.router.add_post(
+                path, self._post(path, handler, max_body), expect_handler=_expect(max_body)
+            )
+        runner = web.AppRunner(
+            app,
+            # Probes every few seconds would be a log line each.
+            access_log=None,
+            keepalive_timeout=self.limits.idle_timeout,
+            lingering_time=_LINGER,
+            shutdown_timeout=_STOP_GRACE,
+        )
+        await runner.setup()
+        factory = runner.server
+        assert factory is not None
+        self._runner = runner
+        loop = asyncio.get_running_loop()
+        try:
+            self._server = await loop.create_server(
+                lambda: _Connection(factory(), self), self._host, self._port
+            )
+        except BaseException:
+            await runner.cleanup()
+            self._runner = None
+            raise
         # With port 0 the OS picked one; report the real port.
         self.port = int(self._server.sockets[0].getsockname()[1])
 
+    def _admit(self, transport: asyncio.Transport, connection: _Connection) -> bool:
+        if len(self._open) >= self.limits.max_connections or self._server is None:
+            if self._refused % _REFUSALS_PER_LOG == 0:
+                log.warning(
+                    "HTTP connection refused: too many open",
+                    extra={"open": len(self._open), "refused": self._refused + 1},
+                )
+            self._refused += 1
+            return False
+        self._open[transport] = connection
+        return True
+
+    def _forget(self, transport: asyncio.Transport) -> None:
+        self._open.pop(transport, None)
+
     async def stop(self) -> None:
         """Stop listening and close every connection, idle or not; an endpoint under way
-        has a moment to finish (its answer is lost), then is cancelled."""
+        has a moment to finish, then is cancelled."""
         server, self._server = self._server, None
-        if server is None:
-            return
-        server.close()
-        for writer in self._open.values():
-            writer.transport.abort()
-        if self._open:
-            _, late = await asyncio.wait(list(self._open), timeout=_STOP_GRACE)
-            for task in late:
-                task.cancel()
-            if late:
-                await asyncio.wait(late)
-        await server.wait_closed()
+        runner, self._runner = self._runner, None
+        if server is not None:
+            server.close()
+        if runner is not None:
+            await runner.cleanup()
+        for transport in list(self._open):
+            transport.abort()
+        if server is not None:
+            await server.wait_closed()
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        if task is None or self._server is None:  # accepted as the server stopped
-            writer.transport.abort()
-            return
-        self._open[task] = writer
-        requests = _Requests(self._max_body)
-        loop = asyncio.get_running_loop()
-        try:
-            while True:
-                idle = loop.call_later(_IDLE_TIMEOUT, writer.transport.abort)
-                try:
-                    data = await reader.read(_READ_SIZE)
-                finally:
-                    idle.cancel()
-                if not data:
-                    return
-                refused, last = 0, False
-                try:
-                    requests.parser.feed_data(data)
-                except HttpParserUpgrade:  # what follows is not HTTP/1.1: answer, then close
-                    last = True
-                except HttpParserError:
-                    refused, last = requests.refused or 400, True
-                else:
-                    if requests.head_too_long(len(data)):
-                        refused, last = 431, True
-                for request in requests.done:
-                    await self._answer(request, writer)
-                    if not request.keep_alive:
-                        return
-                requests.done.clear()
-                if refused:
-                    _respond(writer, refused, _TEXT, _error_body(refused), _CLOSE)
-                    writer.write_eof()
-                    await _linger(reader)
-                if last:
-                    return
-                if requests.expecting:
-                    writer.write(_CONTINUE)
-                    requests.expecting = False
-                await writer.drain()
-        except (ConnectionError, asyncio.CancelledError):
-            pass  # the client went away, or the server is stopping
-        except Exception:
-            log.exception("HTTP connection failed")
-        finally:
-            del self._open[task]
-            writer.close()
 
-    async def _answer(self, request: _Request, writer: asyncio.StreamWriter) -> None:
-        headers = request.connection
-        route = self._routes.get(request.path)
-        if route is None:
-            status, content_type, body = 404, _TEXT, _error_body(404)
-        elif request.method == route.method or (
-            request.method == b"HEAD" and route.method == b"GET"
-        ):
-            content_type = route.content_type
-            try:
-                status, body = await route.handler(request.body)
-            except Exception:
-                log.exception("HTTP endpoint failed", extra={"path": request.path.decode()})
-                status, content_type, body = 500, _TEXT, _error_body(500)
-        else:
-            status, content_type, body = 405, _TEXT, _error_body(405)
-            headers += route.allow
-        _respond(writer, status, content_type, body, headers, head_only=request.method == b"HEAD")
+def _expect(max_body: int) -> Callable[[web.Request], Awaitable[web.StreamResponse | None]]:
+    """Answer ``Expect: 100-continue``: 413 at once when the announced body is too large,
+    so that the client never sends it."""
+
+    async def expect(request: web.Request) -> web.StreamResponse | None:
+        if (request.content_length or 0) > max_body:
+            raise _too_large(request, max_body)
+        if request.headers.get("Expect", "").lower() != "100-continue":
+            raise web.HTTPExpectationFailed(text=f"Unknown Expect: {request.headers['Expect']}")
+        await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        return None
+
+    return expect
+
+
+def _too_large(request: web.Request, max_body: int) -> web.HTTPException:
+    """A 413 after which the connection is closed (the rest of the body is not read)."""
+    error = web.HTTPRequestEntityTooLarge(
+        max_size=max_body,
+        actual_size=request.content_length or max_body + 1,
+        text=f"413: the request body is larger than {max_body} bytes"
+        if max_body
+        else "413: this path takes no request body",
+    )
+    error.force_close()
+    return error
+
+
+async def _read_body(request: web.Request, max_body: int) -> bytearray:
+    """The whole body, into one buffer: refused on its announced length before any of it is
+    read, or as soon as it runs past ``max_body``."""
+    declared = request.content_length
+    if declared is not None and declared > max_body:
+        raise _too_large(request, max_body)
+    body = bytearray()
+    async for chunk in request.content.iter_any():
+        if len(body) + len(chunk) > max_body:
+            raise _too_large(request, max_body)
+        body += chunk
+    return body

@@ -23,13 +23,13 @@ from typing import TypeVar
 import uvloop
 
 from neuron_dra_common.errors import SetupError
-from neuron_dra_common.runtime.http import HealthServer
+from neuron_dra_common.runtime.http import HealthServer, HttpLimits
 from neuron_dra_common.settings import ServiceSettings, SettingsError, load
 from neuron_dra_common.telemetry.logs import configure_logging
 from neuron_dra_common.telemetry.metrics import publish_build_info
 from neuron_dra_common.telemetry.tracing import configure_tracing, shutdown_tracing
 
-__all__ = ["Service", "run", "serve"]
+__all__ = ["Service", "limits_of", "run", "serve"]
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +45,16 @@ class _TaskSpec:
     stop: Callable[[], object] | None
 
 
+def limits_of(settings: ServiceSettings) -> HttpLimits:
+    """The HTTP server's limits the settings give."""
+    return HttpLimits(
+        header_timeout=settings.http_header_timeout,
+        idle_timeout=settings.http_idle_timeout,
+        request_timeout=settings.http_request_timeout,
+        max_connections=settings.http_max_connections,
+    )
+
+
 class Service:
     """Owns a service's tasks, its HTTP server and its shutdown.
 
@@ -55,7 +65,9 @@ class Service:
     def __init__(self, *, name: str, settings: ServiceSettings) -> None:
         self.name = name
         self.settings = settings
-        self.http = HealthServer(host=settings.http_host, port=settings.http_port)
+        self.http = HealthServer(
+            host=settings.http_host, port=settings.http_port, limits=limits_of(settings)
+        )
         self._specs: list[_TaskSpec] = []
         self._shutdown: list[Callable[[], Awaitable[object]]] = []
         self._tasks: dict[str, asyncio.Task[None]] = {}

@@ -1,8 +1,19 @@
-"""Structured logs with trace ids, OpenTelemetry setup, trace propagation helpers, and the
-metrics every service exports."""
+"""Structured logs with trace ids, OpenTelemetry setup, trace propagation helpers, and
+metrics: the one place prometheus_client is imported (services make their metrics with the
+:class:`Counter`, :class:`Gauge` and :class:`Histogram` re-exported here)."""
 
 from neuron_dra_common.telemetry.logs import JsonFormatter, configure_logging
-from neuron_dra_common.telemetry.metrics import BUILD_INFO, publish_build_info
+from neuron_dra_common.telemetry.metrics import (
+    BUILD_INFO,
+    CONTENT_TYPE,
+    REGISTRY,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    expose,
+    publish_build_info,
+)
 from neuron_dra_common.telemetry.propagation import (
     TRACEPARENT_ANNOTATION,
     context_from_traceparent,
@@ -25,12 +36,19 @@ from neuron_dra_common.telemetry.tracing import (
 
 __all__ = [
     "BUILD_INFO",
+    "CONTENT_TYPE",
+    "REGISTRY",
     "SERVICE_NAMESPACE",
     "TRACEPARENT_ANNOTATION",
+    "CollectorRegistry",
+    "Counter",
+    "Gauge",
+    "Histogram",
     "JsonFormatter",
     "configure_logging",
     "configure_tracing",
     "context_from_traceparent",
+    "expose",
     "extract_grpc_metadata",
     "extract_headers",
     "get_tracer",
