@@ -106,7 +106,19 @@ def _source_copy(dest: Path) -> Path:
             "neuron_dra_common/cdi.py",
             "import neuron_dra_common.runtime.http",
             "pure-modules",
-            "neuron_dra_common.cdi is not allowed to import httptools",
+            "neuron_dra_common.cdi is not allowed to import aiohttp",
+        ),
+        (
+            "neuron_dra_ultraserver_operator/reconciler.py",
+            "import aiohttp.web",
+            "aiohttp-behind-http",
+            "neuron_dra_ultraserver_operator.reconciler -> aiohttp",
+        ),
+        (
+            "neuron_dra_audit/writer.py",
+            "from prometheus_client import Counter",
+            "metrics-in-telemetry",
+            "neuron_dra_audit.writer -> prometheus_client",
         ),
         (
             "neuron_dra_kubelet_plugin/main.py",
