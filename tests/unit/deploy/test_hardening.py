@@ -4,6 +4,7 @@ with the base and on the local stack."""
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import pytest
@@ -107,3 +108,47 @@ def test_the_admission_policies_are_bound_wherever_the_driver_runs(tree: str) ->
         assert binding["spec"]["validationActions"] == ["Deny"]
     for policy in policies.values():
         assert policy["spec"]["failurePolicy"] == "Fail"
+
+
+@pytest.fixture(scope="module")
+def with_components(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
+    """The base with every component whose workloads serve HTTP, as a user's overlay."""
+    overlay = tmp_path_factory.mktemp("overlay")
+    rel = os.path.relpath(KUSTOMIZE, overlay)
+    components = ", ".join(
+        f"{rel}/components/{c}" for c in ("bus-auth", "device-plugin", "scheduler-extender")
+    )
+    (overlay / "kustomization.yaml").write_text(
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n"
+        f"resources: [{rel}/base]\ncomponents: [{components}]\n"
+    )
+    return render(overlay)
+
+
+def test_probes_and_metrics_listen_on_the_pods_address_only(
+    with_components: list[dict[str, Any]],
+) -> None:
+    # The services listen on loopback unless told; each of ours is told its pod's address,
+    # where the kubelet probes it and Prometheus scrapes it. On the host's network
+    # (discovery) that is the node's address: not every interface of the host.
+    served = set()
+    for kind in ("Deployment", "DaemonSet"):
+        for name, workload in by_kind(with_components, kind).items():
+            for container in workload["spec"]["template"]["spec"]["containers"]:
+                env = {e["name"]: e for e in container.get("env", [])}
+                if "NEURON_DRA_HTTP_PORT" not in env and not any(
+                    p.get("name") == "http" for p in container.get("ports", [])
+                ):
+                    continue
+                assert env["NEURON_DRA_HTTP_HOST"]["valueFrom"] == {
+                    "fieldRef": {"fieldPath": "status.podIP"}
+                }, name
+                served.add(name)
+    assert {
+        "neuron-dra-discovery",
+        "neuron-dra-kubelet-plugin",
+        "neuron-dra-slice-publisher",
+        "neuron-dra-device-plugin",
+        "neuron-dra-bus-auth",
+    } <= served
+    assert any("extender" in name for name in served), served
