@@ -30,7 +30,7 @@ import json
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, cast
 
 from aiohttp import web
 
@@ -94,8 +94,9 @@ class _Connection(asyncio.Protocol):
         self._timer: asyncio.TimerHandle | None = None
         self._in_request = False
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
+    def connection_made(self, base: asyncio.BaseTransport) -> None:
+        # A stream transport (uvloop's is not a subclass of asyncio's, but is one).
+        transport = cast(asyncio.Transport, base)
         if not self._server._admit(transport, self):
             transport.close()
             return
@@ -237,7 +238,7 @@ class HealthServer:
     @web.middleware
     async def _limits(self, request: web.Request, handler: _Handler) -> web.StreamResponse:
         transport = request.transport
-        connection = self._open.get(transport) if isinstance(transport, asyncio.Transport) else None
+        connection = self._open.get(transport) if transport is not None else None
         if connection is not None:
             connection.request_started()
         try:
