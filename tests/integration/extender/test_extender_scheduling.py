@@ -5,6 +5,7 @@ forgets nothing, and two binds for the last set of which one wins."""
 from __future__ import annotations
 
 import json
+import socket
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -319,3 +320,26 @@ def test_pods_filtered_together_racing_for_the_last_set_never_both_win(
     again = _filter(port, lost, "trn2-last")
     assert again["NodeNames"] == []
     assert again["FailedNodes"] == {"trn2-last": "node(s) had no 8 connected Neuron devices free"}
+
+
+def test_a_verb_body_past_its_limit_is_refused_before_it_is_read(
+    extender_cluster: ExtenderCluster,
+) -> None:
+    # The extender reads at most what a scheduler with nodeCacheCapable: true sends (4 MiB):
+    # a larger body is answered 413 on its announced length alone.
+    port = extender_cluster.extender_port
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as conn:
+        conn.sendall(
+            b"POST /filter HTTP/1.1\r\nHost: extender\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\n\r\n" % (10 * 2**20)
+        )
+        answer = conn.recv(65536)
+    assert answer.startswith(b"HTTP/1.1 413 "), answer[:200]
+    # The extender goes on answering the scheduler.
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}/filter",
+        data=json.dumps({"Pod": {"metadata": {"name": "p"}}, "NodeNames": []}).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=10) as resp:
+        assert resp.status == 200
