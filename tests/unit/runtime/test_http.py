@@ -12,8 +12,10 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import pytest
-from neuron_dra_common.runtime import HealthServer
+from neuron_dra_common.runtime import HealthServer, HttpLimits
 from neuron_dra_common.runtime import http as http_module
+from neuron_dra_common.runtime.process import limits_of
+from neuron_dra_common.settings import ServiceSettings, SettingsError, load
 
 
 @dataclass
@@ -303,3 +305,26 @@ async def test_stop_does_not_wait_forever_for_an_endpoint(
         assert await conn.closed()
     finally:
         await conn.close()
+
+
+def test_the_servers_address_and_limits_come_from_the_settings() -> None:
+    settings = load(
+        ServiceSettings,
+        environ={
+            "NEURON_DRA_HTTP_HEADER_TIMEOUT": "3",
+            "NEURON_DRA_HTTP_IDLE_TIMEOUT": "20",
+            "NEURON_DRA_HTTP_REQUEST_TIMEOUT": "7.5",
+            "NEURON_DRA_HTTP_MAX_CONNECTIONS": "12",
+        },
+    )
+    # Loopback unless the deployment says otherwise.
+    assert settings.http_host == "127.0.0.1"
+    assert limits_of(settings) == HttpLimits(
+        header_timeout=3, idle_timeout=20, request_timeout=7.5, max_connections=12
+    )
+    with pytest.raises(SettingsError, match="NEURON_DRA_HTTP_HOST='every interface'"):
+        load(ServiceSettings, environ={"NEURON_DRA_HTTP_HOST": "every interface"})
+    with pytest.raises(SettingsError, match="NEURON_DRA_HTTP_MAX_CONNECTIONS='0': expected"):
+        load(ServiceSettings, environ={"NEURON_DRA_HTTP_MAX_CONNECTIONS": "0"})
+    with pytest.raises(SettingsError, match="NEURON_DRA_HTTP_HEADER_TIMEOUT='0': expected"):
+        load(ServiceSettings, environ={"NEURON_DRA_HTTP_HEADER_TIMEOUT": "0"})

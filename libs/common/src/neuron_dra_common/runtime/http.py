@@ -7,7 +7,9 @@ descriptors (discovery has 256 MiB and shares the host's network):
 - **bodies**: the probes and ``/metrics`` take none. A POST to them is answered 405, a GET
   that announces a body 413, both without reading it. A JSON endpoint reads at most its own
   ``max_body`` (413 past it, on the announced length before a byte is read, or as soon as a
-  chunked body runs past it), into one buffer that the endpoint gets as it is;
+  chunked body runs past it), into one buffer that the endpoint gets as it is. After a
+  refusal the rest of the body is dropped as it comes, for at most two seconds (so that the
+  client, still sending, reads the answer rather than a reset), and the connection closed;
 - **time**: a request's head must arrive within ``header_timeout`` of its first byte, and the
   whole request (its body read, its answer made) within ``request_timeout`` (408 while the
   body was still coming, 503 if the endpoint was slow); a connection that has not sent a
@@ -244,6 +246,12 @@ class HealthServer:
         try:
             async with asyncio.timeout(self.limits.request_timeout):
                 return await handler(request)
+        except web.HTTPException as refusal:
+            if request.body_exists and not request.content.is_eof():
+                # Refused (404, 405, 413) with its body unread: the connection ends after the
+                # answer, not after the rest of the body.
+                refusal.force_close()
+            raise
         except TimeoutError:
             if not request.content.is_eof():
                 # The client is still sending its body: the rest is not waited for.
@@ -257,7 +265,7 @@ class HealthServer:
                 connection.request_ended()
 
     async def start(self) -> None:
-        app = web.Application(middlewares=[self._limits], client_max_size=0)
+        app = web.Application(middlewares=[self._limits])
         app.router.add_get("/metrics", self._get(self._metrics))
         app.router.add_get("/healthz", self._get(self._healthz))
         app.router.add_get("/readyz", self._get(self._readyz))
