@@ -87,6 +87,14 @@ class _Connection(asyncio.Protocol):
     byte: a timer started when bytes arrive while no request is under way, stopped when
     aiohttp hands the request to the application (its head is complete then). Only the
     timing of the bytes is looked at; aiohttp alone parses them.
+
+    Why a protocol around aiohttp's: aiohttp has no header-read timeout (its keep-alive timer
+    is the idle limit, counted from a connection's start or last answer, not from a head's
+    first byte), and nothing of a request reaches the application (a middleware, a signal)
+    before its head is complete, too late to time it. The protocol needs only aiohttp's
+    public protocol factory and the transport's public methods. It also admits or refuses
+    each connection (the cap): asyncio's servers cannot pause accepting, so one past the cap
+    is accepted and closed at once rather than left waiting unbounded in the backlog.
     """
 
     def __init__(self, inner: asyncio.Protocol, server: HealthServer) -> None:
