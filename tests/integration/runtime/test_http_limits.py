@@ -187,7 +187,7 @@ async def test_a_large_post_to_a_probe_or_metrics_is_refused_unread(
         assert await conn.closed_within(5)
     finally:
         await conn.close()
-    assert server.rss() - before < 4 * MIB, (before, server.rss())
+    assert server.rss() - before < 6 * MIB, (before, server.rss())
     assert (await _get_once(server.port, path))[0] == 200
 
 
@@ -248,7 +248,7 @@ async def test_a_head_trickled_a_byte_a_second_is_cut_off(server: Server) -> Non
         await conn.close()
     took = loop.time() - started
     assert cut, "the server kept waiting for the head"
-    assert HEADER_TIMEOUT - 0.5 <= took <= HEADER_TIMEOUT + 1.5, took
+    assert HEADER_TIMEOUT - 0.5 <= took <= HEADER_TIMEOUT + 2.5, took
 
 
 async def test_a_body_trickled_past_the_request_timeout_is_answered_408(server: Server) -> None:
@@ -311,7 +311,7 @@ async def test_an_idle_connection_is_closed_on_time_though_it_sends_a_byte_now_a
         finally:
             await conn.close()
         assert cut, "the connection stayed open"
-        assert idle - 0.5 <= took <= idle + 1.5, took
+        assert idle - 0.5 <= took <= idle + 2.5, took
     finally:
         await asyncio.to_thread(_stop, server)
 
