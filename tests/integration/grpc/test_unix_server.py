@@ -7,17 +7,18 @@ import asyncio
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
-from grpclib.server import Stream
-from neuron_dra_common.grpcserver import UnixGrpcServer, unix_target
-from neuron_dra_protos.dra.v1 import dra_grpc
+from neuron_dra_common.grpcserver import Servable, UnixGrpcServer, unix_target
 from neuron_dra_protos.dra.v1 import dra_pb2 as v1
 from neuron_dra_protos.dra.v1 import dra_pb2_grpc as v1_grpc
 
+_Context = grpc.aio.ServicerContext[Any, Any]
 
-class Slow(dra_grpc.DRAPluginBase):
+
+class Slow(v1_grpc.DRAPluginServicer):
     """Takes ``seconds`` to answer a prepare."""
 
     def __init__(self, seconds: float) -> None:
@@ -25,20 +26,21 @@ class Slow(dra_grpc.DRAPluginBase):
         self.started = asyncio.Event()
 
     async def NodePrepareResources(
-        self, stream: Stream[v1.NodePrepareResourcesRequest, v1.NodePrepareResourcesResponse]
-    ) -> None:
-        await stream.recv_message()
+        self, request: v1.NodePrepareResourcesRequest, context: _Context
+    ) -> v1.NodePrepareResourcesResponse:
         self.started.set()
         await asyncio.sleep(self.seconds)
         response = v1.NodePrepareResourcesResponse()
         response.claims["u1"].error = "answered"
-        await stream.send_message(response)
+        return response
 
     async def NodeUnprepareResources(
-        self, stream: Stream[v1.NodeUnprepareResourcesRequest, v1.NodeUnprepareResourcesResponse]
-    ) -> None:
-        await stream.recv_message()
-        await stream.send_message(v1.NodeUnprepareResourcesResponse())
+        self, request: v1.NodeUnprepareResourcesRequest, context: _Context
+    ) -> v1.NodeUnprepareResourcesResponse:
+        return v1.NodeUnprepareResourcesResponse()
+
+    def service(self) -> Servable:
+        return Servable(v1_grpc.add_DRAPluginServicer_to_server, self)
 
 
 def _gone(path: Path) -> bool:
@@ -55,7 +57,7 @@ async def _stop_during_a_prepare(
     socket_path: Path, slow: Slow, *, grace: float
 ) -> v1.NodePrepareResourcesResponse | grpc.aio.AioRpcError:
     """Stop the server while a prepare is under way: its answer, or the error it ended with."""
-    server = UnixGrpcServer(socket_path, services=[slow], grace_seconds=grace)
+    server = UnixGrpcServer(socket_path, services=[slow.service()], grace_seconds=grace)
     await server.start()
     async with grpc.aio.insecure_channel(unix_target(socket_path)) as channel:
         call = asyncio.ensure_future(
