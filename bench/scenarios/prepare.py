@@ -26,8 +26,8 @@ For claims of 1, 4 and 16 devices:
 Both write their CDI specs (and ours its checkpoint) on tmpfs, as a node's ``/run`` is.
 Drivers alternate (and swap order every round) so machine load hits both alike; the CPU
 each process used per cycle is printed under the table.
-``NEURON_DRA_BENCH_PROFILE=<file>`` runs our plugin under cProfile and writes the stats
-there when it stops.
+``NEURON_DRA_BENCH_PROFILE=<file>`` runs our plugin under cProfile (timed by its main
+thread's CPU clock, :mod:`bench.profiled`) and writes the stats there when it stops.
 """
 
 from __future__ import annotations
@@ -151,7 +151,7 @@ def _start_ours(*, state: Path, nats_url: str, root: Path, run: Path) -> Plugin:
     argv = list(component.argv)
     profile = os.environ.get("NEURON_DRA_BENCH_PROFILE")
     if profile:
-        argv = [argv[0], "-m", "cProfile", "-o", profile, *argv[1:]]
+        argv = [argv[0], "-m", "bench.profiled", profile, *argv[1:]]
     root.mkdir(parents=True, exist_ok=True)
     log = root / "ours.log"
     with open(log, "wb") as out:
@@ -440,9 +440,22 @@ def _report(
                 higher_is_better=False,
             ),
         ]
+        ours_cpu = results.cpu[(OURS, size)].get("plugin", 0.0) / results.cycles[(OURS, size)]
+        go_cpu = results.cpu[(GO, size)].get("plugin", 0.0) / results.cycles[(GO, size)]
+        report.figures.append(
+            Figure(
+                name=f"{size}-device claims: plugin CPU per cycle",
+                unit="ms",
+                value=ours_cpu * ms,
+                baseline=go_cpu * ms,
+                baseline_name=GO,
+                higher_is_better=False,
+            )
+        )
         verdicts.append(
             f"{size}: {ours_rate / go_rate:.2f}x throughput, "
-            f"p99 {percentile(ours_lat, 99) * ms:.1f} ms"
+            f"p99 {percentile(ours_lat, 99) * ms:.1f} ms, "
+            f"plugin CPU {ours_cpu * ms:.2f} ms/cycle (test driver {go_cpu * ms:.2f})"
         )
     report.notes.append(
         "goals: >= 1.00x the test driver's throughput, p99 <= "

@@ -174,6 +174,8 @@ class ToldLedger:
 
     def _forget(self) -> None:
         claims = self._file.claims
+        if len(claims) <= KEEP_UNPREPARED:
+            return  # nothing to forget: no need to look at every record on every change
         forgettable = [u for u, r in claims.items() if r.said == "unprepared" and r.published]
         for forgotten in forgettable[: max(len(forgettable) - KEEP_UNPREPARED, 0)]:
             del claims[forgotten]
