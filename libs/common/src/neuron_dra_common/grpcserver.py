@@ -39,7 +39,7 @@ import os
 import shutil
 import stat
 import tempfile
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -194,6 +194,19 @@ def _lenient(deserialize: Callable[[bytes], Any] | None) -> Callable[[bytes], An
     return lenient
 
 
+#: The context of a call that carries no trace (reusable: it does nothing).
+_UNTRACED: Final = contextlib.nullcontext()
+
+
+@contextlib.contextmanager
+def _attached(ctx: otel_context.Context) -> Iterator[None]:
+    token = otel_context.attach(ctx)
+    try:
+        yield
+    finally:
+        otel_context.detach(token)
+
+
 class _Calls(grpc.aio.ServerInterceptor):
     """Runs every method in the caller's trace, refuses unparsable requests and counts the
     unary calls under way (for the grace at stop).
@@ -225,39 +238,32 @@ class _Calls(grpc.aio.ServerInterceptor):
             handler = self._handlers[method] = self._wrap(method, inner)
         return handler
 
-    @contextlib.contextmanager
-    def _traced(self, method: str, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+    def _traced(
+        self, method: str, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> contextlib.AbstractContextManager[Any]:
         if not self._always and not tracing_enabled():
             # Nothing is recorded: only a caller's trace context is carried on (to the
             # events and API calls the handler makes); a caller that sends none costs
             # nothing more.
-            metadata = context.invocation_metadata() or ()
-            if not any(key == "traceparent" for key, _ in metadata):
-                yield
-                return
-            token = otel_context.attach(extract_grpc_metadata(list(metadata)))
-            try:
-                yield
-            finally:
-                otel_context.detach(token)
-            return
-        with self._tracer.start_as_current_span(
+            metadata = context.invocation_metadata()
+            for key, _ in metadata or ():
+                if key == "traceparent":
+                    return _attached(extract_grpc_metadata(list(metadata or ())))
+            return _UNTRACED
+        return self._tracer.start_as_current_span(
             method,
             context=extract_grpc_metadata(list(context.invocation_metadata() or ())),
             kind=trace.SpanKind.SERVER,
-        ):
-            yield
+        )
 
-    @contextlib.contextmanager
-    def _counted(self) -> Any:
+    def _started(self) -> None:
         self.unary += 1
         self.idle.clear()
-        try:
-            yield
-        finally:
-            self.unary -= 1
-            if not self.unary:
-                self.idle.set()
+
+    def _ended(self) -> None:
+        self.unary -= 1
+        if not self.unary:
+            self.idle.set()
 
     def _wrap(
         self, method: str, inner: grpc.RpcMethodHandler[Any, Any]
@@ -271,8 +277,12 @@ class _Calls(grpc.aio.ServerInterceptor):
             async def unary_unary(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
                 if isinstance(request, _Unparsable):
                     await context.abort(grpc.StatusCode.INVALID_ARGUMENT, request.message)
-                with self._counted(), self._traced(method, context):
-                    return await unary(request, context)
+                self._started()
+                try:
+                    with self._traced(method, context):
+                        return await unary(request, context)
+                finally:
+                    self._ended()
 
             return grpc.unary_unary_rpc_method_handler(
                 unary_unary, request_deserializer=deserialize, response_serializer=serialize
