@@ -330,6 +330,11 @@ def _bind_private(server: grpc.aio.Server, path: Path, *, mode: int) -> Path:
     staged path is returned: the caller renames it (after ``start``) and removes its
     directory. The kubelet's plugin watcher sees the rename as a new file, and ignores the
     dot directory.
+
+    grpc unlinks the path it bound when the server stops. Here that is the staged path,
+    gone by then, so a stopping server can never delete the socket a successor has bound
+    at the real path in the meantime (a rolling restart); ours is removed by
+    :meth:`UnixGrpcServer.stop`, and only if it still is ours.
     """
     staging = Path(tempfile.mkdtemp(prefix=".", dir=path.parent))
     staged = staging / _STAGED
