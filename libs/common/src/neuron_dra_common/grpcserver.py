@@ -207,9 +207,53 @@ def _attached(ctx: otel_context.Context) -> Iterator[None]:
         otel_context.detach(token)
 
 
+async def _run_until(ending: asyncio.Event, work: Awaitable[Any]) -> None:
+    """``work`` until it ends or ``ending`` is set (then it is cancelled)."""
+    task = asyncio.ensure_future(work)
+    waiter = asyncio.ensure_future(ending.wait())
+    try:
+        await asyncio.wait((task, waiter), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        waiter.cancel()
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+    if not task.cancelled():
+        task.result()  # its error, if it failed
+
+
+async def _until(ending: asyncio.Event, responses: AsyncIterator[Any]) -> AsyncIterator[Any]:
+    """The items of ``responses`` until it ends or ``ending`` is set (streams are rare and
+    slow: a task per item costs nothing that matters)."""
+    try:
+        while not ending.is_set():
+            step: asyncio.Future[Any] = asyncio.ensure_future(anext(responses))
+            waiter = asyncio.ensure_future(ending.wait())
+            try:
+                await asyncio.wait((step, waiter), return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                waiter.cancel()
+                if not step.done():
+                    step.cancel()
+                    with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
+                        await step
+            if step.cancelled():
+                return
+            try:
+                item = step.result()
+            except StopAsyncIteration:
+                return
+            yield item
+    finally:
+        aclose = getattr(responses, "aclose", None)
+        if aclose is not None:
+            await aclose()
+
+
 class _Calls(grpc.aio.ServerInterceptor):
-    """Runs every method in the caller's trace, refuses unparsable requests and counts the
-    unary calls under way (for the grace at stop).
+    """Runs every method in the caller's trace, refuses unparsable requests and ends the
+    streams when the server stops.
 
     The wrapped handler of each method is made once, on its first call, and kept.
     """
@@ -218,9 +262,9 @@ class _Calls(grpc.aio.ServerInterceptor):
         self._tracer = tracer
         self._always = always
         self._handlers: dict[str, grpc.RpcMethodHandler[Any, Any]] = {}
-        self.unary = 0
-        self.idle = asyncio.Event()
-        self.idle.set()
+        #: Set when the server stops: every stream ends (its handler is cancelled and the
+        #: call finishes with OK), while unary calls get the grace.
+        self.ending = asyncio.Event()
 
     async def intercept_service(
         self,
@@ -256,15 +300,6 @@ class _Calls(grpc.aio.ServerInterceptor):
             kind=trace.SpanKind.SERVER,
         )
 
-    def _started(self) -> None:
-        self.unary += 1
-        self.idle.clear()
-
-    def _ended(self) -> None:
-        self.unary -= 1
-        if not self.unary:
-            self.idle.set()
-
     def _wrap(
         self, method: str, inner: grpc.RpcMethodHandler[Any, Any]
     ) -> grpc.RpcMethodHandler[Any, Any]:
@@ -277,12 +312,8 @@ class _Calls(grpc.aio.ServerInterceptor):
             async def unary_unary(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
                 if isinstance(request, _Unparsable):
                     await context.abort(grpc.StatusCode.INVALID_ARGUMENT, request.message)
-                self._started()
-                try:
-                    with self._traced(method, context):
-                        return await unary(request, context)
-                finally:
-                    self._ended()
+                with self._traced(method, context):
+                    return await unary(request, context)
 
             return grpc.unary_unary_rpc_method_handler(
                 unary_unary, request_deserializer=deserialize, response_serializer=serialize
@@ -297,7 +328,7 @@ class _Calls(grpc.aio.ServerInterceptor):
                     if isinstance(request, _Unparsable):
                         await context.abort(grpc.StatusCode.INVALID_ARGUMENT, request.message)
                     with self._traced(method, context):
-                        async for response in stream(request, context):
+                        async for response in _until(self.ending, stream(request, context)):
                             yield response
 
                 return grpc.unary_stream_rpc_method_handler(
@@ -312,7 +343,7 @@ class _Calls(grpc.aio.ServerInterceptor):
                 if isinstance(request, _Unparsable):
                     await context.abort(grpc.StatusCode.INVALID_ARGUMENT, request.message)
                 with self._traced(method, context):
-                    return await stream(request, context)
+                    await _run_until(self.ending, stream(request, context))
 
             return grpc.unary_stream_rpc_method_handler(
                 unary_stream, request_deserializer=deserialize, response_serializer=serialize
@@ -418,14 +449,11 @@ class UnixGrpcServer:
         server, self._server = self._server, None
         calls, self._calls = self._calls, None
         if server is not None and calls is not None:
-            # New calls are refused from here on; calls under way go on.
-            stopping = asyncio.ensure_future(server.stop(self._grace))
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(calls.idle.wait(), self._grace)
             # Streams never end by themselves (a health watch runs for as long as the
-            # kubelet): once the unary calls are done, cancel what is left.
-            await server.stop(0)
-            await stopping
+            # kubelet): they end now. New calls are refused from here on; unary calls
+            # under way get the grace, then are cancelled, and every connection closes.
+            calls.ending.set()
+            await server.stop(self._grace)
         self._remove_own_socket()
 
     def _remove_own_socket(self) -> None:
