@@ -5,10 +5,10 @@ Run from the repository root::
     uv run python -m protos.generate            # rewrites protos/gen/neuron_dra_protos
     uv run python -m protos.generate --check    # exit 1 when protos/gen is stale
 
-Output: ``*_pb2.py`` (messages), ``*_grpc.py`` (grpclib's stubs and service bases, which the
-services use), ``*_pb2_grpc.py`` (grpcio's, which the tests and benchmarks call the services
-with) and typed ``.pyi`` stubs for the messages and grpcio's code (mypy-protobuf), plus the
-``__init__.py`` of every package. The tool versions
+Output: ``*_pb2.py`` (messages), ``*_pb2_grpc.py`` (grpcio's stubs, servicers and
+``add_*Servicer_to_server``, which the services serve and call with, and the tests and
+benchmarks call them with) and typed ``.pyi`` stubs for the messages and grpcio's code
+(mypy-protobuf), plus the ``__init__.py`` of every package. The tool versions
 are pinned in the workspace's dev group, so the same inputs always give the same bytes; the
 test suite regenerates into a temporary directory and compares.
 """
@@ -51,8 +51,7 @@ def proto_files(root: Path = PROTO_ROOT) -> list[Path]:
 
 
 def _plugin(name: str) -> str:
-    # The plugins are console scripts of mypy-protobuf and grpclib, installed next to this
-    # interpreter.
+    # The plugins are console scripts of mypy-protobuf, installed next to this interpreter.
     path = Path(sys.executable).parent / name
     if not path.exists():
         found = shutil.which(name)
@@ -76,10 +75,8 @@ def generate(out_root: Path) -> None:
         f"--proto_path={PROTO_ROOT}",
         f"--plugin=protoc-gen-mypy={_plugin('protoc-gen-mypy')}",
         f"--plugin=protoc-gen-mypy_grpc={_plugin('protoc-gen-mypy_grpc')}",
-        f"--plugin=protoc-gen-grpclib_python={_plugin('protoc-gen-grpclib_python')}",
         f"--python_out={out_root}",
         f"--grpc_python_out={out_root}",
-        f"--grpclib_python_out={out_root}",
         f"--mypy_out={out_root}",
         f"--mypy_grpc_out={out_root}",
         *files,

@@ -24,15 +24,19 @@ For claims of 1, 4 and 16 devices:
 * **latency**: NodePrepareResources with one call in flight; p50 and p99.
 
 Both write their CDI specs (and ours its checkpoint) on tmpfs, as a node's ``/run`` is.
-Drivers alternate (and swap order every round) so machine load hits both alike; the CPU
-each process used per cycle is printed under the table.
-``NEURON_DRA_BENCH_PROFILE=<file>`` runs our plugin under cProfile and writes the stats
-there when it stops.
+Drivers alternate (and swap order every round) so machine load hits both alike; each
+plugin's CPU per cycle is a row of the table (beside the test driver's), and every process's
+is printed under it. A third server, the **gRPC floor** (:mod:`bench.grpc_floor`), is served
+as ours is but answers every claim from memory: its CPU per 1-device cycle is what gRPC in
+Python costs before the plugin does any work of its own.
+``NEURON_DRA_BENCH_PROFILE=<file>`` runs our plugin under cProfile (timed by its main
+thread's CPU clock, :mod:`bench.profiled`) and writes the stats there when it stops.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import shutil
@@ -52,12 +56,39 @@ from neuron_dra_protos.dra.v1 import dra_pb2_grpc as v1_grpc
 
 from bench.harness import Figure, Report, cpu_seconds, cpu_used, percentile
 
+
+def _cpu_seconds(pids: dict[str, int]) -> dict[str, float]:
+    """CPU seconds each process's threads have run so far, to the nanosecond.
+
+    ``/proc/<pid>/stat`` counts in clock ticks (10 ms): over a quick run's hundred cycles
+    that is a tenth of a millisecond per cycle, as much as the figures it would compare.
+    The scheduler's own count per thread (``schedstat``) is exact; the threads of these
+    processes live as long as they do (a thread that ended would be missing from the sum).
+    """
+    out: dict[str, float] = {}
+    for name, pid in pids.items():
+        try:
+            tasks = os.listdir(f"/proc/{pid}/task")
+            total = 0
+            for task in tasks:
+                with (
+                    contextlib.suppress(FileNotFoundError),
+                    open(f"/proc/{pid}/task/{task}/schedstat") as f,
+                ):
+                    total += int(f.read().split()[0])
+            out[name] = total / 1e9
+        except (OSError, ValueError, IndexError):
+            out[name] = cpu_seconds({name: pid})[name]
+    return out
+
+
 SIZES = (1, 4, 16)
 DEVICES = 16
 NAMESPACE = "bench-prepare"
 REQUEST = "neurons"
 OURS = "neuron-dra"
 GO = "test driver"
+FLOOR = "gRPC floor"
 GO_DRIVER = "test-driver.bench.neuron.aws.com"
 P99_GOAL_MS = 10.0
 _REPO = Path(__file__).resolve().parents[2]
@@ -151,7 +182,7 @@ def _start_ours(*, state: Path, nats_url: str, root: Path, run: Path) -> Plugin:
     argv = list(component.argv)
     profile = os.environ.get("NEURON_DRA_BENCH_PROFILE")
     if profile:
-        argv = [argv[0], "-m", "cProfile", "-o", profile, *argv[1:]]
+        argv = [argv[0], "-m", "bench.profiled", profile, *argv[1:]]
     root.mkdir(parents=True, exist_ok=True)
     log = root / "ours.log"
     with open(log, "wb") as out:
@@ -206,6 +237,38 @@ def _start_go(*, state: Path, kubeconfig: Path, root: Path, run: Path) -> Plugin
         socket=plugins / GO_DRIVER / "dra.sock",
         proc=proc,
         log=log,
+    )
+    _wait_socket(plugin)
+    return plugin
+
+
+def _start_floor(root: Path, per_lane: int) -> Plugin:
+    """:mod:`bench.grpc_floor`: what gRPC alone costs, served as our plugin serves."""
+    root.mkdir(parents=True, exist_ok=True)
+    socket = root / "dra.sock"
+    log = root / "floor.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "bench.grpc_floor", str(socket)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            cwd=_REPO,
+        )
+    plugin = Plugin(
+        label=FLOOR,
+        driver="",
+        node="",
+        device_names=[],
+        socket=socket,
+        proc=proc,
+        log=log,
+        # No claim in the API: the floor answers any name from memory.
+        claims={
+            1: [
+                [(f"f{lane}-{k}", f"floor-{lane}-{k}") for k in range(per_lane)]
+                for lane in range(DEVICES)
+            ]
+        },
     )
     _wait_socket(plugin)
     return plugin
@@ -359,6 +422,29 @@ class Results:
     # (apiserver, etcd, NATS) and the bench process (the kubelet's side).
     cpu: dict[tuple[str, int], dict[str, float]] = field(default_factory=dict)
     cycles: dict[tuple[str, int], int] = field(default_factory=dict)
+    #: gRPC alone (bench.grpc_floor), 1-device cycles: CPU seconds of its process, cycles,
+    #: and cycles per second.
+    floor_cpu: float = 0.0
+    floor_cycles: int = 0
+    floor_rates: list[float] = field(default_factory=list)
+
+
+async def _measure_floor(
+    floor: Plugin, results: Results, *, rounds: int, total_cycles: int
+) -> None:
+    caller = Caller(floor)
+    try:
+        await caller.cycles(1, 0, 10)
+        await caller.throughput(1, max(1, 20 // DEVICES))
+        per_lane = max(1, total_cycles // DEVICES)
+        for _ in range(rounds):
+            pids = {"plugin": floor.proc.pid}
+            cpu0 = _cpu_seconds(pids)
+            results.floor_rates.append(await caller.throughput(1, per_lane))
+            results.floor_cpu += cpu_used(cpu0, _cpu_seconds(pids))["plugin"]
+            results.floor_cycles += per_lane * DEVICES
+    finally:
+        await caller.close()
 
 
 async def _measure(
@@ -385,9 +471,9 @@ async def _measure(
                     lat = await caller.cycles(size, 0, latency_samples, start=r * latency_samples)
                     results.latencies.setdefault(key, []).extend(lat)
                     pids = {"plugin": caller.plugin.proc.pid, **stack_pids}
-                    cpu0, own0 = cpu_seconds(pids), time.process_time()
+                    cpu0, own0 = _cpu_seconds(pids), time.process_time()
                     rate = await caller.throughput(size, per_lane)
-                    used = cpu_used(cpu0, cpu_seconds(pids))
+                    used = cpu_used(cpu0, _cpu_seconds(pids))
                     used["bench client"] = time.process_time() - own0
                     results.rates.setdefault(key, []).append(rate)
                     total = results.cpu.setdefault(key, {})
@@ -440,9 +526,22 @@ def _report(
                 higher_is_better=False,
             ),
         ]
+        ours_cpu = results.cpu[(OURS, size)].get("plugin", 0.0) / results.cycles[(OURS, size)]
+        go_cpu = results.cpu[(GO, size)].get("plugin", 0.0) / results.cycles[(GO, size)]
+        report.figures.append(
+            Figure(
+                name=f"{size}-device claims: plugin CPU per cycle",
+                unit="ms",
+                value=ours_cpu * ms,
+                baseline=go_cpu * ms,
+                baseline_name=GO,
+                higher_is_better=False,
+            )
+        )
         verdicts.append(
             f"{size}: {ours_rate / go_rate:.2f}x throughput, "
-            f"p99 {percentile(ours_lat, 99) * ms:.1f} ms"
+            f"p99 {percentile(ours_lat, 99) * ms:.1f} ms, "
+            f"plugin CPU {ours_cpu * ms:.2f} ms/cycle (test driver {go_cpu * ms:.2f})"
         )
     report.notes.append(
         "goals: >= 1.00x the test driver's throughput, p99 <= "
@@ -455,6 +554,27 @@ def _report(
             per = {k: v / results.cycles[key] * ms for k, v in results.cpu[key].items()}
             parts.append(f"{label} " + ", ".join(f"{k} {v:.2f}" for k, v in per.items()))
         report.notes.append(f"CPU ms per {size}-device cycle: " + "; ".join(parts))
+    if results.floor_cycles:
+        floor_cpu = results.floor_cpu / results.floor_cycles
+        go_cpu = results.cpu[(GO, 1)].get("plugin", 0.0) / results.cycles[(GO, 1)]
+        report.figures.append(
+            Figure(
+                name="1-device claims: gRPC floor CPU per cycle",
+                unit="ms",
+                value=floor_cpu * ms,
+                baseline=go_cpu * ms,
+                baseline_name=GO,
+                higher_is_better=False,
+            )
+        )
+        ours_cpu = results.cpu[(OURS, 1)].get("plugin", 0.0) / results.cycles[(OURS, 1)]
+        rate = sorted(results.floor_rates)[len(results.floor_rates) // 2]
+        report.notes.append(
+            f"gRPC floor (bench.grpc_floor: the same grpc.aio server and uvloop, every claim "
+            f"answered from memory): {floor_cpu * ms:.2f} ms CPU per 1-device cycle, "
+            f"{rate:.0f} cycles/s; the plugin's own work is the rest of its "
+            f"{ours_cpu * ms:.2f} ms"
+        )
     report.notes.append(
         "throughput: every lane prepares then unprepares its claims (a cycle per claim); "
         "median of the rounds. latency: one call in flight."
@@ -492,19 +612,27 @@ def run(*, quick: bool) -> Report:
         )
         plugins.append(_start_go(state=state, kubeconfig=kubeconfig, root=tmp / "g", run=run / "g"))
         asyncio.run(_create_claims(kubeconfig, plugins, per_lane))
-        results = asyncio.run(
-            _measure(
-                plugins,
+        measured = list(plugins)
+        floor = _start_floor(tmp / "f", per_lane)
+        plugins.append(floor)
+        stack_pids = {
+            c["name"]: int(c["pid"])
+            for c in recorded["components"]
+            if c["name"] in ("kube-apiserver", "etcd", "nats")
+        }
+
+        async def measure() -> Results:
+            results = await _measure(
+                measured,
                 rounds=rounds,
                 latency_samples=latency_samples,
                 total_cycles=total_cycles,
-                stack_pids={
-                    c["name"]: int(c["pid"])
-                    for c in recorded["components"]
-                    if c["name"] in ("kube-apiserver", "etcd", "nats")
-                },
+                stack_pids=stack_pids,
             )
-        )
+            await _measure_floor(floor, results, rounds=rounds, total_cycles=total_cycles)
+            return results
+
+        results = asyncio.run(measure())
     finally:
         for plugin in plugins:
             _stop(plugin.proc)

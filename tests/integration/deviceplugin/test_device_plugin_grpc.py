@@ -4,8 +4,7 @@ sets and allocations, and registers again when the kubelet comes back with a new
 
 The kubelet's side is a ``v1beta1.Registration`` server on ``kubelet.sock`` on the official
 gRPC library (grpcio), as the kubelet's is on gRPC-Go's: it records what it is told. The
-tests call the plugin with grpcio's client too, so the plugin's grpclib server is checked
-against the official implementation on the wire.
+tests call the plugin with grpcio's client too, as the kubelet's gRPC-Go would.
 """
 
 from __future__ import annotations
@@ -26,7 +25,7 @@ from neuron_dra_common.kube import connect
 from neuron_dra_device_plugin.annotations import ApiAnnotatedPods
 from neuron_dra_device_plugin.health import HealthState
 from neuron_dra_device_plugin.registration import Registrar
-from neuron_dra_device_plugin.servicer import DevicePluginServicer
+from neuron_dra_device_plugin.servicer import DevicePluginServicer, device_plugin_service
 from neuron_dra_protos.deviceplugin.v1beta1 import deviceplugin_pb2 as pb
 from neuron_dra_protos.deviceplugin.v1beta1 import deviceplugin_pb2_grpc as pb_grpc
 
@@ -265,7 +264,7 @@ async def test_allocate_serves_the_kubelets_choice_while_the_api_server_is_away(
         pods=ApiAnnotatedPods(client, node="n1"),
     )
     socket = directory / "plugin.sock"
-    server = UnixGrpcServer(socket, services=[servicer])
+    server = UnixGrpcServer(socket, services=[device_plugin_service(servicer)])
     try:
         async with server, grpc.aio.insecure_channel(unix_target(socket)) as channel:
             allocated = await pb_grpc.DevicePluginStub(channel).Allocate(

@@ -9,10 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import grpc
-from grpclib.server import Stream
-from neuron_dra_common.grpcserver import UnixGrpcServer, unix_target
+from neuron_dra_common.grpcserver import Servable, UnixGrpcServer, unix_target
 from neuron_dra_common.telemetry import inject_grpc_metadata, tracing_enabled
-from neuron_dra_protos.dra.v1 import dra_grpc
 from neuron_dra_protos.dra.v1 import dra_pb2 as v1
 from neuron_dra_protos.dra.v1 import dra_pb2_grpc as v1_grpc
 from opentelemetry import trace
@@ -23,24 +21,25 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 METHOD = "/k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin/NodePrepareResources"
 
 
-class Recorder(dra_grpc.DRAPluginBase):
+_Context = grpc.aio.ServicerContext[Any, Any]
+
+
+class Recorder(v1_grpc.DRAPluginServicer):
     """Answers every prepare with nothing and notes the trace it ran in."""
 
     def __init__(self) -> None:
         self.seen: list[trace.SpanContext] = []
 
     async def NodePrepareResources(
-        self, stream: Stream[v1.NodePrepareResourcesRequest, v1.NodePrepareResourcesResponse]
-    ) -> None:
-        await stream.recv_message()
+        self, request: v1.NodePrepareResourcesRequest, context: _Context
+    ) -> v1.NodePrepareResourcesResponse:
         self.seen.append(trace.get_current_span().get_span_context())
-        await stream.send_message(v1.NodePrepareResourcesResponse())
+        return v1.NodePrepareResourcesResponse()
 
     async def NodeUnprepareResources(
-        self, stream: Stream[v1.NodeUnprepareResourcesRequest, v1.NodeUnprepareResourcesResponse]
-    ) -> None:
-        await stream.recv_message()
-        await stream.send_message(v1.NodeUnprepareResourcesResponse())
+        self, request: v1.NodeUnprepareResourcesRequest, context: _Context
+    ) -> v1.NodeUnprepareResourcesResponse:
+        return v1.NodeUnprepareResourcesResponse()
 
 
 @asynccontextmanager
@@ -50,7 +49,11 @@ async def serving(recorder: Recorder, tracer: trace.Tracer | None = None) -> Asy
     with tempfile.TemporaryDirectory(prefix="tc-", dir="/tmp") as tmp:
         path = Path(tmp) / "dra.sock"
         async with (
-            UnixGrpcServer(path, services=[recorder], tracer=tracer),
+            UnixGrpcServer(
+                path,
+                services=[Servable(v1_grpc.add_DRAPluginServicer_to_server, recorder)],
+                tracer=tracer,
+            ),
             grpc.aio.insecure_channel(unix_target(path)) as channel,
         ):
             yield v1_grpc.DRAPluginStub(channel)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import grpc
 import pytest
-from grpclib.health.v1 import health_pb2
+from grpc_health.v1 import health_pb2
 from neuron_dra_kubelet_plugin.checkpoint import CheckpointStore
 from neuron_dra_kubelet_plugin.health import StaticHealth
 from neuron_dra_kubelet_plugin.liveness import PROBE_FAILURES, SocketProbe, probe_sockets

@@ -91,9 +91,9 @@ def _source_copy(dest: Path) -> Path:
         ),
         (
             "neuron_dra_topology_allocator/main.py",
-            "import grpclib.server",
+            "import grpc.aio",
             "grpc-in-servers",
-            "neuron_dra_topology_allocator.main -> grpclib",
+            "neuron_dra_topology_allocator.main -> grpc",
         ),
         (
             "neuron_dra_topology_allocator/placement.py",

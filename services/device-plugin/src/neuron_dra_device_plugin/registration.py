@@ -17,14 +17,16 @@ from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Final
 
-from grpclib.client import Channel
-from grpclib.const import Cardinality
-from grpclib.exceptions import GRPCError, ProtocolError, StreamTerminatedError
-from neuron_dra_common.grpcserver import UnixGrpcServer
-from neuron_dra_protos.deviceplugin.v1beta1 import deviceplugin_grpc as pb_grpc
+import grpc
+from neuron_dra_common.grpcserver import UnixGrpcServer, unix_channel
 from neuron_dra_protos.deviceplugin.v1beta1 import deviceplugin_pb2 as pb
+from neuron_dra_protos.deviceplugin.v1beta1 import deviceplugin_pb2_grpc as pb_grpc
 
-from neuron_dra_device_plugin.servicer import OPTIONS, DevicePluginServicer
+from neuron_dra_device_plugin.servicer import (
+    OPTIONS,
+    DevicePluginServicer,
+    device_plugin_service,
+)
 
 __all__ = ["API_VERSION", "KUBELET_SOCKET", "Registrar", "kubelet_socket_probe", "socket_name"]
 
@@ -38,8 +40,9 @@ _PROBE_TIMEOUT = 0.5
 #: A method the kubelet's registration server does not have: it answers UNIMPLEMENTED, which
 #: takes its gRPC server to be up and serving (a socket file alone can outlive the kubelet).
 _PROBE_METHOD: Final = "/v1beta1.Registration/Probe"
-#: What a call to the kubelet fails with when nothing answers.
-_UNANSWERED: Final = (OSError, TimeoutError, StreamTerminatedError, ProtocolError)
+#: What a call that reached the kubelet's gRPC server may still fail with: anything else
+#: (UNAVAILABLE, DEADLINE_EXCEEDED, a cut connection) means nothing answered.
+_ANSWERED: Final = frozenset({grpc.StatusCode.UNIMPLEMENTED, grpc.StatusCode.OK})
 _RETRY_SECONDS = 5.0
 
 
@@ -71,24 +74,26 @@ def kubelet_socket_probe(kubelet_socket: Path) -> Callable[[], Awaitable[bool]]:
     socket file, but nothing answers on it). Each probe is a gRPC call the kubelet answers
     with UNIMPLEMENTED. One connection is kept for all the probes while the kubelet lives, so
     a probe every second opens none; once it breaks, the next probe dials anew, so a
-    restarted kubelet is seen at its next probe."""
-    channel: Channel | None = None
+    restarted kubelet is seen at its next probe (a channel kept would wait out gRPC's
+    reconnection backoff instead). The channel is made on the first probe, in the running
+    loop."""
+    channel: grpc.aio.Channel | None = None
 
     async def probe() -> bool:
         nonlocal channel
         if channel is None:
-            channel = Channel(path=str(kubelet_socket))
+            channel = unix_channel(kubelet_socket)
+        call = channel.unary_unary(
+            _PROBE_METHOD,
+            request_serializer=pb.Empty.SerializeToString,
+            response_deserializer=pb.Empty.FromString,
+        )
         try:
-            async with (
-                asyncio.timeout(_PROBE_TIMEOUT),
-                channel.request(_PROBE_METHOD, Cardinality.UNARY_UNARY, pb.Empty, pb.Empty) as call,
-            ):
-                await call.send_message(pb.Empty(), end=True)
-                await call.recv_message()
-        except GRPCError:
-            return True  # its gRPC server answered, that it has no such method
-        except _UNANSWERED:
-            channel.close()
+            await call(pb.Empty(), timeout=_PROBE_TIMEOUT)
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() in _ANSWERED:
+                return True  # its gRPC server answered, that it has no such method
+            await channel.close()
             channel = None
             return False
         return True
@@ -97,9 +102,9 @@ def kubelet_socket_probe(kubelet_socket: Path) -> Callable[[], Awaitable[bool]]:
 
 
 async def register(kubelet_socket: Path, *, resource: str, endpoint: str) -> None:
-    """One ``Register`` call; raises ``GRPCError`` when the kubelet refuses, one of
-    ``OSError``, ``TimeoutError``, ``StreamTerminatedError`` when nothing answers."""
-    async with Channel(path=str(kubelet_socket)) as channel:
+    """One ``Register`` call; raises ``grpc.aio.AioRpcError`` when the kubelet refuses or
+    nothing answers (``UNAVAILABLE``, ``DEADLINE_EXCEEDED``)."""
+    async with unix_channel(kubelet_socket) as channel:
         stub = pb_grpc.RegistrationStub(channel)
         await stub.Register(
             pb.RegisterRequest(
@@ -159,7 +164,7 @@ class Registrar:
 
     async def _serve_while(self, kubelet: _Identity) -> None:
         servers = [
-            UnixGrpcServer(self._dir / socket_name(s.resource), services=[s])
+            UnixGrpcServer(self._dir / socket_name(s.resource), services=[device_plugin_service(s)])
             for s in self._servicers
         ]
         async with contextlib.AsyncExitStack() as stack:
@@ -172,13 +177,12 @@ class Registrar:
                     )
                     self.registrations += 1
                     log.info("registered with the kubelet", extra={"resource": s.resource})
-            except (GRPCError, *_UNANSWERED) as exc:
+            except grpc.aio.AioRpcError as exc:
                 # A socket left by a kubelet that is gone answers nothing: wait for the next
                 # kubelet's socket (or a while) rather than serving anew every interval.
-                code = exc.status.name if isinstance(exc, GRPCError) else "UNAVAILABLE"
                 log.warning(
                     "kubelet registration failed; retrying",
-                    extra={"error": str(exc), "code": code},
+                    extra={"error": exc.details() or "", "code": exc.code().name},
                 )
                 await self._wait_for_new(kubelet, within=_RETRY_SECONDS)
                 return

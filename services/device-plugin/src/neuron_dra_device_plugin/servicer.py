@@ -13,15 +13,15 @@
 from __future__ import annotations
 
 import logging
-from typing import Protocol
+from collections.abc import AsyncIterator
+from typing import Any, Protocol
 
-from grpclib.const import Status
-from grpclib.exceptions import GRPCError
-from grpclib.server import Stream
+import grpc
 from neuron_dra_common.extended import CORE_RESOURCE
+from neuron_dra_common.grpcserver import Servable
 from neuron_dra_common.topology import InvalidDeviceCount
-from neuron_dra_protos.deviceplugin.v1beta1 import deviceplugin_grpc as pb_grpc
 from neuron_dra_protos.deviceplugin.v1beta1 import deviceplugin_pb2 as pb
+from neuron_dra_protos.deviceplugin.v1beta1 import deviceplugin_pb2_grpc as pb_grpc
 
 from neuron_dra_device_plugin.choose import preferred_cores, preferred_devices
 from neuron_dra_device_plugin.health import HealthState, unit_health
@@ -29,7 +29,14 @@ from neuron_dra_device_plugin.inventory import Inventory, UnknownId, unit_name
 from neuron_dra_device_plugin.pending import Pending
 from neuron_dra_device_plugin.respond import ContainerEdits, container_edits
 
-__all__ = ["OPTIONS", "AnnotatedPods", "DevicePluginServicer", "list_response"]
+__all__ = [
+    "OPTIONS",
+    "AnnotatedPods",
+    "DevicePluginServicer",
+    "Refused",
+    "device_plugin_service",
+    "list_response",
+]
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +76,14 @@ def _container_response(edits: ContainerEdits) -> pb.ContainerAllocateResponse:
     )
 
 
-class DevicePluginServicer(pb_grpc.DevicePluginBase):
+class Refused(Exception):
+    """A request this plugin will not serve: answered ``INVALID_ARGUMENT`` with this text."""
+
+
+_Context = grpc.aio.ServicerContext[Any, Any]
+
+
+class DevicePluginServicer(pb_grpc.DevicePluginServicer):
     def __init__(
         self,
         *,
@@ -86,13 +100,13 @@ class DevicePluginServicer(pb_grpc.DevicePluginBase):
         self._pods = pods
 
     async def GetDevicePluginOptions(
-        self, stream: Stream[pb.Empty, pb.DevicePluginOptions]
-    ) -> None:
-        await stream.recv_message()
-        await stream.send_message(OPTIONS)
+        self, request: pb.Empty, context: _Context
+    ) -> pb.DevicePluginOptions:
+        return OPTIONS
 
-    async def ListAndWatch(self, stream: Stream[pb.Empty, pb.ListAndWatchResponse]) -> None:
-        await stream.recv_message()
+    async def ListAndWatch(
+        self, request: pb.Empty, context: _Context
+    ) -> AsyncIterator[pb.ListAndWatchResponse]:
         while True:
             changed = self._health.next_change()
             unhealthy = self._health.unhealthy
@@ -100,28 +114,27 @@ class DevicePluginServicer(pb_grpc.DevicePluginBase):
                 "sending devices",
                 extra={"resource": self.resource, "unhealthy": sorted(unhealthy)},
             )
-            await stream.send_message(
-                list_response(self._inventory, resource=self.resource, unhealthy=unhealthy)
-            )
+            yield list_response(self._inventory, resource=self.resource, unhealthy=unhealthy)
             await changed.wait()
 
     async def GetPreferredAllocation(
-        self, stream: Stream[pb.PreferredAllocationRequest, pb.PreferredAllocationResponse]
-    ) -> None:
-        request = await stream.recv_message()
-        assert request is not None  # a unary call always carries its message
-        await stream.send_message(self.preferred(request))
+        self, request: pb.PreferredAllocationRequest, context: _Context
+    ) -> pb.PreferredAllocationResponse:
+        try:
+            return self.preferred(request)
+        except Refused as exc:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
 
     def preferred(self, request: pb.PreferredAllocationRequest) -> pb.PreferredAllocationResponse:
-        """The answer to ``GetPreferredAllocation``; a unit this node never listed is an
-        ``INVALID_ARGUMENT`` error."""
+        """The answer to ``GetPreferredAllocation``; a unit this node never listed is
+        :class:`Refused` (an ``INVALID_ARGUMENT`` error)."""
         responses = []
         for ask in request.container_requests:
             try:
                 available = self._inventory.parse(self.resource, ask.available_deviceIDs)
                 must = self._inventory.parse(self.resource, ask.must_include_deviceIDs)
             except UnknownId as exc:
-                raise GRPCError(Status.INVALID_ARGUMENT, str(exc)) from exc
+                raise Refused(str(exc)) from exc
             if self.resource == CORE_RESOURCE:
                 chosen = preferred_cores(
                     available=available,
@@ -143,14 +156,15 @@ class DevicePluginServicer(pb_grpc.DevicePluginBase):
             )
         return pb.PreferredAllocationResponse(container_responses=responses)
 
-    async def Allocate(self, stream: Stream[pb.AllocateRequest, pb.AllocateResponse]) -> None:
-        request = await stream.recv_message()
-        assert request is not None  # a unary call always carries its message
-        await stream.send_message(await self.allocate(request))
+    async def Allocate(self, request: pb.AllocateRequest, context: _Context) -> pb.AllocateResponse:
+        try:
+            return await self.allocate(request)
+        except Refused as exc:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
 
     async def allocate(self, request: pb.AllocateRequest) -> pb.AllocateResponse:
-        """The answer to ``Allocate``; a refusal is an ``INVALID_ARGUMENT`` error whose text
-        the kubelet shows on the pod."""
+        """The answer to ``Allocate``; a refusal is :class:`Refused` (an ``INVALID_ARGUMENT``
+        error whose text the kubelet shows on the pod)."""
         responses = []
         for ask in request.container_requests:
             try:
@@ -163,7 +177,7 @@ class DevicePluginServicer(pb_grpc.DevicePluginBase):
                 log.warning(
                     "allocation refused", extra={"resource": self.resource, "error": str(exc)}
                 )
-                raise GRPCError(Status.INVALID_ARGUMENT, str(exc)) from exc
+                raise Refused(str(exc)) from exc
             log.info(
                 "allocated",
                 extra={
@@ -204,7 +218,11 @@ class DevicePluginServicer(pb_grpc.DevicePluginBase):
         return pending.units
 
     async def PreStartContainer(
-        self, stream: Stream[pb.PreStartContainerRequest, pb.PreStartContainerResponse]
-    ) -> None:
-        await stream.recv_message()
-        await stream.send_message(pb.PreStartContainerResponse())
+        self, request: pb.PreStartContainerRequest, context: _Context
+    ) -> pb.PreStartContainerResponse:
+        return pb.PreStartContainerResponse()
+
+
+def device_plugin_service(servicer: DevicePluginServicer) -> Servable:
+    """``servicer`` as a server registers it."""
+    return Servable(pb_grpc.add_DevicePluginServicer_to_server, servicer)

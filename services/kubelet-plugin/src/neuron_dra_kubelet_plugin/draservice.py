@@ -14,13 +14,13 @@ from collections.abc import Awaitable, Callable, Sequence
 from types import ModuleType
 from typing import Any
 
+import grpc
 import msgspec
-from grpclib.server import Stream
 from neuron_dra_common.grpcserver import Servable
-from neuron_dra_protos.dra.v1 import dra_grpc as v1_grpc
 from neuron_dra_protos.dra.v1 import dra_pb2 as v1
-from neuron_dra_protos.dra.v1beta1 import dra_grpc as v1beta1_grpc
+from neuron_dra_protos.dra.v1 import dra_pb2_grpc as v1_grpc
 from neuron_dra_protos.dra.v1beta1 import dra_pb2 as v1beta1
+from neuron_dra_protos.dra.v1beta1 import dra_pb2_grpc as v1beta1_grpc
 
 from neuron_dra_kubelet_plugin.checkpoint import PreparedDevice
 from neuron_dra_kubelet_plugin.claims import ClaimRef
@@ -132,15 +132,15 @@ class DraPlugin:
         self._service = service
         self._messages = messages
 
-    async def NodePrepareResources(self, stream: Stream[Any, Any]) -> None:
-        request = await stream.recv_message()
-        assert request is not None  # a unary call always carries its message
-        await stream.send_message(await self.prepare(request))
+    async def NodePrepareResources(
+        self, request: Any, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> Any:
+        return await self.prepare(request)
 
-    async def NodeUnprepareResources(self, stream: Stream[Any, Any]) -> None:
-        request = await stream.recv_message()
-        assert request is not None  # a unary call always carries its message
-        await stream.send_message(await self.unprepare(request))
+    async def NodeUnprepareResources(
+        self, request: Any, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> Any:
+        return await self.unprepare(request)
 
     async def prepare(
         self, request: v1.NodePrepareResourcesRequest | v1beta1.NodePrepareResourcesRequest
@@ -173,14 +173,20 @@ class DraPlugin:
         return response
 
 
-class DraPluginV1(DraPlugin, v1_grpc.DRAPluginBase):
+class DraPluginV1(DraPlugin, v1_grpc.DRAPluginServicer):
     """The servicer under the v1 service name."""
 
 
-class DraPluginV1beta1(DraPlugin, v1beta1_grpc.DRAPluginBase):
+class DraPluginV1beta1(DraPlugin, v1beta1_grpc.DRAPluginServicer):
     """The servicer under the v1beta1 service name."""
 
 
 def dra_plugin_services(service: DraService) -> list[Servable]:
     """The one servicer under both versions' service names."""
-    return [DraPluginV1(service, messages=v1), DraPluginV1beta1(service, messages=v1beta1)]
+    return [
+        Servable(v1_grpc.add_DRAPluginServicer_to_server, DraPluginV1(service, messages=v1)),
+        Servable(
+            v1beta1_grpc.add_DRAPluginServicer_to_server,
+            DraPluginV1beta1(service, messages=v1beta1),
+        ),
+    ]

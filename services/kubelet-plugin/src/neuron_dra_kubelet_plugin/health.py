@@ -11,12 +11,13 @@ import asyncio
 import contextlib
 import enum
 import time
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Iterable
 from typing import Protocol
 
+import grpc
 import msgspec
-from grpclib.server import Stream
-from neuron_dra_protos.health.v1alpha1 import health_grpc, health_pb2
+from neuron_dra_common.grpcserver import Servable
+from neuron_dra_protos.health.v1alpha1 import health_pb2, health_pb2_grpc
 
 __all__ = [
     "DEFAULT_HEARTBEAT_SECONDS",
@@ -25,6 +26,7 @@ __all__ = [
     "HealthServicer",
     "HealthSource",
     "StaticHealth",
+    "health_service",
 ]
 
 #: Well inside the kubelet's default 30 s health timeout.
@@ -108,7 +110,7 @@ def to_response(
     )
 
 
-class HealthServicer(health_grpc.DRAResourceHealthBase):
+class HealthServicer(health_pb2_grpc.DRAResourceHealthServicer):
     """``v1alpha1.DRAResourceHealth/NodeWatchResources``."""
 
     def __init__(
@@ -124,13 +126,18 @@ class HealthServicer(health_grpc.DRAResourceHealthBase):
 
     async def NodeWatchResources(
         self,
-        stream: Stream[health_pb2.NodeWatchResourcesRequest, health_pb2.NodeWatchResourcesResponse],
-    ) -> None:
-        await stream.recv_message()
+        request: health_pb2.NodeWatchResourcesRequest,
+        context: grpc.aio.ServicerContext[
+            health_pb2.NodeWatchResourcesRequest, health_pb2.NodeWatchResourcesResponse
+        ],
+    ) -> AsyncIterator[health_pb2.NodeWatchResourcesResponse]:
         while True:
-            await stream.send_message(
-                to_response(self._source.snapshot(), timeout_seconds=self._timeout)
-            )
+            yield to_response(self._source.snapshot(), timeout_seconds=self._timeout)
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self._heartbeat):
                     await self._source.wait_changed()
+
+
+def health_service(servicer: HealthServicer) -> Servable:
+    """``servicer`` as a server registers it."""
+    return Servable(health_pb2_grpc.add_DRAResourceHealthServicer_to_server, servicer)

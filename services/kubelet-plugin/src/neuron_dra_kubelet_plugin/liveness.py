@@ -14,12 +14,13 @@ import asyncio
 import contextlib
 import logging
 import time
+from typing import Any
 
-from grpclib.client import Channel
-from grpclib.exceptions import GRPCError, StreamTerminatedError
-from grpclib.health.v1 import health_grpc, health_pb2
-from neuron_dra_protos.dra.v1 import dra_grpc, dra_pb2
-from neuron_dra_protos.registration.v1 import registration_grpc, registration_pb2
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from neuron_dra_common.grpcserver import unix_channel
+from neuron_dra_protos.dra.v1 import dra_pb2, dra_pb2_grpc
+from neuron_dra_protos.registration.v1 import registration_pb2, registration_pb2_grpc
 
 from neuron_dra_kubelet_plugin.registration import SocketPaths
 
@@ -28,32 +29,33 @@ __all__ = ["PROBE_FAILURES", "SocketProbe", "probe_sockets"]
 log = logging.getLogger(__name__)
 
 
-#: What a failed round raises: an error answer, a stream cut, no socket, no answer in time.
-PROBE_FAILURES = (GRPCError, StreamTerminatedError, OSError, TimeoutError, RuntimeError)
+#: What a failed round raises: an error answer (no socket and no answer in time are gRPC
+#: errors too: UNAVAILABLE, DEADLINE_EXCEEDED), or a health that is not SERVING.
+PROBE_FAILURES = (grpc.aio.AioRpcError, OSError, TimeoutError, RuntimeError)
 
 
 async def probe_sockets(paths: SocketPaths, *, call_timeout: float = 5.0) -> None:
     """One round of calls on both sockets; raises one of :data:`PROBE_FAILURES` when one
     fails."""
-    async with Channel(path=str(paths.registration)) as channel:
-        await registration_grpc.RegistrationStub(channel).GetInfo(
+    async with unix_channel(paths.registration) as channel:
+        await registration_pb2_grpc.RegistrationStub(channel).GetInfo(
             registration_pb2.InfoRequest(), timeout=call_timeout
         )
-        status = await health_grpc.HealthStub(channel).Check(
+        status = await health_pb2_grpc.HealthStub(channel).Check(
             health_pb2.HealthCheckRequest(), timeout=call_timeout
         )
         _serving(status, paths.registration.name)
-    async with Channel(path=str(paths.dra)) as channel:
-        status = await health_grpc.HealthStub(channel).Check(
+    async with unix_channel(paths.dra) as channel:
+        status = await health_pb2_grpc.HealthStub(channel).Check(
             health_pb2.HealthCheckRequest(), timeout=call_timeout
         )
         _serving(status, paths.dra.name)
-        await dra_grpc.DRAPluginStub(channel).NodePrepareResources(
+        await dra_pb2_grpc.DRAPluginStub(channel).NodePrepareResources(
             dra_pb2.NodePrepareResourcesRequest(), timeout=call_timeout
         )
 
 
-def _serving(status: health_pb2.HealthCheckResponse, socket: str) -> None:
+def _serving(status: Any, socket: str) -> None:
     if status.status != health_pb2.HealthCheckResponse.SERVING:
         name = health_pb2.HealthCheckResponse.ServingStatus.Name(status.status)
         raise RuntimeError(f"socket {socket}: gRPC health is {name}")

@@ -12,10 +12,11 @@ import asyncio
 import logging
 from pathlib import Path
 
+import grpc
 import msgspec
-from grpclib.server import Stream
 from neuron_dra_common.driver import DRIVER_NAME
-from neuron_dra_protos.registration.v1 import registration_grpc, registration_pb2
+from neuron_dra_common.grpcserver import Servable
+from neuron_dra_protos.registration.v1 import registration_pb2, registration_pb2_grpc
 
 __all__ = [
     "DEFAULT_KUBELET_ROOT",
@@ -24,6 +25,7 @@ __all__ = [
     "RegistrationServicer",
     "RegistrationStatus",
     "SocketPaths",
+    "registration_service",
     "socket_paths",
 ]
 
@@ -71,7 +73,7 @@ class RegistrationStatus(msgspec.Struct, frozen=True, kw_only=True):
     error: str = ""
 
 
-class RegistrationServicer(registration_grpc.RegistrationBase):
+class RegistrationServicer(registration_pb2_grpc.RegistrationServicer):
     """Answers the kubelet's plugin watcher and records what it reports back."""
 
     def __init__(
@@ -93,19 +95,21 @@ class RegistrationServicer(registration_grpc.RegistrationBase):
         self.registered = asyncio.Event()
 
     async def GetInfo(
-        self, stream: Stream[registration_pb2.InfoRequest, registration_pb2.PluginInfo]
-    ) -> None:
-        await stream.recv_message()
-        await stream.send_message(self._info)
+        self,
+        request: registration_pb2.InfoRequest,
+        context: grpc.aio.ServicerContext[
+            registration_pb2.InfoRequest, registration_pb2.PluginInfo
+        ],
+    ) -> registration_pb2.PluginInfo:
+        return self._info
 
     async def NotifyRegistrationStatus(
         self,
-        stream: Stream[
+        request: registration_pb2.RegistrationStatus,
+        context: grpc.aio.ServicerContext[
             registration_pb2.RegistrationStatus, registration_pb2.RegistrationStatusResponse
         ],
-    ) -> None:
-        request = await stream.recv_message()
-        assert request is not None  # a unary call always carries its message
+    ) -> registration_pb2.RegistrationStatusResponse:
         self.status = RegistrationStatus(registered=request.plugin_registered, error=request.error)
         if request.plugin_registered:
             log.info("kubelet registered driver %s", self._info.name)
@@ -113,4 +117,9 @@ class RegistrationServicer(registration_grpc.RegistrationBase):
         else:
             log.error("kubelet refused driver %s: %s", self._info.name, request.error)
             self.registered.clear()
-        await stream.send_message(registration_pb2.RegistrationStatusResponse())
+        return registration_pb2.RegistrationStatusResponse()
+
+
+def registration_service(servicer: RegistrationServicer) -> Servable:
+    """``servicer`` as a server registers it."""
+    return Servable(registration_pb2_grpc.add_RegistrationServicer_to_server, servicer)

@@ -13,18 +13,24 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator
 
-from grpclib.health.check import ServiceStatus
-from grpclib.health.service import OVERALL, Health
-from neuron_dra_common.grpcserver import UnixGrpcServer
+from grpc_health.v1 import health_pb2 as grpc_health_pb2
+from grpc_health.v1 import health_pb2_grpc as grpc_health_pb2_grpc
+from grpc_health.v1.health import aio as grpc_health
+from neuron_dra_common.grpcserver import Servable, UnixGrpcServer
 
 from neuron_dra_kubelet_plugin.draservice import DraService, dra_plugin_services
 from neuron_dra_kubelet_plugin.health import (
     DEFAULT_HEARTBEAT_SECONDS,
     HealthServicer,
     HealthSource,
+    health_service,
 )
 from neuron_dra_kubelet_plugin.preparer import Preparer
-from neuron_dra_kubelet_plugin.registration import RegistrationServicer, SocketPaths
+from neuron_dra_kubelet_plugin.registration import (
+    RegistrationServicer,
+    SocketPaths,
+    registration_service,
+)
 
 __all__ = ["PluginServers", "serve"]
 
@@ -51,20 +57,24 @@ async def serve(
     """Run both servers for the duration of the ``async with`` block."""
     service = DraService(preparer)
     registration = RegistrationServicer(endpoint=paths.dra)
-    serving = ServiceStatus()
-    status = Health({OVERALL: [serving]})
+    # The whole server's status (service ""): NOT_SERVING until both sockets serve.
+    checks = grpc_health.HealthServicer()
+    await checks.set("", grpc_health_pb2.HealthCheckResponse.NOT_SERVING)
+    status = Servable(grpc_health_pb2_grpc.add_HealthServicer_to_server, checks)
     dra = UnixGrpcServer(
         paths.dra,
         services=[
             *dra_plugin_services(service),
-            HealthServicer(health, heartbeat_seconds=heartbeat_seconds),
+            health_service(HealthServicer(health, heartbeat_seconds=heartbeat_seconds)),
             status,
         ],
     )
-    registrar = UnixGrpcServer(paths.registration, services=[registration, status])
+    registrar = UnixGrpcServer(
+        paths.registration, services=[registration_service(registration), status]
+    )
     async with dra, registrar:
-        serving.set(True)
+        await checks.set("", grpc_health_pb2.HealthCheckResponse.SERVING)
         try:
             yield PluginServers(dra=dra, registrar=registrar, registration=registration)
         finally:
-            serving.set(False)
+            await checks.enter_graceful_shutdown()

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Final, Literal, NamedTuple
 
 import msgspec
+from neuron_dra_common.files import replace_file
 
 __all__ = ["KEEP_UNPREPARED", "Said", "Told", "ToldLedger"]
 
@@ -43,6 +44,9 @@ log = logging.getLogger(__name__)
 KEEP_UNPREPARED: Final = 1024
 
 Said = Literal["prepared", "unprepared"]
+
+
+_ENCODER: Final = msgspec.json.Encoder()
 
 
 class _Record(msgspec.Struct, array_like=True, frozen=True):
@@ -85,6 +89,9 @@ class ToldLedger:
         # it need not be read again.
         self._known: tuple[int, int, int] | None = None
         self._unsaved = False
+        # (pid, path) of this process's temporary file: written twice per claim, so its
+        # name is made once (and again in a forked child).
+        self._temp: tuple[int, str] | None = None
 
     def prepared(self, uid: str, *, again: bool, namespace: str = "", name: str = "") -> int:
         """The generation to tell a preparation of ``uid`` under.
@@ -174,6 +181,8 @@ class ToldLedger:
 
     def _forget(self) -> None:
         claims = self._file.claims
+        if len(claims) <= KEEP_UNPREPARED:
+            return  # nothing to forget: no need to look at every record on every change
         forgettable = [u for u, r in claims.items() if r.said == "unprepared" and r.published]
         for forgotten in forgettable[: max(len(forgettable) - KEEP_UNPREPARED, 0)]:
             del claims[forgotten]
@@ -182,11 +191,12 @@ class ToldLedger:
         self._forget()
         if self.path is None:
             return
-        # One temporary file per process: a rolling update's two processes write it too.
-        temp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+        if self._temp is None or self._temp[0] != os.getpid():
+            # One temporary file per process: a rolling update's two processes write it too.
+            name = f".{self.path.name}.{os.getpid()}.tmp"
+            self._temp = (os.getpid(), os.path.join(os.fspath(self.path.parent), name))
         try:
-            temp.write_bytes(msgspec.json.encode(self._file))
-            os.replace(temp, self.path)
+            replace_file(self.path, self._temp[1], _ENCODER.encode(self._file))
             self._known = self._stat()
             self._unsaved = False
         except OSError as exc:
