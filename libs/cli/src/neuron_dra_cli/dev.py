@@ -213,7 +213,8 @@ def cmd_up(args: argparse.Namespace) -> int:
         progress=_progress,
     )
     print(
-        summary(current, state_dir=state_dir, seconds=time.monotonic() - t0, detached=args.detach)
+        summary(current, state_dir=state_dir, seconds=time.monotonic() - t0, detached=args.detach),
+        flush=True,
     )
     if args.detach:
         return 0
