@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
 from neuron_dra_cli.kubebuild import KubeBuildError, kube_module_dir
-
-pytestmark = pytest.mark.skipif(shutil.which("go") is None, reason="needs the go command")
 
 
 def test_a_module_is_found_in_the_cache_go_names(

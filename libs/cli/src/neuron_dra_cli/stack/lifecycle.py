@@ -183,10 +183,11 @@ def up(opts: UpOptions, *, progress: Progress = print) -> state.StackState:
             )
         state.clear(layout.root)
 
-    # Before anything is built: a machine that cannot run a real node is told so at once.
-    realnodes.check_requirements(opts.real_nodes)
+    # Before anything is built: flags that do not go together, then a machine that cannot
+    # run a real node, are told so at once.
     _check_real_node_driver(opts)
     _check_real_node_device_plugin(opts)
+    realnodes.check_requirements(opts.real_nodes)
     # Compiles the services' Python modules while the control plane starts.
     warmup = bytecode.start_warmup()
     progress(f"neuron-dra: Kubernetes {opts.k8s_version} binaries")
