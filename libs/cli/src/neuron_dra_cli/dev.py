@@ -15,7 +15,7 @@ import msgspec
 from neuron_dra_cli import env_cmd, fault_cmd, image_cmd, paths, restart_cmd
 from neuron_dra_cli.errors import CliError
 from neuron_dra_cli.output import add_output_option
-from neuron_dra_cli.stack import lifecycle, process, realconfig, realnodes, state
+from neuron_dra_cli.stack import lifecycle, process, realconfig, realnodes, state, zygote
 from neuron_dra_cli.stack.fleet import FleetError, load_fleet
 
 K8S_VERSION_ENV = "NEURON_DRA_K8S_VERSION"
@@ -124,6 +124,15 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "component: the plugin reads its node's health events with its own projected bus "
         "token. Not with --real-node-driver",
     )
+    p.add_argument(
+        "--no-agent-zygote",
+        dest="agent_zygote",
+        action="store_false",
+        default=os.environ.get(zygote.DISABLE_ENV, "1") != "0",
+        help=f"start each neuron-dra service as a `python -m` process of its own (env "
+        f"{zygote.DISABLE_ENV}=0) instead of forking it from the agent zygote, a process that "
+        "imports the services' code once (the local stack only; see neuron_dra_cli.stack.zygote)",
+    )
     paths.add_state_dir_option(p)
     p.set_defaults(handler=cmd_up)
 
@@ -209,6 +218,7 @@ def cmd_up(args: argparse.Namespace) -> int:
             real_nodes=args.real_nodes,
             real_node_driver=args.real_node_driver,
             real_node_device_plugin=args.real_node_device_plugin,
+            agent_zygote=args.agent_zygote,
         ),
         progress=_progress,
     )

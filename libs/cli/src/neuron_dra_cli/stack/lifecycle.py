@@ -41,6 +41,7 @@ from neuron_dra_cli.stack import (
     services,
     state,
     tracing,
+    zygote,
 )
 from neuron_dra_cli.stack import components as comp
 from neuron_dra_cli.stack.fleet import Fleet
@@ -70,6 +71,9 @@ class UpOptions:
     #: The device-plugin component's DaemonSet on the (one) real node, labelled for it, and
     #: the scheduler extender in kube-scheduler; the simulated nodes stay DRA nodes.
     real_node_device_plugin: bool = False
+    #: Fork the Python services from the agent zygote (``stack.zygote``), which imports
+    #: their code once, rather than start each as a ``python -m`` of its own.
+    agent_zygote: bool = True
 
 
 def _running(c: state.ComponentState) -> process.Running:
@@ -85,6 +89,8 @@ class Launcher:
         self.progress = progress
         #: Added to every component's environment (the trace backend's address, with tracing).
         self.env: dict[str, str] = {}
+        #: The agent zygote's socket once it is ready: Python services are forked by it.
+        self.zygote: Path | None = None
 
     def _record(self, entry: state.ComponentState) -> None:
         """Add ``entry``, or replace the one of its name where it stands."""
@@ -95,10 +101,37 @@ class Launcher:
             new = (*old, entry)
         self.current = msgspec.structs.replace(self.current, components=new)
 
+    def _process(
+        self, c: comp.Component, *, log: Path, env: dict[str, str]
+    ) -> tuple[process.Running, bool]:
+        """Start ``c``: forked by the agent zygote when it is a Python service and the
+        zygote runs, else as a process of its own; whether it was forked."""
+        if c.module and self.zygote is not None:
+            try:
+                pid = zygote.spawn(
+                    self.zygote,
+                    module=c.module,
+                    args=c.argv[3:],  # after [python, -m, module]
+                    env={**os.environ, **env},
+                    log=log,
+                    name=c.name,
+                )
+                return process.running(pid), True
+            except zygote.ZygoteError as exc:
+                self.progress(
+                    f"  {c.name}: {exc}; it and the agents after it start as processes of their own"
+                )
+                self.zygote = None
+        return process.start(c.argv, log_path=log, env=env), False
+
+    def launch(self, c: comp.Component) -> _Starting:
+        """Start ``c`` and record it; :meth:`wait` for it to be ready."""
+        return self._launch(c)
+
     def _launch(self, c: comp.Component) -> _Starting:
         log = self.layout.log(c.name)
         env = {**self.env, **c.env}
-        running = process.start(c.argv, log_path=log, env=env)
+        running, forked = self._process(c, log=log, env=env)
         entry = state.ComponentState(
             name=c.name,
             kind=c.kind,
@@ -109,6 +142,7 @@ class Launcher:
             started_at=time.time(),
             argv=tuple(c.argv),
             env=env,
+            forked=forked,
         )
         self._record(entry)
         # Recorded before waiting, so `dev down` finds it even if this command dies now.
@@ -126,8 +160,23 @@ class Launcher:
         take the whole batch's time (every one ready late, none early).
         """
         t0 = time.monotonic()
-        pending = list(items)
-        starting: list[_Starting] = []
+        self._run(list(items), [], timeout=timeout, parallel=parallel)
+        names = ", ".join(c.name for c in items) if len(items) <= 3 else f"{len(items)} components"
+        self.progress(f"  {names} ready in {time.monotonic() - t0:.1f} s")
+
+    def wait(self, started: Sequence[_Starting], *, timeout: float = 90.0) -> None:
+        """Wait until each of ``started`` (from :meth:`launch`) is ready, within ``timeout``
+        seconds of its own start."""
+        self._run([], list(started), timeout=timeout, parallel=0)
+
+    def _run(
+        self,
+        pending: list[comp.Component],
+        starting: list[_Starting],
+        *,
+        timeout: float,
+        parallel: int,
+    ) -> None:
         while pending or starting:
             while pending and (parallel <= 0 or len(starting) < parallel):
                 starting.append(self._launch(pending.pop(0)))
@@ -155,8 +204,6 @@ class Launcher:
             starting = waiting
             if starting:
                 time.sleep(0.05)
-        names = ", ".join(c.name for c in items) if len(items) <= 3 else f"{len(items)} components"
-        self.progress(f"  {names} ready in {time.monotonic() - t0:.1f} s")
 
 
 @dataclass
@@ -188,8 +235,9 @@ def up(opts: UpOptions, *, progress: Progress = print) -> state.StackState:
     _check_real_node_driver(opts)
     _check_real_node_device_plugin(opts)
     realnodes.check_requirements(opts.real_nodes)
-    # Compiles the services' Python modules while the control plane starts.
-    warmup = bytecode.start_warmup()
+    # Compiles the services' Python modules while the control plane starts (the agent
+    # zygote does, importing them all, when it runs).
+    warmup = bytecode.start_warmup() if not opts.agent_zygote else bytecode.Warmup(None)
     progress(f"neuron-dra: Kubernetes {opts.k8s_version} binaries")
     bins = kubebuild.ensure_binaries(
         opts.k8s_version, progress=lambda m: progress("  " + m), kubelet=opts.real_nodes > 0
@@ -227,6 +275,12 @@ def up(opts: UpOptions, *, progress: Progress = print) -> state.StackState:
     # Work that needs no control plane, or only the apiserver, runs beside the rest.
     background = ThreadPoolExecutor(max_workers=2, thread_name_prefix="stack-up")
     try:
+        # Imports the services (a few seconds of CPU) while the control plane starts;
+        # waited for just before the first of them.
+        forker = None
+        if opts.agent_zygote:
+            layout.ensure_short_nodes()  # where its socket's short path leads
+            forker = launcher.launch(comp.agent_zygote(socket=layout.zygote_socket))
 
         def write_hardware() -> dict[str, SimNode]:
             return services.write_fleet_hardware(fleet=opts.fleet, layout=layout)
@@ -380,6 +434,8 @@ def up(opts: UpOptions, *, progress: Progress = print) -> state.StackState:
                 port=ports["nats"],
                 monitor_port=ports["nats_monitor"],
             )
+        if forker is not None:
+            _use_zygote(launcher, forker)
         t_bytecode = warmup.wait()
         progress(
             f"  simulated hardware written in {t_hardware:.1f} s, cluster objects applied in "
@@ -435,10 +491,6 @@ def up(opts: UpOptions, *, progress: Progress = print) -> state.StackState:
         if real is not None and real.image is not None and opts.real_node_driver:
             # Their Deployments run on the real node instead (realdriver.SERVICES).
             agents = [a for a in agents if a.kind not in realdriver.SERVICE_KINDS]
-        # One starting per core: each spends about half a second importing on a core of its
-        # own and then mostly waits (for NATS, the apiserver, its kubelet's registration).
-        # Two per core made every plugin take about 1.2 s instead of about 1 s, for 3 s less
-        # in all on the default fleet.
         if auth is not None:
             agents = _authenticated(
                 agents,
@@ -447,7 +499,13 @@ def up(opts: UpOptions, *, progress: Progress = print) -> state.StackState:
                 nats_url=current.nats_url,
                 kubeconfig=own_kubeconfigs[busauth.KIND],
             )
-        launcher.start(agents, timeout=60.0, parallel=os.cpu_count() or 2)
+        # Started as processes of their own, one per core: each spends about half a second
+        # importing on a core of its own and then mostly waits (for NATS, the apiserver, its
+        # kubelet's registration); two per core made every plugin take about 1.2 s instead
+        # of about 1 s. Forked, an agent imports nothing and mostly waits from the start, so
+        # more of them start at once.
+        per_core = 4 if launcher.zygote is not None else 1
+        launcher.start(agents, timeout=60.0, parallel=per_core * (os.cpu_count() or 2))
         if real is not None and real.image is not None:
             if opts.real_node_device_plugin:
                 _start_real_node_device_plugin(
@@ -478,6 +536,25 @@ def up(opts: UpOptions, *, progress: Progress = print) -> state.StackState:
         raise
     background.shutdown()
     return launcher.current
+
+
+def _use_zygote(launcher: Launcher, forker: _Starting) -> None:
+    """Wait for the agent zygote, then have it fork the Python services; one that failed to
+    start leaves them to start as processes of their own (slower, same result)."""
+    t0 = time.monotonic()
+    try:
+        launcher.wait([forker], timeout=90.0)
+    except CliError as exc:
+        launcher.progress(
+            f"  the agent zygote did not start, so each service starts as a process of its "
+            f"own: {exc}"
+        )
+        return
+    launcher.zygote = launcher.layout.zygote_socket
+    launcher.progress(
+        f"  agent zygote ready {time.monotonic() - forker.t0:.1f} s after its start "
+        f"(waited {time.monotonic() - t0:.1f} s for it)"
+    )
 
 
 @dataclass(frozen=True)
@@ -760,6 +837,8 @@ def stop_all(current: state.StackState, *, timeout: float = 15.0) -> None:
     control plane, then the bus."""
     order = {
         "node": 0,
+        # After the agents it forked, so that its log says how each of them exited.
+        zygote.KIND: 1,
         "kube-scheduler": 1,
         "kube-controller-manager": 1,
         "kube-apiserver": 2,

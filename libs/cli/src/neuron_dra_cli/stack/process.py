@@ -115,6 +115,13 @@ def start(
     return Running(pid=proc.pid, start_ticks=ticks if ticks is not None else -1)
 
 
+def running(pid: int) -> Running:
+    """The process ``pid`` as :class:`Running` (its start time read now): one this module
+    did not start itself, a forked agent for one."""
+    ticks = _start_ticks(pid)
+    return Running(pid=pid, start_ticks=ticks if ticks is not None else -1)
+
+
 def alive(proc: Running) -> bool:
     """True while the very process that was started is still running."""
     _reap(proc.pid)
