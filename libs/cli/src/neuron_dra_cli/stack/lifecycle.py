@@ -880,6 +880,9 @@ class ComponentStatus:
     memory_bytes: int
     #: Resident set size of its process group (shared pages counted in full).
     rss_bytes: int
+    #: Unique set size of its process group: the pages only it maps (a forked agent's own,
+    #: without what it shares with the agent zygote).
+    uss_bytes: int
     #: Seconds from its start until it was first ready (None: not known).
     ready_seconds: float | None
 
@@ -903,6 +906,7 @@ def status(state_dir: Path) -> tuple[state.StackState, list[ComponentStatus]] | 
                 log=c.log,
                 memory_bytes=memory.pss,
                 rss_bytes=memory.rss,
+                uss_bytes=memory.uss,
                 ready_seconds=c.ready_seconds,
             )
         )
