@@ -505,7 +505,12 @@ def up(opts: UpOptions, *, progress: Progress = print) -> state.StackState:
         # of about 1 s. Forked, an agent imports nothing and mostly waits from the start, so
         # more of them start at once.
         per_core = 4 if launcher.zygote is not None else 1
-        launcher.start(agents, timeout=60.0, parallel=per_core * (os.cpu_count() or 2))
+        # The kubelet plugins first: a node takes claims once its plugin has registered.
+        launcher.start(
+            sorted(agents, key=lambda a: a.kind != plugin.KIND),
+            timeout=60.0,
+            parallel=per_core * (os.cpu_count() or 2),
+        )
         if real is not None and real.image is not None:
             if opts.real_node_device_plugin:
                 _start_real_node_device_plugin(
