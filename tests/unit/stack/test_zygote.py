@@ -193,3 +193,23 @@ def test_the_zygote_holds_no_thread_loop_or_socket_when_it_forks() -> None:
     # (besides the sockets a loop keeps to wake itself up; and a thread joined just before
     # may still be leaving the kernel's list)
     assert "an event loop is running" in found["loop"]
+
+
+def test_dev_restart_forks_a_forked_agent_again(tmp_path: Path, launcher: Launcher) -> None:
+    from neuron_dra_cli.restart_cmd import restart_component
+
+    launcher.start([agent(tmp_path, "agent-r")], timeout=60)
+    before = next(c for c in launcher.current.components if c.name == "agent-r")
+    (tmp_path / "agent-r.json").unlink()
+    done = restart_component(launcher.layout.root, name="agent-r", timeout=60)
+    current = state.load(launcher.layout.root)
+    assert current is not None
+    launcher.current = current  # so that the fixture stops the new process
+    after = next(c for c in current.components if c.name == "agent-r")
+    assert done.old_pid == before.pid != after.pid == done.pid
+    assert after.forked
+    zygote_log = Path(next(c for c in current.components if c.kind == zygote.KIND).log)
+    assert f"forked agent-r (python -m {AGENT}) as pid {after.pid}" in zygote_log.read_text()
+    assert f"pid {before.pid} exited (code 0)" in zygote_log.read_text()
+    wait_for((tmp_path / "agent-r.json").exists, timeout=30, what="the new agent's main ran")
+    assert json.loads((tmp_path / "agent-r.json").read_text())["pid"] == after.pid
