@@ -20,6 +20,12 @@ open socket but the control socket and the request's connection, which the child
 first. The zygote checks this before every fork (:func:`fork_hazards`) and refuses to fork
 rather than hand an agent a broken copy.
 
+A forked agent's ``/proc/<pid>/cmdline`` and ``/proc/<pid>/environ`` still show the
+zygote's (the kernel keeps what a process was exec'd with); ``state.json`` records each
+agent's own argv and environment, and ``/proc/<pid>/comm`` (``ps -o comm``, ``top``) its name.
+A library that reads a variable when it is imported read the zygote's environment (the
+stack's own); the services read their settings in ``main``, after the fork.
+
 This is the local simulation only. On a cluster each agent is the process of its own pod
 (a DaemonSet's), started by the image's entry point; nothing here runs there.
 
