@@ -201,6 +201,8 @@ def kubelet_component(
         ),
         ports={"kubelet": port, "healthz": healthz},
         ready=lambda: probes.http_ok(f"http://127.0.0.1:{healthz}/healthz"),
+        # It runs mount, iptables and friends by name, from /usr/sbin or /sbin on Debian.
+        env={"PATH": tool_env()["PATH"]},
     )
 
 
