@@ -6,6 +6,11 @@ with ``real_nodes`` that many real kubelets, each with its own containerd),
 records each one in ``state.json`` as soon as it starts, waits until it is ready, and
 finally waits until every node is Ready. A failure stops whatever was started and says
 which component failed, with the tail of its log.
+
+The neuron-dra services (three agents per simulated node, and the cluster services) are
+forked by the agent zygote (``stack.zygote``), started first so that it imports their code
+once while the control plane starts; each is still a process, session and log of its own,
+recorded like any other component.
 """
 
 from __future__ import annotations
