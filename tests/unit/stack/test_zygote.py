@@ -83,6 +83,7 @@ def test_a_forked_agent_runs_its_own_main_and_stops_in_order_on_sigterm(
     launcher.start(items, timeout=60)
     recorded = {c.name: c for c in launcher.current.components}
     zygote_pid = recorded[zygote.KIND].pid
+    assert recorded[zygote.KIND].ready_seconds is not None
     for item in items:
         entry = recorded[item.name]
         assert entry.forked, "started by the zygote, not by argv"

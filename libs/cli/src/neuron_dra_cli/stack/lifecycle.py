@@ -96,6 +96,8 @@ class Launcher:
         self.env: dict[str, str] = {}
         #: The agent zygote's socket once it is ready: Python services are forked by it.
         self.zygote: Path | None = None
+        #: Started by :meth:`launch` and not seen ready yet.
+        self._early: list[_Starting] = []
 
     def _record(self, entry: state.ComponentState) -> None:
         """Add ``entry``, or replace the one of its name where it stands."""
@@ -130,8 +132,19 @@ class Launcher:
         return process.start(c.argv, log_path=log, env=env), False
 
     def launch(self, c: comp.Component) -> _Starting:
-        """Start ``c`` and record it; :meth:`wait` for it to be ready."""
-        return self._launch(c)
+        """Start ``c`` and record it; :meth:`wait` for it to be ready. Until then, whatever
+        else this launcher waits for, it notes when ``c`` became ready."""
+        started = self._launch(c)
+        self._early.append(started)
+        return started
+
+    def _note_early(self) -> None:
+        """Record the start-to-ready time of each component :meth:`launch` started that is
+        ready now."""
+        for s in [s for s in self._early if s.component.ready()]:
+            self._early.remove(s)
+            self._record(msgspec.structs.replace(s.entry, ready_seconds=time.monotonic() - s.t0))
+            state.save(self.layout.root, self.current)
 
     def _launch(self, c: comp.Component) -> _Starting:
         log = self.layout.log(c.name)
@@ -172,7 +185,11 @@ class Launcher:
     def wait(self, started: Sequence[_Starting], *, timeout: float = 90.0) -> None:
         """Wait until each of ``started`` (from :meth:`launch`) is ready, within ``timeout``
         seconds of its own start."""
-        self._run([], list(started), timeout=timeout, parallel=0)
+        self._note_early()
+        pending = [s for s in started if s in self._early]
+        for s in pending:
+            self._early.remove(s)
+        self._run([], pending, timeout=timeout, parallel=0)
 
     def _run(
         self,
@@ -183,6 +200,7 @@ class Launcher:
         parallel: int,
     ) -> None:
         while pending or starting:
+            self._note_early()
             while pending and (parallel <= 0 or len(starting) < parallel):
                 starting.append(self._launch(pending.pop(0)))
             waiting: list[_Starting] = []
@@ -561,8 +579,9 @@ def _use_zygote(launcher: Launcher, forker: _Starting) -> None:
         )
         return
     launcher.zygote = launcher.layout.zygote_socket
+    entry = next(c for c in launcher.current.components if c.name == forker.entry.name)
     launcher.progress(
-        f"  agent zygote ready {time.monotonic() - forker.t0:.1f} s after its start "
+        f"  agent zygote ready {entry.ready_seconds or 0.0:.1f} s after its start "
         f"(waited {time.monotonic() - t0:.1f} s for it)"
     )
 
