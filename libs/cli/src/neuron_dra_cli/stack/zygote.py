@@ -352,7 +352,13 @@ def _serve(listener: socket.socket) -> Spawn:
                 conn.close()
                 return what
             _say(f"forked {what.name} (python -m {what.module}) as pid {pid}")
-            conn.sendall(json.dumps({"pid": pid}).encode())
+            try:
+                conn.sendall(json.dumps({"pid": pid}).encode())
+            except OSError as exc:
+                # Whoever asked gave up waiting and starts it some other way: no second copy
+                # of the agent may run unrecorded.
+                _say(f"{what.name} (pid {pid}) killed: its pid could not be handed back: {exc}")
+                os.kill(pid, signal.SIGKILL)
         except (OSError, ValueError) as exc:
             _say(f"request refused: {exc}")
             with contextlib.suppress(OSError):
