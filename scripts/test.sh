@@ -17,8 +17,9 @@ fi
 echo "==> trace backend (Jaeger), Alertmanager and promtool (built or fetched once, same cache)"
 python -m neuron_dra_cli.toolbuild
 
-echo "==> container engine for the image and real-node tests (podman, runc, mmdebstrap, CNI plugins)"
-# The image tests build the Dockerfile and run its containers with Debian's podman and runc;
+echo "==> container engine for the image and real-node tests (podman, runc, mmdebstrap, iptables, CNI plugins)"
+# The image tests build the Dockerfile and run its containers with Debian's podman and runc
+# (podman's network runs iptables, found in /usr/sbin or /sbin even when PATH lacks them);
 # the real-node tests run the real kubelet with containerd, runc and Debian's CNI plugins.
 # Missing here: installed from Debian's archive when this runs as root on Debian; otherwise
 # the image tests are skipped, with this reason in pytest's summary (CI makes a skip a failure:
@@ -28,13 +29,14 @@ have_real_node() { python -c 'import sys; from neuron_dra_cli.stack.realnodes im
 if have_engine && have_real_node; then
   :
 elif [ "$(id -u)" = 0 ] && [ -r /etc/debian_version ] && command -v apt-get >/dev/null 2>&1; then
-  echo "installing Debian's podman, runc, mmdebstrap, CNI plugins and iproute2 (apt-get install --no-install-recommends)"
+  echo "installing Debian's podman, runc, mmdebstrap, iptables, CNI plugins and iproute2 (apt-get install --no-install-recommends)"
   export DEBIAN_FRONTEND=noninteractive
-  if ! { apt-get update -qq && apt-get install -y -qq --no-install-recommends podman runc mmdebstrap containernetworking-plugins iproute2 >/dev/null; }; then
+  # dpkg runs ldconfig and friends from /usr/sbin and /sbin, which a PATH may lack.
+  if ! { PATH="$PATH:/usr/sbin:/sbin" apt-get update -qq && PATH="$PATH:/usr/sbin:/sbin" apt-get install -y -qq --no-install-recommends podman runc mmdebstrap iptables containernetworking-plugins iproute2 >/dev/null; }; then
     echo "could not install them: the image tests will be skipped"
   fi
 else
-  echo "podman, runc, mmdebstrap or the CNI plugins missing and this is not root on Debian: the image and real-node tests will be skipped"
+  echo "podman, runc, mmdebstrap, iptables or the CNI plugins missing and this is not root on Debian: the image and real-node tests will be skipped"
 fi
 if have_engine; then
   echo "==> the image (local Debian base made once, cached; rebuilt only when its inputs change)"

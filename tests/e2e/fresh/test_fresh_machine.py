@@ -69,10 +69,10 @@ def test_make_up_status_down_with_only_python3_and_go(tmp_path: Path) -> None:
     bin_dir = base_system_bin(tmp_path / "bin")
     assert not (bin_dir / "pip3").exists()
     assert not (bin_dir / "uv").exists()
+    # As `env -i` leaves it: no LANG, TERM, USER or PYTHONUNBUFFERED.
     env = {
         "HOME": str(home),
         "PATH": f"{bin_dir}:{GO_BIN}",
-        "LANG": "C.UTF-8",
         paths.CACHE_DIR_ENV: str(paths.cache_dir()),
         # The machine's certificate settings, which any program on it uses.
         **{k: v for k, v in os.environ.items() if k in ("SSL_CERT_FILE", "SSL_CERT_DIR")},

@@ -11,7 +11,6 @@ the rest is the file as written: its image, commands, environment and kubeconfig
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import uuid
@@ -19,6 +18,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from neuron_dra_cli import imagebuild
 from neuron_dra_cli.stack.process import free_port
 
 from tests.e2e.image.conftest import NAMESPACE, stop_stack_component
@@ -76,7 +76,7 @@ def test_compose_runs_the_cluster_services(
     extra = tmp_path / "compose.stack.yaml"
     extra.write_text(override(image=image, nats_url=stack.nats_url, ports=ports))
     env = {
-        **os.environ,
+        **imagebuild.tool_env(),
         "KUBECONFIG": str(portable_kubeconfig(stack.kubeconfig, tmp_path / "kubeconfig")),
         "CONTAINERS_CONF": str(containers_conf(tmp_path / "containers.conf")),
     }

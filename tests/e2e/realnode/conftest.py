@@ -13,7 +13,6 @@ module sorts before the ones using ``real_stack`` (which lives until the package
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,7 +20,7 @@ import pytest
 from neuron_dra_cli import imagebuild
 from neuron_dra_cli.stack import realnodes
 
-from tests.fixtures.image import REQUIRE_ENV
+from tests.fixtures.image import skip_unless_required
 from tests.fixtures.stack import REPO, KubeStack, neuron_dra, start_stack, stop_stack
 
 FLEET = REPO / "tests" / "fleets" / "bare.yaml"
@@ -34,10 +33,7 @@ def _require_real_node() -> None:
     plugins); with ``NEURON_DRA_REQUIRE_IMAGE_TESTS=1`` (CI) fail instead."""
     missing = realnodes.missing_requirements()
     if missing:
-        reason = f"a real node needs {'; '.join(missing)}"
-        if os.environ.get(REQUIRE_ENV) == "1":
-            pytest.fail(f"{reason}; {REQUIRE_ENV}=1 says it must run")
-        pytest.skip(reason)
+        skip_unless_required(f"a real node needs {'; '.join(missing)}")
 
 
 def _stack(state_dir: Path, *, fleet: Path, extra: list[str]) -> Iterator[KubeStack]:

@@ -90,11 +90,11 @@ def test_who_may_do_what(
 
 
 def _component_kubeconfig(stack: KubeStack, kind: str) -> Path:
-    """The kubeconfig the running process of ``kind`` was started with (its environment)."""
+    """The kubeconfig the running process of ``kind`` was started with: its environment as
+    the stack recorded it (a service the agent zygote forked shows the zygote's in
+    /proc/<pid>/environ, which is the environment a process was exec'd with)."""
     state = json.loads((stack.state_dir / "state.json").read_text())
-    pid = next(c["pid"] for c in state["components"] if c["kind"] == kind)
-    environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-    env = dict(e.decode().split("=", 1) for e in environ if b"=" in e)
+    env = next(c["env"] for c in state["components"] if c["kind"] == kind)
     return Path(env["NEURON_DRA_KUBECONFIG"])
 
 

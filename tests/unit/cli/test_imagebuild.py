@@ -7,6 +7,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from neuron_dra_cli import imagebuild
 from neuron_dra_cli import main as cli_main
 from neuron_dra_cli.imagebuild import image_inputs_digest
 
@@ -68,3 +69,42 @@ def test_dev_without_its_extra_says_what_is_missing(
 
 def test_dev_extra_is_installed_in_the_workspace() -> None:
     assert cli_main.missing_dev_extra() == []
+
+
+def _program(folder: Path, name: str) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / name
+    path.write_text('#!/bin/sh\necho "$0 $PATH"\n')
+    path.chmod(0o755)
+    return path
+
+
+def test_a_tool_in_sbin_is_found_and_podman_runs_with_it_on_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A user whose PATH lacks /usr/sbin (where Debian puts iptables) still gets podman's
+    network: the tool counts as installed and podman's PATH has the folder."""
+    sbin = tmp_path / "sbin"
+    iptables = _program(sbin, "iptables")
+    monkeypatch.setattr(imagebuild, "SYSTEM_BIN_DIRS", (tmp_path / "usr-sbin", sbin))
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    assert imagebuild.find_tool("iptables") == iptables
+    assert imagebuild.find_tool("iptables", path="/nowhere") == iptables
+    env = imagebuild.tool_env({"PATH": "/usr/bin:/bin", "HOME": "/home/x"})
+    assert env == {"PATH": f"/usr/bin:/bin:{tmp_path / 'usr-sbin'}:{sbin}", "HOME": "/home/x"}
+    # Folders already there stay where the user put them, once.
+    assert imagebuild.tool_env({"PATH": f"{sbin}:/bin"})["PATH"] == (
+        f"{sbin}:/bin:{tmp_path / 'usr-sbin'}"
+    )
+
+
+def test_missing_iptables_is_said_up_front(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    bin_dir = tmp_path / "bin"
+    for name in ("podman", "mmdebstrap"):
+        _program(bin_dir, name)
+    monkeypatch.setattr(imagebuild, "SYSTEM_BIN_DIRS", (tmp_path / "usr-sbin",))
+    monkeypatch.setattr(imagebuild, "RUNC", str(_program(tmp_path / "runc-dir", "runc")))
+    monkeypatch.setenv("PATH", str(bin_dir))
+    assert imagebuild.missing_tools() == ["iptables"]
+    _program(tmp_path / "usr-sbin", "iptables")
+    assert imagebuild.missing_tools() == []

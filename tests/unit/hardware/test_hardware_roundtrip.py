@@ -111,3 +111,21 @@ def test_node_hardware_survives_the_event_encoding(tmp_path: Path) -> None:
     sim = write_node(tmp_path, instance_type="trn2u.48xlarge", node_name="n")
     hw = read_node(tmp_path, neuron_ls_command=sim.neuron_ls_command)
     assert msgspec.json.decode(msgspec.json.encode(hw), type=NodeHardware) == hw
+
+
+def test_writing_a_node_again_repairs_what_changed_and_leaves_the_rest(tmp_path: Path) -> None:
+    """The stack writes every node's hardware at each start: an injected fault (a counter,
+    a changed file) is gone afterwards, and unchanged files are not written again."""
+    write_node(tmp_path, instance_type="trn2.48xlarge", node_name="node-a")
+    counter = tmp_path / "sys/class/neuron_device/neuron0/stats/hardware"
+    faulted = next(counter.glob("*/total"))
+    faulted.write_text("3\n")
+    untouched = tmp_path / "sys/class/neuron_device/neuron1/connected_devices"
+    before = untouched.stat().st_mtime_ns
+    first = (tmp_path / "sys/class/neuron_device/neuron0/connected_devices").read_text()
+
+    sim = write_node(tmp_path, instance_type="trn2.48xlarge", node_name="node-a")
+    assert faulted.read_text() == "0\n"
+    assert untouched.stat().st_mtime_ns == before
+    assert (tmp_path / "sys/class/neuron_device/neuron0/connected_devices").read_text() == first
+    assert read_node(tmp_path, neuron_ls_command=sim.neuron_ls_command).problems == ()

@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from google.protobuf import descriptor_pb2
 
-GO_MODULES = Path("/root/go/pkg/mod/k8s.io")
-PINNED = "v0.36.3"
 OURS = Path(__file__).resolve().parents[3] / "protos" / "proto"
 FILE = "neuron_dra_protos/kube/resource/v1/resourceslice.proto"
 THEIR_PACKAGES = {
@@ -70,10 +69,10 @@ def _shape(message: descriptor_pb2.DescriptorProto) -> Shape:
 
 
 @pytest.fixture(scope="module")
-def upstream(tmp_path_factory: pytest.TempPathFactory) -> dict[str, descriptor_pb2.DescriptorProto]:
-    api, machinery = GO_MODULES / f"api@{PINNED}", GO_MODULES / f"apimachinery@{PINNED}"
-    if not (api.exists() and machinery.exists()):
-        pytest.skip("k8s.io/api and k8s.io/apimachinery are not in the Go module cache")
+def upstream(
+    tmp_path_factory: pytest.TempPathFactory, kube_module: Callable[[str], Path]
+) -> dict[str, descriptor_pb2.DescriptorProto]:
+    api, machinery = kube_module("k8s.io/api"), kube_module("k8s.io/apimachinery")
     root = tmp_path_factory.mktemp("k8s-protos")
     (root / "k8s.io").mkdir()
     (root / "k8s.io" / "api").symlink_to(api)

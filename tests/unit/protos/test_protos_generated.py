@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -15,8 +16,6 @@ from neuron_dra_protos.health.v1alpha1 import health_pb2
 from neuron_dra_protos.registration.v1 import registration_pb2
 
 from protos.generate import check
-
-KUBELET_APIS = Path("/root/go/pkg/mod/k8s.io/kubelet@v0.36.3/pkg/apis")
 
 
 def test_generated_code_is_not_stale() -> None:
@@ -125,9 +124,6 @@ def _shape(fds: descriptor_pb2.FileDescriptorSet) -> dict[str, object]:
 OURS = Path(__file__).resolve().parents[3] / "protos" / "proto"
 
 
-@pytest.mark.skipif(
-    not KUBELET_APIS.exists(), reason="k8s.io/kubelet is not in the Go module cache"
-)
 @pytest.mark.parametrize(
     ("theirs", "ours"),
     [
@@ -137,7 +133,10 @@ OURS = Path(__file__).resolve().parents[3] / "protos" / "proto"
         ("pluginregistration/v1/api.proto", "neuron_dra_protos/registration/v1/registration.proto"),
     ],
 )
-def test_wire_shape_equals_the_pinned_kubelets(theirs: str, ours: str, tmp_path: Path) -> None:
-    kubelet = _shape(_descriptor_set(KUBELET_APIS, KUBELET_APIS / theirs, tmp_path / "k.pb"))
+def test_wire_shape_equals_the_pinned_kubelets(
+    theirs: str, ours: str, tmp_path: Path, kube_module: Callable[[str], Path]
+) -> None:
+    apis = kube_module("k8s.io/kubelet") / "pkg" / "apis"
+    kubelet = _shape(_descriptor_set(apis, apis / theirs, tmp_path / "k.pb"))
     mine = _shape(_descriptor_set(OURS, OURS / ours, tmp_path / "o.pb"))
     assert mine == kubelet

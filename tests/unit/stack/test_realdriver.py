@@ -13,10 +13,11 @@ from typing import Any
 
 import pytest
 from cryptography import x509
-from neuron_dra_cli.stack import realdriver, realnodes
+from neuron_dra_cli.stack import realdriver
 from neuron_dra_cli.stack.layout import Layout
 from neuron_dra_cli.stack.pki import Pki
 
+from tests.fixtures.image import skip_unless_required
 from tests.fixtures.stack import neuron_dra
 
 NODE = Path("/tmp/ndra-x/real-node-0")
@@ -251,8 +252,9 @@ def test_natss_secret_holds_a_certificate_for_the_address_the_agents_dial(tmp_pa
     assert ipaddress.ip_address("127.0.0.1") in names.get_values_for_type(x509.IPAddress)
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="mknod needs root")
 def test_the_simulated_devices_are_character_devices(tmp_path: Path) -> None:
+    if os.geteuid() != 0:
+        skip_unless_required("the real node's character devices need root (mknod)")
     layout = Layout(tmp_path)
     try:
         sim = realdriver.write_hardware(layout, "real-node-0")
@@ -278,8 +280,7 @@ def test_the_simulated_devices_are_character_devices(tmp_path: Path) -> None:
 def test_dev_up_refuses_the_driver_on_other_than_one_real_node(
     tmp_path: Path, flags: list[str], said: str
 ) -> None:
-    if flags and realnodes.missing_requirements():
-        pytest.skip("a real node cannot run here: dev up says so first")
+    # Refused before anything else, on any machine (one that cannot run a real node too).
     proc = neuron_dra("dev", "up", "--real-node-driver", *flags, "--state-dir", str(tmp_path))
     assert proc.returncode == 2
     assert said in proc.stderr

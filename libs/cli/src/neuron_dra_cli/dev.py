@@ -15,7 +15,7 @@ import msgspec
 from neuron_dra_cli import env_cmd, fault_cmd, image_cmd, paths, restart_cmd
 from neuron_dra_cli.errors import CliError
 from neuron_dra_cli.output import add_output_option
-from neuron_dra_cli.stack import lifecycle, process, realconfig, realnodes, state
+from neuron_dra_cli.stack import lifecycle, process, realconfig, realnodes, state, zygote
 from neuron_dra_cli.stack.fleet import FleetError, load_fleet
 
 K8S_VERSION_ENV = "NEURON_DRA_K8S_VERSION"
@@ -124,6 +124,15 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "component: the plugin reads its node's health events with its own projected bus "
         "token. Not with --real-node-driver",
     )
+    p.add_argument(
+        "--no-agent-zygote",
+        dest="agent_zygote",
+        action="store_false",
+        default=os.environ.get(zygote.DISABLE_ENV, "1") != "0",
+        help=f"start each neuron-dra service as a `python -m` process of its own (env "
+        f"{zygote.DISABLE_ENV}=0) instead of forking it from the agent zygote, a process that "
+        "imports the services' code once (the local stack only; see neuron_dra_cli.stack.zygote)",
+    )
     paths.add_state_dir_option(p)
     p.set_defaults(handler=cmd_up)
 
@@ -134,10 +143,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = verbs.add_parser(
         "status",
         help="each component, up or down, with pid, memory, start-to-ready time and ports",
-        description="Each component of the stack: up or down, pid, resident and proportional "
-        "memory (RSS, PSS) of its processes, seconds from its start until it was ready, and "
-        "its ports; then the totals. The PSS of all components adds up to what the stack "
-        "uses (pages shared by many simulated nodes counted once).",
+        description="Each component of the stack: up or down, pid, resident, proportional and "
+        "unique memory (RSS, PSS, USS) of its processes, seconds from its start until it was "
+        "ready, and its ports; then the totals. The PSS of all components adds up to what the "
+        "stack uses (pages shared by many simulated nodes, or by the agents the agent zygote "
+        "forked, counted once); USS is what a component holds alone.",
     )
     paths.add_state_dir_option(p)
     add_output_option(p)
@@ -209,11 +219,13 @@ def cmd_up(args: argparse.Namespace) -> int:
             real_nodes=args.real_nodes,
             real_node_driver=args.real_node_driver,
             real_node_device_plugin=args.real_node_device_plugin,
+            agent_zygote=args.agent_zygote,
         ),
         progress=_progress,
     )
     print(
-        summary(current, state_dir=state_dir, seconds=time.monotonic() - t0, detached=args.detach)
+        summary(current, state_dir=state_dir, seconds=time.monotonic() - t0, detached=args.detach),
+        flush=True,
     )
     if args.detach:
         return 0
@@ -352,6 +364,8 @@ class ComponentReport(msgspec.Struct, frozen=True, kw_only=True, rename="camel")
     pid: int
     rss_bytes: int
     pss_bytes: int
+    #: The pages only its processes map (a forked agent's own, without the zygote's).
+    uss_bytes: int = 0
     ready_seconds: float | None
     ports: dict[str, int]
     log: str
@@ -363,6 +377,7 @@ class KindTotals(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     count: int
     up: int
     max_rss_bytes: int
+    max_uss_bytes: int = 0
     max_ready_seconds: float | None
     pss_bytes: int
 
@@ -397,6 +412,7 @@ def status_report(state_dir: Path) -> StatusReport | None:
             pid=c.pid,
             rss_bytes=c.rss_bytes,
             pss_bytes=c.memory_bytes,
+            uss_bytes=c.uss_bytes,
             ready_seconds=c.ready_seconds,
             ports=c.ports,
             log=c.log,
@@ -411,6 +427,7 @@ def status_report(state_dir: Path) -> StatusReport | None:
             count=len(of),
             up=sum(c.up for c in of),
             max_rss_bytes=max(c.rss_bytes for c in of),
+            max_uss_bytes=max(c.uss_bytes for c in of),
             max_ready_seconds=max(readies) if readies else None,
             pss_bytes=sum(c.pss_bytes for c in of),
         )
@@ -455,21 +472,27 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(msgspec.json.format(msgspec.json.encode(report)).decode())
         return 1 if down_count else 0
     print(f"stack in {state_dir} (Kubernetes {report.k8s_version}); KUBECONFIG={report.kubeconfig}")
-    print(f"  {'COMPONENT':<32} {'STATE':<5} {'PID':<8} {'RSS':>8} {'PSS':>8} {'READY':>8}  PORTS")
+    print(
+        f"  {'COMPONENT':<32} {'STATE':<5} {'PID':<8} {'RSS':>8} {'PSS':>8} {'USS':>8} "
+        f"{'READY':>8}  PORTS"
+    )
     for c in report.components:
         ports = " ".join(f"{k}={v}" for k, v in c.ports.items())
-        rss, pss = (_mib(c.rss_bytes), _mib(c.pss_bytes)) if c.up else ("", "")
+        rss, pss, uss = (
+            (_mib(c.rss_bytes), _mib(c.pss_bytes), _mib(c.uss_bytes)) if c.up else ("", "", "")
+        )
         print(
             f"  {c.name:<32} {'up' if c.up else 'DOWN':<5} {c.pid:<8} {rss:>8} {pss:>8} "
-            f"{_secs(c.ready_seconds):>8}  {ports}"
+            f"{uss:>8} {_secs(c.ready_seconds):>8}  {ports}"
         )
         if not c.up:
             print(_indent(process.tail(Path(c.log), lines=5)))
-    print("  by kind (largest RSS, slowest start to ready, PSS of all):")
+    print("  by kind (largest RSS and USS, slowest start to ready, PSS of all):")
     for kind, t in report.kinds.items():
         print(
             f"    {kind:<26} {t.up}/{t.count} up  largest RSS {_mib(t.max_rss_bytes):>8}  "
-            f"slowest ready {_secs(t.max_ready_seconds):>8}  PSS {_mib(t.pss_bytes):>9}"
+            f"USS {_mib(t.max_uss_bytes):>8}  slowest ready {_secs(t.max_ready_seconds):>8}  "
+            f"PSS {_mib(t.pss_bytes):>9}"
         )
     print(
         f"  {len(report.components)} components, {report.up} up, "

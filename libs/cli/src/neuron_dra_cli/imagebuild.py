@@ -28,7 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 from neuron_dra_cli import paths
@@ -44,8 +44,10 @@ __all__ = [
     "ImageBuildError",
     "ensure_base",
     "ensure_image",
+    "find_tool",
     "image_inputs_digest",
     "missing_tools",
+    "tool_env",
 ]
 
 Progress = Callable[[str], None]
@@ -58,7 +60,8 @@ IMAGE_REPOSITORY = "localhost/neuron-dra"
 
 #: podman with Debian's runc and cgroupfs: crun (podman's default on Debian) refuses hosts
 #: with a hybrid cgroup layout, and cgroupfs needs no systemd session.
-PODMAN = ("podman", "--runtime", "/usr/sbin/runc", "--cgroup-manager", "cgroupfs")
+RUNC = "/usr/sbin/runc"
+PODMAN = ("podman", "--runtime", RUNC, "--cgroup-manager", "cgroupfs")
 #: Limits at or below the host's: a sandboxed host may forbid raising them, and podman's
 #: defaults would try.
 RUN_LIMITS = ("--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1024:1024")
@@ -83,24 +86,57 @@ class ImageBuildError(CliError):
     """The base or the image could not be made."""
 
 
+#: Where Debian keeps the administrator's programs that podman's network runs (iptables):
+#: a user's PATH (or a fresh ``env -i``) often lacks these folders.
+SYSTEM_BIN_DIRS: tuple[Path, ...] = (Path("/usr/sbin"), Path("/sbin"))
+
+
+def find_tool(name: str, *, path: str | None = None) -> Path | None:
+    """``name`` on ``path`` (default PATH), or else in /usr/sbin or /sbin; None if nowhere.
+
+    >>> find_tool("iptables", path="/usr/bin:/bin")
+    PosixPath('/usr/sbin/iptables')
+    """
+    found = shutil.which(name, path=os.environ.get("PATH", "") if path is None else path)
+    if found is None:
+        found = shutil.which(name, path=os.pathsep.join(str(d) for d in SYSTEM_BIN_DIRS))
+    return Path(found) if found is not None else None
+
+
+def tool_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """``env`` (default this process's environment) with /usr/sbin and /sbin at the end of
+    its PATH where missing: podman finds iptables (and the CNI plugins their tools) by
+    PATH, and without those folders its network fails deep inside a container's start."""
+    out = dict(os.environ if env is None else env)
+    folders = [f for f in out.get("PATH", "").split(os.pathsep) if f]
+    folders += [str(d) for d in SYSTEM_BIN_DIRS if str(d) not in folders]
+    out["PATH"] = os.pathsep.join(folders)
+    return out
+
+
 def missing_tools() -> list[str]:
-    """The programs this module needs that this machine lacks (empty when all are there)."""
-    wanted = {"podman": "podman", "mmdebstrap": "mmdebstrap", "runc": "/usr/sbin/runc"}
-    return [
-        name
-        for name, cmd in wanted.items()
-        if (shutil.which(cmd) if "/" not in cmd else (cmd if os.access(cmd, os.X_OK) else None))
-        is None
-    ]
+    """The programs this module needs that this machine lacks (empty when all are there).
+
+    iptables counts as there in /usr/sbin or /sbin even when PATH lacks them: podman is
+    always run with them on its PATH (:func:`tool_env`).
+    """
+    missing = [name for name in ("podman", "mmdebstrap") if find_tool(name) is None]
+    if not os.access(RUNC, os.X_OK):
+        missing.append("runc")
+    if find_tool("iptables") is None:
+        missing.append("iptables")
+    return missing
 
 
 def podman(
     *args: str, check: bool = True, timeout: float | None = None, capture: bool = True
 ) -> subprocess.CompletedProcess[str]:
-    """Run podman with :data:`PODMAN`'s options; raise with its output when it fails."""
+    """Run podman with :data:`PODMAN`'s options (and :func:`tool_env`'s PATH); raise with its
+    output when it fails."""
     argv = [*PODMAN, *args]
     proc = subprocess.run(
         argv,
+        env=tool_env(),
         stdout=subprocess.PIPE if capture else None,
         stderr=subprocess.STDOUT if capture else None,
         text=True,
@@ -131,9 +167,9 @@ def ensure_base(*, progress: Progress = print) -> str:
     tarball = root / "base.tar"
     with locked(root / ".lock", progress=progress, what="another process making the same base"):
         if not tarball.is_file():
-            if shutil.which("mmdebstrap") is None:
+            if find_tool("mmdebstrap") is None:
                 raise ImageBuildError(
-                    "`mmdebstrap` is not on PATH: the image's local base is made from Debian's "
+                    "`mmdebstrap` is not installed: the image's local base is made from Debian's "
                     "packages with it (Debian: apt-get install mmdebstrap)"
                 )
             packages = ",".join(BASE_PACKAGES)
@@ -160,6 +196,8 @@ def ensure_base(*, progress: Progress = print) -> str:
                     stderr=subprocess.STDOUT,
                     text=True,
                     check=False,
+                    # It runs chroot, mount and friends from /usr/sbin.
+                    env=tool_env(),
                 )
                 if proc.returncode != 0 or not out.is_file():
                     raise ImageBuildError(

@@ -235,6 +235,46 @@ def _watch(
             progress(f"still compiling ({duration(now - t0)}, {len(done)}/{len(todo)} done)")
 
 
+def go_module_cache() -> Path:
+    """Go's module cache (``go env GOMODCACHE``), where building the binaries leaves the
+    sources of the Kubernetes modules: ``$GOPATH/pkg/mod`` unless the user set it elsewhere."""
+    try:
+        out = subprocess.run(
+            [_go(), "env", "GOMODCACHE"], capture_output=True, text=True, check=True, timeout=60
+        )
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise KubeBuildError(f"`go env GOMODCACHE` failed: {exc}") from None
+    found = out.stdout.strip()
+    if not found:
+        raise KubeBuildError("`go env GOMODCACHE` printed nothing; is GOPATH set to a folder?")
+    return Path(found)
+
+
+def kube_module_dir(module: str, version: str = DEFAULT_VERSION) -> Path:
+    """The sources of a Kubernetes staging module (``k8s.io/api``, ``k8s.io/kubelet``...) at
+    the release ``version`` (1.36.3 -> v0.36.3) in Go's module cache, where building that
+    release's binaries puts them; :class:`KubeBuildError` saying so when they are not there.
+
+    >>> kube_module_dir("k8s.io/api")
+    PosixPath('/root/go/pkg/mod/k8s.io/api@v0.36.3')
+    """
+    release = resolve_version(version)
+    _, minor = release.major_minor
+    patch = release.version.rsplit(".", 1)[1]
+    tag = f"v0.{minor}.{patch}"
+    cache = go_module_cache()
+    # The cache spells an upper-case letter as '!' and its lower case (Go's module escaping).
+    escaped = "".join(f"!{c.lower()}" if c.isupper() else c for c in module)
+    folder = cache / f"{escaped}@{tag}"
+    if not folder.is_dir():
+        raise KubeBuildError(
+            f"{module}@{tag} is not in Go's module cache ({cache}, from `go env GOMODCACHE`); "
+            f"building the Kubernetes {release.version} binaries puts it there: "
+            f"`neuron-dra dev build --k8s-version {release.version}`"
+        )
+    return folder
+
+
 def _go() -> str:
     go = shutil.which("go")
     if go is None:

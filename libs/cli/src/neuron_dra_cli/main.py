@@ -76,6 +76,7 @@ def _register_dev_unavailable(
 
 
 def main(argv: list[str] | None = None) -> int:
+    line_buffered_stdout()
     parser = build_parser()
     args = parser.parse_args(argv)
     handler = args.handler
@@ -86,3 +87,15 @@ def main(argv: list[str] | None = None) -> int:
     except CliError as exc:
         print(f"neuron-dra: {exc}", file=sys.stderr)
         return 2
+
+
+def line_buffered_stdout() -> None:
+    """Write stdout a line at a time, also into a pipe or a file.
+
+    Python buffers a redirected stdout in blocks, so a ``dev up`` whose output goes to a log
+    (CI, a supervisor, ``| tee``) would print nothing of its ready summary until it exits;
+    a reader waiting for that summary would wait for ever.
+    """
+    reconfigure = getattr(sys.stdout, "reconfigure", None)
+    if reconfigure is not None:
+        reconfigure(line_buffering=True)

@@ -10,7 +10,6 @@ under ``<cache>/pause/<release>/pause.oci.tar`` for ``ctr images import``.
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import tempfile
 import time
@@ -69,9 +68,9 @@ def ensure_pause_archive(version: str, *, progress: Progress = print) -> Path:
         if archive.is_file():
             return archive
         for tool in ("gcc", "podman"):
-            if shutil.which(tool) is None:
+            if imagebuild.find_tool(tool) is None:
                 raise PauseBuildError(
-                    f"`{tool}` is not on PATH: the real nodes' pause image is compiled with gcc "
+                    f"`{tool}` is not installed: the real nodes' pause image is compiled with gcc "
                     "and packed with podman (Debian: apt-get install gcc libc6-dev podman)"
                 )
         source = kubernetes_module_dir(version) / _PAUSE_SOURCE

@@ -15,6 +15,8 @@ its ports accept connections.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import signal
 import sys
 import time
@@ -25,7 +27,7 @@ import msgspec
 
 from neuron_dra_cli import paths
 from neuron_dra_cli.errors import CliError
-from neuron_dra_cli.stack import probes, process, state
+from neuron_dra_cli.stack import probes, process, state, zygote
 from neuron_dra_cli.stack.layout import Layout
 
 __all__ = ["Restarted", "register", "restart_component"]
@@ -156,7 +158,7 @@ def restart_component(
                 raise CliError(
                     f"{name} kept exiting while starting for {timeout:.0f} s ({starts} starts)"
                 )
-            running = process.start(entry.argv, log_path=log, env=entry.env)
+            running, forked = _start(state_dir, entry, log=log)
             starts += 1
             # Recorded at once, so `dev down` stops the new process even if this command
             # dies now.
@@ -166,6 +168,7 @@ def restart_component(
                 start_ticks=running.start_ticks,
                 started_at=time.time(),
                 ready_seconds=None,
+                forked=forked,
             )
             _record(state_dir, fresh)
         elif time.monotonic() - started > timeout:
@@ -185,6 +188,25 @@ def restart_component(
         back_at=time.time(),
         starts=starts,
     )
+
+
+def _start(
+    state_dir: Path, entry: state.ComponentState, *, log: Path
+) -> tuple[process.Running, bool]:
+    """Start ``entry`` again as it was started: forked by the agent zygote while it runs (a
+    service ``dev up`` forked), else with its command line; whether it was forked."""
+    if entry.forked and len(entry.argv) >= 3:
+        with contextlib.suppress(zygote.ZygoteError):
+            pid = zygote.spawn(
+                Layout(state_dir).zygote_socket,
+                module=entry.argv[2],
+                args=entry.argv[3:],
+                env={**os.environ, **entry.env},
+                log=log,
+                name=entry.name,
+            )
+            return process.running(pid), True
+    return process.start(entry.argv, log_path=log, env=entry.env), False
 
 
 def _readiness(state_dir: Path, entry: state.ComponentState) -> Callable[[], bool]:

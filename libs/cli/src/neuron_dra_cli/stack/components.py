@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from neuron_dra_cli.stack import bytecode, probes, process
+from neuron_dra_cli.stack import bytecode, probes, process, zygote
 from neuron_dra_cli.stack.pki import CertPair, Pki
 
 SERVICE_CIDR = "10.0.0.0/24"
@@ -26,6 +26,9 @@ class Component:
     ports: dict[str, int]
     ready: Callable[[], bool]
     env: dict[str, str] = field(default_factory=dict)
+    #: A neuron-dra service's ``python -m`` module: the agent zygote may fork it instead of
+    #: starting ``argv`` (``stack.zygote``).
+    module: str = ""
 
 
 def venv_binary(name: str) -> Path:
@@ -61,6 +64,20 @@ def python_service(
             "NEURON_DRA_HTTP_HOST": "127.0.0.1",
             "NEURON_DRA_HTTP_PORT": str(port),
         },
+        module=module,
+    )
+
+
+def agent_zygote(*, socket: Path) -> Component:
+    """The agent zygote (``stack.zygote``): imports the services once and forks each
+    Python service of the stack; ready once it answers on ``socket``."""
+    return Component(
+        name=zygote.KIND,
+        kind=zygote.KIND,
+        argv=[sys.executable, "-m", "neuron_dra_cli.stack.zygote", "--socket", str(socket)],
+        ports={},
+        ready=lambda: zygote.ping(socket),
+        env=bytecode.python_env(),
     )
 
 

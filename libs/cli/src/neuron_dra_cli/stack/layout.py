@@ -52,6 +52,12 @@ class Layout:
         alias.symlink_to(target, target_is_directory=True)
         return alias
 
+    @property
+    def zygote_socket(self) -> Path:
+        """The agent zygote's control socket (``stack.zygote``), in the state directory
+        through the short alias (socket paths are limited to 107 bytes)."""
+        return self.short_nodes / ".agent-zygote.sock"
+
     def kubelet_root(self, node: str) -> Path:
         """The node's kubelet root as the kubelet and plugins see it (through the alias)."""
         return self.short_nodes / node / "kubelet"

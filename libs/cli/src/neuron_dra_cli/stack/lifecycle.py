@@ -6,6 +6,11 @@ with ``real_nodes`` that many real kubelets, each with its own containerd),
 records each one in ``state.json`` as soon as it starts, waits until it is ready, and
 finally waits until every node is Ready. A failure stops whatever was started and says
 which component failed, with the tail of its log.
+
+The neuron-dra services (three agents per simulated node, and the cluster services) are
+forked by the agent zygote (``stack.zygote``), started first so that it imports their code
+once while the control plane starts; each is still a process, session and log of its own,
+recorded like any other component.
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ from neuron_dra_cli.stack import (
     services,
     state,
     tracing,
+    zygote,
 )
 from neuron_dra_cli.stack import components as comp
 from neuron_dra_cli.stack.fleet import Fleet
@@ -70,6 +76,9 @@ class UpOptions:
     #: The device-plugin component's DaemonSet on the (one) real node, labelled for it, and
     #: the scheduler extender in kube-scheduler; the simulated nodes stay DRA nodes.
     real_node_device_plugin: bool = False
+    #: Fork the Python services from the agent zygote (``stack.zygote``), which imports
+    #: their code once, rather than start each as a ``python -m`` of its own.
+    agent_zygote: bool = True
 
 
 def _running(c: state.ComponentState) -> process.Running:
@@ -85,6 +94,10 @@ class Launcher:
         self.progress = progress
         #: Added to every component's environment (the trace backend's address, with tracing).
         self.env: dict[str, str] = {}
+        #: The agent zygote's socket once it is ready: Python services are forked by it.
+        self.zygote: Path | None = None
+        #: Started by :meth:`launch` and not seen ready yet.
+        self._early: list[_Starting] = []
 
     def _record(self, entry: state.ComponentState) -> None:
         """Add ``entry``, or replace the one of its name where it stands."""
@@ -95,10 +108,48 @@ class Launcher:
             new = (*old, entry)
         self.current = msgspec.structs.replace(self.current, components=new)
 
+    def _process(
+        self, c: comp.Component, *, log: Path, env: dict[str, str]
+    ) -> tuple[process.Running, bool]:
+        """Start ``c``: forked by the agent zygote when it is a Python service and the
+        zygote runs, else as a process of its own; whether it was forked."""
+        if c.module and self.zygote is not None:
+            try:
+                pid = zygote.spawn(
+                    self.zygote,
+                    module=c.module,
+                    args=c.argv[3:],  # after [python, -m, module]
+                    env={**os.environ, **env},
+                    log=log,
+                    name=c.name,
+                )
+                return process.running(pid), True
+            except zygote.ZygoteError as exc:
+                self.progress(
+                    f"  {c.name}: {exc}; it and the agents after it start as processes of their own"
+                )
+                self.zygote = None
+        return process.start(c.argv, log_path=log, env=env), False
+
+    def launch(self, c: comp.Component) -> _Starting:
+        """Start ``c`` and record it; :meth:`wait` for it to be ready. Until then, whatever
+        else this launcher waits for, it notes when ``c`` became ready."""
+        started = self._launch(c)
+        self._early.append(started)
+        return started
+
+    def _note_early(self) -> None:
+        """Record the start-to-ready time of each component :meth:`launch` started that is
+        ready now."""
+        for s in [s for s in self._early if s.component.ready()]:
+            self._early.remove(s)
+            self._record(msgspec.structs.replace(s.entry, ready_seconds=time.monotonic() - s.t0))
+            state.save(self.layout.root, self.current)
+
     def _launch(self, c: comp.Component) -> _Starting:
         log = self.layout.log(c.name)
         env = {**self.env, **c.env}
-        running = process.start(c.argv, log_path=log, env=env)
+        running, forked = self._process(c, log=log, env=env)
         entry = state.ComponentState(
             name=c.name,
             kind=c.kind,
@@ -109,6 +160,7 @@ class Launcher:
             started_at=time.time(),
             argv=tuple(c.argv),
             env=env,
+            forked=forked,
         )
         self._record(entry)
         # Recorded before waiting, so `dev down` finds it even if this command dies now.
@@ -126,9 +178,29 @@ class Launcher:
         take the whole batch's time (every one ready late, none early).
         """
         t0 = time.monotonic()
-        pending = list(items)
-        starting: list[_Starting] = []
+        self._run(list(items), [], timeout=timeout, parallel=parallel)
+        names = ", ".join(c.name for c in items) if len(items) <= 3 else f"{len(items)} components"
+        self.progress(f"  {names} ready in {time.monotonic() - t0:.1f} s")
+
+    def wait(self, started: Sequence[_Starting], *, timeout: float = 90.0) -> None:
+        """Wait until each of ``started`` (from :meth:`launch`) is ready, within ``timeout``
+        seconds of its own start."""
+        self._note_early()
+        pending = [s for s in started if s in self._early]
+        for s in pending:
+            self._early.remove(s)
+        self._run([], pending, timeout=timeout, parallel=0)
+
+    def _run(
+        self,
+        pending: list[comp.Component],
+        starting: list[_Starting],
+        *,
+        timeout: float,
+        parallel: int,
+    ) -> None:
         while pending or starting:
+            self._note_early()
             while pending and (parallel <= 0 or len(starting) < parallel):
                 starting.append(self._launch(pending.pop(0)))
             waiting: list[_Starting] = []
@@ -155,8 +227,6 @@ class Launcher:
             starting = waiting
             if starting:
                 time.sleep(0.05)
-        names = ", ".join(c.name for c in items) if len(items) <= 3 else f"{len(items)} components"
-        self.progress(f"  {names} ready in {time.monotonic() - t0:.1f} s")
 
 
 @dataclass
@@ -183,12 +253,14 @@ def up(opts: UpOptions, *, progress: Progress = print) -> state.StackState:
             )
         state.clear(layout.root)
 
-    # Before anything is built: a machine that cannot run a real node is told so at once.
-    realnodes.check_requirements(opts.real_nodes)
+    # Before anything is built: flags that do not go together, then a machine that cannot
+    # run a real node, are told so at once.
     _check_real_node_driver(opts)
     _check_real_node_device_plugin(opts)
-    # Compiles the services' Python modules while the control plane starts.
-    warmup = bytecode.start_warmup()
+    realnodes.check_requirements(opts.real_nodes)
+    # Compiles the services' Python modules while the control plane starts (the agent
+    # zygote does, importing them all, when it runs).
+    warmup = bytecode.start_warmup() if not opts.agent_zygote else bytecode.Warmup(None)
     progress(f"neuron-dra: Kubernetes {opts.k8s_version} binaries")
     bins = kubebuild.ensure_binaries(
         opts.k8s_version, progress=lambda m: progress("  " + m), kubelet=opts.real_nodes > 0
@@ -226,6 +298,12 @@ def up(opts: UpOptions, *, progress: Progress = print) -> state.StackState:
     # Work that needs no control plane, or only the apiserver, runs beside the rest.
     background = ThreadPoolExecutor(max_workers=2, thread_name_prefix="stack-up")
     try:
+        # Imports the services (a few seconds of CPU) while the control plane starts;
+        # waited for just before the first of them.
+        forker = None
+        if opts.agent_zygote:
+            layout.ensure_short_nodes()  # where its socket's short path leads
+            forker = launcher.launch(comp.agent_zygote(socket=layout.zygote_socket))
 
         def write_hardware() -> dict[str, SimNode]:
             return services.write_fleet_hardware(fleet=opts.fleet, layout=layout)
@@ -379,6 +457,8 @@ def up(opts: UpOptions, *, progress: Progress = print) -> state.StackState:
                 port=ports["nats"],
                 monitor_port=ports["nats_monitor"],
             )
+        if forker is not None:
+            _use_zygote(launcher, forker)
         t_bytecode = warmup.wait()
         progress(
             f"  simulated hardware written in {t_hardware:.1f} s, cluster objects applied in "
@@ -434,10 +514,6 @@ def up(opts: UpOptions, *, progress: Progress = print) -> state.StackState:
         if real is not None and real.image is not None and opts.real_node_driver:
             # Their Deployments run on the real node instead (realdriver.SERVICES).
             agents = [a for a in agents if a.kind not in realdriver.SERVICE_KINDS]
-        # One starting per core: each spends about half a second importing on a core of its
-        # own and then mostly waits (for NATS, the apiserver, its kubelet's registration).
-        # Two per core made every plugin take about 1.2 s instead of about 1 s, for 3 s less
-        # in all on the default fleet.
         if auth is not None:
             agents = _authenticated(
                 agents,
@@ -446,7 +522,18 @@ def up(opts: UpOptions, *, progress: Progress = print) -> state.StackState:
                 nats_url=current.nats_url,
                 kubeconfig=own_kubeconfigs[busauth.KIND],
             )
-        launcher.start(agents, timeout=60.0, parallel=os.cpu_count() or 2)
+        # Started as processes of their own, one per core: each spends about half a second
+        # importing on a core of its own and then mostly waits (for NATS, the apiserver, its
+        # kubelet's registration); two per core made every plugin take about 1.2 s instead
+        # of about 1 s. Forked, an agent imports nothing and mostly waits from the start, so
+        # more of them start at once.
+        per_core = 4 if launcher.zygote is not None else 1
+        # The kubelet plugins first: a node takes claims once its plugin has registered.
+        launcher.start(
+            sorted(agents, key=lambda a: a.kind != plugin.KIND),
+            timeout=60.0,
+            parallel=per_core * (os.cpu_count() or 2),
+        )
         if real is not None and real.image is not None:
             if opts.real_node_device_plugin:
                 _start_real_node_device_plugin(
@@ -477,6 +564,26 @@ def up(opts: UpOptions, *, progress: Progress = print) -> state.StackState:
         raise
     background.shutdown()
     return launcher.current
+
+
+def _use_zygote(launcher: Launcher, forker: _Starting) -> None:
+    """Wait for the agent zygote, then have it fork the Python services; one that failed to
+    start leaves them to start as processes of their own (slower, same result)."""
+    t0 = time.monotonic()
+    try:
+        launcher.wait([forker], timeout=90.0)
+    except CliError as exc:
+        launcher.progress(
+            f"  the agent zygote did not start, so each service starts as a process of its "
+            f"own: {exc}"
+        )
+        return
+    launcher.zygote = launcher.layout.zygote_socket
+    entry = next(c for c in launcher.current.components if c.name == forker.entry.name)
+    launcher.progress(
+        f"  agent zygote ready {entry.ready_seconds or 0.0:.1f} s after its start "
+        f"(waited {time.monotonic() - t0:.1f} s for it)"
+    )
 
 
 @dataclass(frozen=True)
@@ -759,6 +866,8 @@ def stop_all(current: state.StackState, *, timeout: float = 15.0) -> None:
     control plane, then the bus."""
     order = {
         "node": 0,
+        # After the agents it forked, so that its log says how each of them exited.
+        zygote.KIND: 1,
         "kube-scheduler": 1,
         "kube-controller-manager": 1,
         "kube-apiserver": 2,
@@ -800,6 +909,9 @@ class ComponentStatus:
     memory_bytes: int
     #: Resident set size of its process group (shared pages counted in full).
     rss_bytes: int
+    #: Unique set size of its process group: the pages only it maps (a forked agent's own,
+    #: without what it shares with the agent zygote).
+    uss_bytes: int
     #: Seconds from its start until it was first ready (None: not known).
     ready_seconds: float | None
 
@@ -823,6 +935,7 @@ def status(state_dir: Path) -> tuple[state.StackState, list[ComponentStatus]] | 
                 log=c.log,
                 memory_bytes=memory.pss,
                 rss_bytes=memory.rss,
+                uss_bytes=memory.uss,
                 ready_seconds=c.ready_seconds,
             )
         )

@@ -115,6 +115,13 @@ def start(
     return Running(pid=proc.pid, start_ticks=ticks if ticks is not None else -1)
 
 
+def running(pid: int) -> Running:
+    """The process ``pid`` as :class:`Running` (its start time read now): one this module
+    did not start itself, a forked agent for one."""
+    ticks = _start_ticks(pid)
+    return Running(pid=pid, start_ticks=ticks if ticks is not None else -1)
+
+
 def alive(proc: Running) -> bool:
     """True while the very process that was started is still running."""
     _reap(proc.pid)
@@ -179,10 +186,12 @@ def tail(path: Path, *, lines: int = 20) -> str:
 @dataclass(frozen=True)
 class Memory:
     """Bytes a process group holds: ``rss`` counts every resident page of each process
-    (shared ones too), ``pss`` divides a shared page among the processes that map it."""
+    (shared ones too), ``pss`` divides a shared page among the processes that map it, and
+    ``uss`` counts only the pages no other process maps (what stopping it would free)."""
 
     rss: int
     pss: int
+    uss: int = 0
 
 
 def group_memory(pgid: int) -> Memory:
@@ -192,7 +201,7 @@ def group_memory(pgid: int) -> Memory:
     same binary run by many simulated nodes is counted once); the resident set size is what
     each process would take alone.
     """
-    rss = pss = 0
+    rss = pss = uss = 0
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -205,6 +214,8 @@ def group_memory(pgid: int) -> Memory:
                     rss += int(line.split()[1]) * 1024
                 elif line.startswith("Pss:"):
                     pss += int(line.split()[1]) * 1024
+                elif line.startswith(("Private_Clean:", "Private_Dirty:")):
+                    uss += int(line.split()[1]) * 1024
         except (OSError, ValueError, IndexError):
             continue
-    return Memory(rss=rss, pss=pss)
+    return Memory(rss=rss, pss=pss, uss=uss)

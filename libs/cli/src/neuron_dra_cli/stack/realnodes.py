@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from neuron_dra_cli.errors import CliError
+from neuron_dra_cli.imagebuild import find_tool, tool_env
 from neuron_dra_cli.stack import probes, process, realconfig, state
 from neuron_dra_cli.stack.components import Component
 from neuron_dra_cli.stack.layout import Layout
@@ -58,9 +59,14 @@ def missing_requirements(
                 f"the CNI plugin {cni_bin_dir / name} "
                 "(Debian: apt-get install containernetworking-plugins)"
             )
+    # ip and podman may sit in /usr/sbin or /sbin, which a user's PATH can lack: found there
+    # too, and run with those folders on their PATH (imagebuild.tool_env).
     for tool in ("gcc", "podman", "ip"):
-        if shutil.which(tool) is None:
-            missing.append(f"`{tool}` on PATH (it builds the pause image / manages the bridge)")
+        if find_tool(tool) is None:
+            missing.append(
+                f"`{tool}` on PATH, /usr/sbin or /sbin (it builds the pause image / manages "
+                "the bridge)"
+            )
     return missing
 
 
@@ -136,13 +142,15 @@ def make_bridge(net: realconfig.Network) -> None:
     """Create the node's bridge with its address before the kubelet starts: the address is
     the node's IP, which the kubelet wants on the host (the CNI plugin finds the bridge
     and its gateway address there and adds the pods' ports to it)."""
-    subprocess.run(["ip", "link", "delete", net.bridge], capture_output=True, check=False)
+    subprocess.run(
+        ["ip", "link", "delete", net.bridge], capture_output=True, check=False, env=tool_env()
+    )
     for argv in (
         ["ip", "link", "add", net.bridge, "type", "bridge"],
         ["ip", "addr", "add", f"{net.gateway}/{net.prefix_length}", "dev", net.bridge],
         ["ip", "link", "set", net.bridge, "up"],
     ):
-        proc = subprocess.run(argv, capture_output=True, text=True, check=False)
+        proc = subprocess.run(argv, capture_output=True, text=True, check=False, env=tool_env())
         if proc.returncode != 0:
             raise RealNodeError(f"`{' '.join(argv)}` exited {proc.returncode}: {proc.stderr}")
 
@@ -193,6 +201,8 @@ def kubelet_component(
         ),
         ports={"kubelet": port, "healthz": healthz},
         ready=lambda: probes.http_ok(f"http://127.0.0.1:{healthz}/healthz"),
+        # It runs mount, iptables and friends by name, from /usr/sbin or /sbin on Debian.
+        env={"PATH": tool_env()["PATH"]},
     )
 
 
@@ -265,7 +275,9 @@ def _teardown(entry: state.ComponentState, *, paths: realconfig.NodePaths, timeo
     _unmount_under(bases)
     bridge = _bridge_of(paths)
     if bridge:
-        subprocess.run(["ip", "link", "delete", bridge], capture_output=True, check=False)
+        subprocess.run(
+            ["ip", "link", "delete", bridge], capture_output=True, check=False, env=tool_env()
+        )
     shutil.rmtree(bases[-1], ignore_errors=True)
 
 

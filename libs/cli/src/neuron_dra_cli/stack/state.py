@@ -26,6 +26,10 @@ class ComponentState(msgspec.Struct, frozen=True, kw_only=True):
     #: process the stack did not start itself.
     argv: tuple[str, ...] = ()
     env: dict[str, str] = msgspec.field(default_factory=dict)
+    #: Forked by the agent zygote (``stack.zygote``) rather than started with ``argv``:
+    #: ``argv`` still says what it runs, and ``dev restart`` forks it again while the
+    #: zygote runs.
+    forked: bool = False
 
 
 class StackState(msgspec.Struct, frozen=True, kw_only=True):

@@ -204,8 +204,20 @@ def write_counter(root: Path, *, device: int, counter: str, total: int, present:
 
 
 def _write(path: Path, content: str) -> None:
+    """Make ``path`` hold ``content``; a file that holds it already is left alone.
+
+    The local stack writes every node's hardware again at each start (a fault injected
+    since is repaired so): comparing costs a read, where truncating and writing each of a
+    fleet's tens of thousands of files again took seconds of the start.
+    """
+    data = content.encode()
+    try:
+        if path.read_bytes() == data:
+            return
+    except OSError:
+        pass  # not there yet (or not a file): written below, or refused as before
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(content, encoding="utf-8")
+    path.write_bytes(data)
 
 
 def _hex_id(key: str) -> str:
