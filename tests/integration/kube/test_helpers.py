@@ -174,14 +174,14 @@ async def test_request_bodies_and_queries_reach_the_apiserver_intact(kube: KubeC
         "kind": "ConfigMap",
         **configmap(name, run, text="Grüße ✓", big=big),
     }
-    created = await kube.request("POST", CONFIGMAPS.path(namespace=NS), body=body)
+    created = await kube.create(CONFIGMAPS, body)
     try:
         assert created["data"] == {"text": "Grüße ✓", "big": big}
-        page = await kube.request(
-            "GET",
-            CONFIGMAPS.path(namespace=NS),
-            query=[("labelSelector", f"test-run={run},test-run in ({run},other)")],
+        items, _ = await kube.list(
+            CONFIGMAPS,
+            namespace=NS,
+            label_selector=f"test-run={run},test-run in ({run},other)",
         )
-        assert [o["metadata"]["name"] for o in page["items"]] == [name]
+        assert [o["metadata"]["name"] for o in items] == [name]
     finally:
         await kube.delete(CONFIGMAPS, name, namespace=NS)

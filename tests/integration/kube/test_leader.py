@@ -97,7 +97,7 @@ async def test_a_leader_whose_lease_is_taken_stops_its_work(kube: KubeClient) ->
             leaseDurationSeconds=60,
             renewTime=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
         )
-        await kube.request("PUT", LEASES.path(namespace=NS, name=name), body=lease)
+        await kube.replace(LEASES, name, lease, namespace=NS)
         await asyncio.wait_for(run, LEASE)
         assert work.outcome == "cancelled"
         assert not a.leading
