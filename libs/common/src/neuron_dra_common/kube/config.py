@@ -154,7 +154,9 @@ def _check_cluster(cluster: Mapping[str, Any], at: str) -> None:
     _check_base64(cluster, "certificate-authority-data", at)
     proxy = str(cluster.get("proxy-url") or "")
     if proxy and not proxy.startswith(("http://", "https://")):
-        raise ConfigError(f"{at}.proxy-url is {proxy!r}: only http:// and https:// proxies")
+        raise ConfigError(
+            f"{at}.proxy-url is {proxy!r}: only http:// and https:// proxies are supported"
+        )
 
 
 def _check_user(user: Mapping[str, Any], at: str) -> None:
@@ -204,7 +206,8 @@ class _TokenFile:
 
     def __init__(self, path: str) -> None:
         self.path = path
-        self._next = time.monotonic() + TOKEN_FILE_SECONDS
+        # Read at the first call too: the library keeps the file's trailing newline.
+        self._next = 0.0
 
     def expire(self) -> None:
         self._next = 0.0
@@ -274,6 +277,13 @@ def _select(path: Path | str, context: str | None, exec_timeout: float) -> _Sele
     _check_files(cluster, ("certificate-authority",), at, cluster_file)
     user: Mapping[str, Any] = {}
     token_file = ""
+    if not user_name and isinstance(ctx, dict):
+        # Anonymous: the loader reads the client certificate fields of a user entry, so it
+        # gets an empty one.
+        user_name = ctx["user"] = "neuron-dra-anonymous"
+        assert merger.config is not None
+        merger.config.value.setdefault("users", []).append({"name": user_name, "user": {}})
+        users[user_name] = (ctx_file, {"name": user_name, "user": {}})
     if user_name:
         user_file, user_entry = users[user_name]
         at = f"kubeconfig {user_file}: users[{user_name!r}].user"
