@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import uvloop
 import yaml
 from neuron_dra_cli.stack.pki import CertPair, Pki, write_kubeconfig
 from neuron_dra_common.kube import (
@@ -192,6 +193,29 @@ async def test_a_plugin_that_hangs_at_start_is_a_start_error(
     pid = int(pid_file.read_text())
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
+
+
+def test_a_hung_plugin_is_killed_under_uvloop_too(tmp_path: Path, stack_kubeconfig: Path) -> None:
+    # The services run on uvloop, whose subprocess transport differs from asyncio's.
+    pid_file = tmp_path / "pid"
+    plugin = tmp_path / "hang"
+    plugin.write_text(f"#!/bin/sh\necho $$ > {pid_file}\nexec sleep 600\n")
+    plugin.chmod(0o755)
+
+    def exec_user(doc: dict[str, Any]) -> None:
+        doc["users"][0]["user"] = {
+            "exec": {"apiVersion": "client.authentication.k8s.io/v1", "command": str(plugin)}
+        }
+
+    path = rewrite(stack_kubeconfig, exec_user)
+
+    async def load() -> None:
+        await load_kubeconfig(path, exec_timeout=1)
+
+    with pytest.raises(ConfigError, match="no answer in 1 s; killed"):
+        uvloop.run(load())
+    with pytest.raises(ProcessLookupError):
+        os.kill(int(pid_file.read_text()), 0)
 
 
 async def test_context_by_name_and_several_files(tmp_path: Path, stack_kubeconfig: Path) -> None:
