@@ -322,12 +322,16 @@ class KubeClient:
             forced = self._refresh_now.is_set()
             self._refresh_now.clear()
             if forced:
-                # The token was refused: run the plugin whatever expiry it stated.
+                # The token was refused: run the plugin whatever expiry it stated (the
+                # loader runs it only once its recorded expiry is near).
                 vars(loader).pop("exec_plugin_expiry", None)
             try:
                 async with asyncio.timeout(self.config.exec_timeout + 10):
                     await loader.load_from_exec_plugin()
-                self.config.configuration.api_key["BearerToken"] = loader.token
+                # A plugin that answers with a client certificate sets no token.
+                token = getattr(loader, "token", None)
+                if token:
+                    self.config.configuration.api_key["BearerToken"] = token
                 pause = 1.0
             except (ConfigException, OSError, ValueError, TimeoutError) as exc:
                 log.warning(
