@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 import yaml
 from neuron_dra_cli.stack.pki import Pki
-from neuron_dra_common.kube import KubeClient, Resource, connect
+from neuron_dra_common.kube import ApiException, KubeClient, Resource, connect
 
 from tests.contracts.support import wait_until
 from tests.fixtures.stack import KubeStack
@@ -314,5 +314,19 @@ async def test_a_hung_exec_plugin_is_killed_and_never_blocks_a_call(
         while not await second():
             assert time.monotonic() < deadline, "the plugin's new token was never used"
             await asyncio.sleep(0.5)
+        # A token the server refuses (its account deleted) makes the plugin run again at once.
+        answer.write_text(_credential(accounts["exec-first"], expires_in=timedelta(hours=1)))
+        kube_stack.kubectl("delete", "serviceaccount", "exec-second", "-n", NS)
+        deadline = time.monotonic() + 30
+        refusals: list[int] = []
+        while True:
+            try:
+                if await who(client) == f"system:serviceaccount:{NS}:exec-first":
+                    break
+            except ApiException as exc:
+                refusals.append(exc.status)
+            assert time.monotonic() < deadline, "a refused token was never replaced"
+            await asyncio.sleep(0.5)
+        assert set(refusals) <= {401}, refusals
     finally:
         await client.close()

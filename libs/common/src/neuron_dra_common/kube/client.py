@@ -90,7 +90,8 @@ class ApiException(Exception):
 
 
 class ConnectionLost(OSError):
-    """The connection ended before the answer did (the apiserver restarted, a proxy cut it)."""
+    """No answer: the connection ended before the answer did (the apiserver restarted, a
+    proxy cut it), or the request could not be sent (the token file unreadable meanwhile)."""
 
 
 #: What a call fails with when no answer came back (the apiserver down, restarting, or too
@@ -333,7 +334,7 @@ class KubeClient:
                 if token:
                     self.config.configuration.api_key["BearerToken"] = token
                 pause = 1.0
-            except (ConfigException, OSError, ValueError, TimeoutError) as exc:
+            except Exception as exc:  # whatever the plugin did, the task goes on
                 log.warning(
                     "exec credential plugin failed; keeping the last token",
                     extra={"source": self.config.source, "error": str(exc), "retry_in": pause},
@@ -387,6 +388,10 @@ class KubeClient:
             raise
         except aiohttp.ClientError as exc:
             raise ConnectionLost(f"{method} {path}: {exc!r}") from exc
+        except ConfigException as exc:
+            # The library's token hook could not read the token (a service-account token
+            # being rotated): nothing was sent; worth trying again like a lost connection.
+            raise ConnectionLost(f"{method} {path}: no credentials: {exc}") from exc
         if resp.status >= 400:
             try:
                 text = await resp.read()
