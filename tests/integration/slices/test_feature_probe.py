@@ -231,5 +231,6 @@ def test_the_publisher_process_exits_naming_the_problem_and_writes_no_slice(
     assert proc.returncode != 0
     said = proc.stdout + proc.stderr
     assert "cannot tell whether the cluster keeps shared counters" in said
+    assert "Unclosed" not in said, "the failed start closed its connections"
     writes = [(m, p) for m, p in front.seen if m != "GET" and "dryRun=All" not in p]
     assert writes == [], "nothing but dry-run probes reached the apiserver"
