@@ -77,7 +77,7 @@ def binding(args: dict[str, Any]) -> dict[str, Any]:
 
 
 async def serve(port: int, kubeconfig: Path) -> None:
-    kube = KubeClient(load_kubeconfig(kubeconfig))
+    kube = KubeClient(await load_kubeconfig(kubeconfig))
 
     async def filter_(body: bytes | bytearray) -> tuple[int, bytes]:
         return 200, _encode.encode(answer_filter(_decode.decode(body)))
@@ -88,10 +88,12 @@ async def serve(port: int, kubeconfig: Path) -> None:
     async def bind(body: bytes | bytearray) -> tuple[int, bytes]:
         args = _decode.decode(body)
         try:
-            await kube.request(
-                "POST",
-                PODS.path(namespace=args["PodNamespace"], name=args["PodName"]) + "/binding",
-                body=binding(args),
+            await kube.create(
+                PODS,
+                binding(args),
+                namespace=args["PodNamespace"],
+                name=args["PodName"],
+                subresource="binding",
             )
         except Exception as exc:  # the scheduler retries the pod, with the reason
             return 200, _encode.encode({"Error": str(exc)})

@@ -313,16 +313,12 @@ async def _each(items: Iterable[Obj], *, post: Any) -> None:
 
 
 async def _populate(kube: KubeClient, fleet: list[tuple[str, str]]) -> None:
-    await kube.request("POST", NAMESPACES.path(), body={"metadata": {"name": NAMESPACE}})
+    await kube.create(NAMESPACES, {"metadata": {"name": NAMESPACE}})
     # No controller-manager makes it; the ServiceAccount admission wants it.
-    await kube.request(
-        "POST",
-        SERVICE_ACCOUNTS.path(namespace=NAMESPACE),
-        body={"metadata": {"name": "default", "namespace": NAMESPACE}},
-    )
+    await kube.create(SERVICE_ACCOUNTS, {"metadata": {"name": "default", "namespace": NAMESPACE}})
 
     async def post(node: Obj) -> None:
-        await kube.request_metadata("POST", NODES.path(), body=node)
+        await kube.create(NODES, node, metadata_only=True)
 
     await _each((node_object(n, t) for n, t in fleet), post=post)
 
@@ -418,7 +414,7 @@ async def _run(
         ]
 
         async def post(pod: Obj) -> None:
-            await kube.request_metadata("POST", PODS.path(namespace=NAMESPACE), body=pod)
+            await kube.create(PODS, pod, namespace=NAMESPACE, metadata_only=True)
 
         await _each(pods, post=post)
         binds = Binds(p["metadata"]["name"] for p in pods)
@@ -442,11 +438,7 @@ async def _run(
         for running in reversed(started):
             await asyncio.to_thread(plane.stop, running)
         # No kubelet confirms a deletion: without a grace period the pods go at once.
-        await kube.request(
-            "DELETE",
-            PODS.path(namespace=NAMESPACE),
-            body={"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0},
-        )
+        await kube.delete_collection(PODS, namespace=NAMESPACE, grace_period=0)
 
 
 def combine(rounds: Iterable[Outcome]) -> Outcome:
@@ -468,7 +460,7 @@ async def _measure(
     *,
     rounds: int,
 ) -> dict[str, Outcome]:
-    kube = KubeClient(load_kubeconfig(plane.admin))
+    kube = KubeClient(await load_kubeconfig(plane.admin))
     try:
         await _populate(kube, fleet)
         made: dict[str, list[Outcome]] = {run.name: [] for run in RUNS}

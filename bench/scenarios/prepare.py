@@ -321,22 +321,23 @@ def _allocation(plugin: Plugin, devices: list[str]) -> dict[str, Any]:
 
 async def _create_claims(kubeconfig: Path, plugins: list[Plugin], per_lane: int) -> None:
     from neuron_dra_common.kube import RESOURCE_CLAIMS, connect
+    from neuron_dra_ultraserver_operator.resources import NAMESPACES
 
     kube = await connect(kubeconfig=kubeconfig)
     try:
-        await kube.request(
-            "POST",
-            "/api/v1/namespaces",
-            body={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}},
+        await kube.create(
+            NAMESPACES,
+            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}},
         )
         sem = asyncio.Semaphore(8)
-        path = RESOURCE_CLAIMS.path(namespace=NAMESPACE)
 
         async def one(plugin: Plugin, name: str, size: int, devices: list[str]) -> str:
             async with sem:
-                created = await kube.request("POST", path, body=_claim(name, size))
+                created = await kube.create(
+                    RESOURCE_CLAIMS, _claim(name, size), namespace=NAMESPACE
+                )
                 created["status"] = {"allocation": _allocation(plugin, devices)}
-                await kube.request("PUT", f"{path}/{name}/status", body=created)
+                await kube.replace_status(RESOURCE_CLAIMS, name, created, namespace=NAMESPACE)
                 return str(created["metadata"]["uid"])
 
         for plugin in plugins:

@@ -42,8 +42,15 @@ import msgspec
 from neuron_dra_cli.fault_cmd import LOST, apply_fault
 from neuron_dra_common.bus import Bus
 from neuron_dra_common.events import AnyEvent, DeviceHealthChanged, NodeLost
-from neuron_dra_common.kube import NODES, RESOURCE_SLICES, ApiException, KubeClient, connect
-from neuron_dra_ultraserver_operator.resources import NUSW, PODS
+from neuron_dra_common.kube import (
+    NODES,
+    RESOURCE_SLICES,
+    ApiException,
+    KubeClient,
+    Resource,
+    connect,
+)
+from neuron_dra_ultraserver_operator.resources import NAMESPACES, NUSW, PODS
 
 from bench.harness import Figure, Report, percentile
 from bench.stack import local_stack
@@ -52,6 +59,12 @@ from bench.watch import BusEvents, Watched, wait
 Obj = dict[str, Any]
 
 NAMESPACE: Final = "bench-recovery"
+SERVICE_ACCOUNTS: Final = Resource(
+    group="", version="v1", plural="serviceaccounts", kind="ServiceAccount", namespaced=True
+)
+DEPLOYMENTS: Final = Resource(
+    group="apps", version="v1", plural="deployments", kind="Deployment", namespaced=True
+)
 WORKLOAD: Final = "recover"
 REPLICAS: Final = 4
 DEVICE_NODE: Final = "trn2-48xl-0"
@@ -427,15 +440,11 @@ class Bench:
         return tasks
 
     async def namespace(self) -> None:
-        await self.kube.request(
-            "POST", "/api/v1/namespaces", body={"metadata": {"name": NAMESPACE}}
-        )
+        await self.kube.create(NAMESPACES, {"metadata": {"name": NAMESPACE}})
         deadline = time.monotonic() + SETUP_TIMEOUT
         while True:
             try:
-                await self.kube.request(
-                    "GET", f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts/default"
-                )
+                await self.kube.get(SERVICE_ACCOUNTS, "default", namespace=NAMESPACE)
                 return
             except ApiException as exc:
                 if exc.status != 404 or time.monotonic() > deadline:
@@ -484,10 +493,8 @@ class Bench:
 
     async def deploy(self) -> None:
         """The workload and its pods, Running on the nodes it was given."""
-        await self.kube.request("POST", NUSW.path(namespace=NAMESPACE), body=workload_body())
-        await self.kube.request(
-            "POST", f"/apis/apps/v1/namespaces/{NAMESPACE}/deployments", body=deployment_body()
-        )
+        await self.kube.create(NUSW, workload_body(), namespace=NAMESPACE)
+        await self.kube.create(DEPLOYMENTS, deployment_body(), namespace=NAMESPACE)
         await wait(
             self.workloads.expect(
                 f"{WORKLOAD} Allocated",
@@ -510,9 +517,7 @@ class Bench:
         )
 
     async def witness(self, name: str, node: str) -> None:
-        await self.kube.request(
-            "POST", PODS.path(namespace=NAMESPACE), body=witness_body(name, node=node)
-        )
+        await self.kube.create(PODS, witness_body(name, node=node), namespace=NAMESPACE)
         key = f"{NAMESPACE}/{name}"
         await wait(
             self.pods.expect(

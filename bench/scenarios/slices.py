@@ -168,7 +168,7 @@ class _Bench:
         from neuron_dra_common.kube import NODES
 
         async def make(i: int) -> None:
-            await self.kube.request("POST", "/api/v1/nodes", body=_node(names[i]))
+            await self.kube.create(NODES, _node(names[i]))
 
         await _bounded(len(names), make)
         self.uids = {
@@ -180,12 +180,8 @@ class _Bench:
         from neuron_dra_common.kube import NODES, RESOURCE_SLICES
         from neuron_dra_slice_publisher.store import SELECTOR
 
-        await self.kube.request(
-            "DELETE", RESOURCE_SLICES.path(), query=[("labelSelector", SELECTOR)]
-        )
-        await self.kube.request(
-            "DELETE", NODES.path(), query=[("labelSelector", _BENCH_LABEL + "=true")]
-        )
+        await self.kube.delete_collection(RESOURCE_SLICES, label_selector=SELECTOR)
+        await self.kube.delete_collection(NODES, label_selector=_BENCH_LABEL + "=true")
         for _ in range(600):  # deletecollection finishes asynchronously
             left = (await self.kube.list(RESOURCE_SLICES, label_selector=SELECTOR))[0]
             left += (await self.kube.list(NODES, label_selector=_BENCH_LABEL + "=true"))[0]
@@ -228,7 +224,7 @@ class _Bench:
             "slices_bare.py",
             {
                 "kubeconfig": str(self.kubeconfig),
-                "path": RESOURCE_SLICES.path(),
+                "path": f"/apis/{RESOURCE_SLICES.api_version}/{RESOURCE_SLICES.plural}",
                 "workers": WORKERS,
                 "change_gap": CHANGE_GAP,
                 "pools": prepared,

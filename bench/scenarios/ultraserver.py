@@ -182,6 +182,12 @@ def _allocated(obj: Obj) -> bool:
 # --- the client ----------------------------------------------------------------------------
 
 
+def _collection(resource: Resource, namespace: str) -> str:
+    """The path the bare kubernetes-asyncio baseline is given (it takes raw paths, as a
+    program on the library alone would)."""
+    return f"/apis/{resource.api_version}/namespaces/{namespace}/{resource.plural}"
+
+
 class Client:
     """kubernetes-asyncio, in its child process (``bench/bare/ultraserver_bare.py``)."""
 
@@ -572,7 +578,7 @@ class Bench:
 
     async def operator_one(self, name: str, size: int, count: int) -> float:
         body = workload_body(name, size=size, count=count, group=GROUP)
-        path = self.nusw.path(namespace=NAMESPACE)
+        path = _collection(self.nusw, NAMESPACE)
         t0, _ = await self.client.timed(("POST", path, body, _JSON))
         self.started[name] = t0
         done = max(
@@ -585,8 +591,8 @@ class Bench:
 
     async def bare_one(self, name: str, size: int, count: int) -> float:
         body = workload_body(name, size=size, count=count, group=TWIN_GROUP)
-        path = self.twin.path(namespace=NAMESPACE)
-        rct_path = self.templates.path(namespace=NAMESPACE)
+        path = _collection(self.twin, NAMESPACE)
+        rct_path = _collection(self.templates, NAMESPACE)
         created = {**body, "metadata": {**body["metadata"], "uid": _TWIN_UID, "generation": 1}}
         workload = workload_from_api(created)
         records = self._records(size, count)

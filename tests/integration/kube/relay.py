@@ -69,7 +69,7 @@ class Cuttable:
 
 async def relayed(kube_stack: KubeStack) -> tuple[Cuttable, int, KubeClient]:
     """A started relay to the stack's apiserver, its port, and a client that goes through it."""
-    config = load_kubeconfig(kube_stack.kubeconfig)
+    config = await load_kubeconfig(kube_stack.kubeconfig)
     host, _, port = config.server.removeprefix("https://").rpartition(":")
     relay = Cuttable(host, int(port))
     relay_port = await relay.start()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
 from typing import Any
 
@@ -174,14 +175,79 @@ async def test_request_bodies_and_queries_reach_the_apiserver_intact(kube: KubeC
         "kind": "ConfigMap",
         **configmap(name, run, text="Grüße ✓", big=big),
     }
-    created = await kube.request("POST", CONFIGMAPS.path(namespace=NS), body=body)
+    created = await kube.create(CONFIGMAPS, body)
     try:
         assert created["data"] == {"text": "Grüße ✓", "big": big}
-        page = await kube.request(
-            "GET",
-            CONFIGMAPS.path(namespace=NS),
-            query=[("labelSelector", f"test-run={run},test-run in ({run},other)")],
+        items, _ = await kube.list(
+            CONFIGMAPS,
+            namespace=NS,
+            label_selector=f"test-run={run},test-run in ({run},other)",
         )
-        assert [o["metadata"]["name"] for o in page["items"]] == [name]
+        assert [o["metadata"]["name"] for o in items] == [name]
     finally:
         await kube.delete(CONFIGMAPS, name, namespace=NS)
+
+
+async def test_patch_kinds_preconditions_dry_run_and_metadata_answers(kube: KubeClient) -> None:
+    from neuron_dra_common.kube import ApiException
+
+    run = uuid.uuid4().hex[:10]
+    name = f"verbs-{run}"
+    body = {"apiVersion": "v1", "kind": "ConfigMap", **configmap(name, run, a="1")}
+    assert "data" not in await kube.create(CONFIGMAPS, body, dry_run=True, metadata_only=True)
+    with pytest.raises(ApiException) as missing:
+        await kube.get(CONFIGMAPS, name, namespace=NS)
+    assert missing.value.status == 404, "a dry run stores nothing"
+    created = await kube.create(CONFIGMAPS, body, metadata_only=True)
+    assert "data" not in created
+    assert "managedFields" not in created["metadata"]
+    uid, version = created["metadata"]["uid"], created["metadata"]["resourceVersion"]
+    try:
+        await kube.patch(CONFIGMAPS, name, {"data": {"m": "1"}}, namespace=NS)
+        await kube.patch(CONFIGMAPS, name, {"data": {"s": "1"}}, namespace=NS, kind="strategic")
+        ops = [{"op": "add", "path": "/data/j", "value": "1"}]
+        patched = await kube.patch(CONFIGMAPS, name, ops, namespace=NS, kind="json")
+        assert patched["data"] == {"a": "1", "m": "1", "s": "1", "j": "1"}
+        for stale in ({"uid": "not-its-uid"}, {"resource_version": version}):
+            with pytest.raises(ApiException) as refused:
+                await kube.delete(CONFIGMAPS, name, namespace=NS, **stale)
+            assert refused.value.status == 409
+        await kube.get(CONFIGMAPS, name, namespace=NS)  # still there
+        await kube.delete(CONFIGMAPS, name, namespace=NS, uid=uid, propagation="Foreground")
+    finally:
+        with contextlib.suppress(ApiException):
+            await kube.delete(CONFIGMAPS, name, namespace=NS)
+
+
+async def test_status_subresource_and_events(kube: KubeClient) -> None:
+    from neuron_dra_common.kube import EVENTS, NODES
+
+    name = f"verbs-node-{uuid.uuid4().hex[:8]}"
+    node = await kube.create(
+        NODES, {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}}
+    )
+    try:
+        condition = {"type": "NeuronHealth", "status": "True", "reason": "Test", "message": "ok"}
+        await kube.patch_status(
+            NODES, name, {"status": {"conditions": [condition]}}, kind="strategic"
+        )
+        current = await kube.get_status(NODES, name)
+        assert [c["type"] for c in current["status"]["conditions"]] == ["NeuronHealth"]
+        current["status"]["conditions"][0]["message"] = "replaced"
+        await kube.replace_status(NODES, name, current)
+        assert (await kube.get(NODES, name))["status"]["conditions"][0]["message"] == "replaced"
+        await kube.post_event(
+            {"apiVersion": "v1", "kind": "Node", "name": name, "uid": node["metadata"]["uid"]},
+            reason="VerbsTest",
+            message="x" * 5000,
+            component="test",
+            warning=True,
+        )
+        events, _ = await kube.list(
+            EVENTS, namespace="default", field_selector=f"involvedObject.name={name}"
+        )
+        [event] = events
+        assert (event["reason"], event["type"]) == ("VerbsTest", "Warning")
+        assert len(event["message"]) == 1024
+    finally:
+        await kube.delete(NODES, name)

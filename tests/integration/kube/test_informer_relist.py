@@ -83,6 +83,7 @@ class CutOffClient(KubeClient):
         resource_version: str,
         namespace: str | None = None,
         label_selector: str = "",
+        field_selector: str = "",
         timeout_seconds: int = 300,
         metadata_only: bool = False,
     ) -> AsyncGenerator[Obj, None]:
@@ -95,6 +96,7 @@ class CutOffClient(KubeClient):
             resource_version=resource_version,
             namespace=namespace,
             label_selector=label_selector,
+            field_selector=field_selector,
             timeout_seconds=timeout_seconds,
             metadata_only=metadata_only,
         ):

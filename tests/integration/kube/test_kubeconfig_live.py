@@ -10,13 +10,22 @@ from typing import Any
 
 import pytest
 import yaml
-from neuron_dra_common.kube import KubeClient, connect, load_in_cluster, load_kubeconfig
+from neuron_dra_common.kube import (
+    KubeClient,
+    Resource,
+    connect,
+    load_in_cluster,
+    load_kubeconfig,
+)
 
 from tests.fixtures.stack import KubeStack
 
 pytestmark = pytest.mark.stack
 
 NS = "default"
+SELF_SUBJECT_REVIEWS = Resource(
+    group="authentication.k8s.io", version="v1", plural="selfsubjectreviews"
+)
 ACCOUNT = "kubeconfig-probe"
 
 
@@ -25,10 +34,9 @@ def read(path: str) -> bytes:
 
 
 async def who(client: KubeClient) -> str:
-    review = await client.request(
-        "POST",
-        "/apis/authentication.k8s.io/v1/selfsubjectreviews",
-        body={"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"},
+    review = await client.create(
+        SELF_SUBJECT_REVIEWS,
+        {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"},
     )
     return str(review["status"]["userInfo"]["username"])
 
@@ -76,7 +84,7 @@ async def test_a_bearer_token(kube_stack: KubeStack, account_token: str, tmp_pat
 
 async def test_in_cluster_view(kube_stack: KubeStack, account_token: str, tmp_path: Path) -> None:
     """What a pod sees: the service's address in the environment, the mounted token and CA."""
-    admin = load_kubeconfig(kube_stack.kubeconfig)
+    admin = await load_kubeconfig(kube_stack.kubeconfig)
     host, _, port = admin.server.removeprefix("https://").rpartition(":")
     (tmp_path / "token").write_text(account_token)
     (tmp_path / "ca.crt").write_bytes(read(admin.ca_file))

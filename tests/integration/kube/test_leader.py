@@ -97,7 +97,7 @@ async def test_a_leader_whose_lease_is_taken_stops_its_work(kube: KubeClient) ->
             leaseDurationSeconds=60,
             renewTime=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
         )
-        await kube.request("PUT", LEASES.path(namespace=NS, name=name), body=lease)
+        await kube.replace(LEASES, name, lease, namespace=NS)
         await asyncio.wait_for(run, LEASE)
         assert work.outcome == "cancelled"
         assert not a.leading
@@ -186,3 +186,59 @@ async def test_a_leader_cut_off_leads_again_as_soon_as_the_apiserver_answers(
         await relay.cut()
         await kube.delete(LEASES, name, namespace=NS)
     assert serving.exception() is None
+
+
+async def test_the_librarys_elector_keeps_the_lease_when_stopped_ours_hands_it_over(
+    kube: KubeClient,
+) -> None:
+    """Why the product keeps its own Elector rather than kubernetes-asyncio's LeaderElection.
+
+    The library's elector has no stop: the only way to end it is to cancel ``run()``, which
+    neither releases the Lease (a standby waits out the whole lease) nor stops the leader's
+    work (its task keeps running, orphaned). Ours, stopped the same way a service stops on
+    SIGTERM, hands the Lease over and the standby leads at once.
+    """
+    from kubernetes_asyncio.client import ApiClient
+    from kubernetes_asyncio.leaderelection import electionconfig, leaderelection
+    from kubernetes_asyncio.leaderelection.resourcelock.leaselock import LeaseLock
+
+    lease_seconds = 15  # the library writes it with int(str(...)): a float fails
+    name = f"library-{uuid.uuid4().hex[:8]}"
+    api = ApiClient(kube.config.configuration)
+    theirs = Work()
+    config = electionconfig.Config(
+        LeaseLock(name, NS, "library-a", api),
+        lease_duration=lease_seconds,
+        renew_deadline=10,
+        retry_period=2,
+        onstarted_leading=theirs.lead(),
+        onstopped_leading=None,  # type: ignore[arg-type]
+    )
+    running = asyncio.create_task(leaderelection.LeaderElection(config).run())
+    try:
+        await asyncio.wait_for(theirs.started.wait(), 15)
+        running.cancel()  # what stopping the service does to it
+        await asyncio.gather(running, return_exceptions=True)
+        stopped_at = asyncio.get_running_loop().time()
+        standby = Elector(kube, namespace=NS, name=name, identity="b", lease_seconds=lease_seconds)
+        assert await holder(kube, name) == "library-a", "the Lease was not handed back"
+        assert not await standby.try_hold(), "the standby must wait for the lease to run out"
+        assert asyncio.get_running_loop().time() - stopped_at < lease_seconds
+        assert theirs.outcome == "", "the leader's work was neither drained nor cancelled"
+    finally:
+        theirs.drain()
+        await asyncio.sleep(0)
+        await api.close()
+
+    # The same hand-over with ours: the standby leads as soon as the leader stopped.
+    ours_name = f"ours-{uuid.uuid4().hex[:8]}"
+    a = Elector(kube, namespace=NS, name=ours_name, identity="a", lease_seconds=lease_seconds)
+    b = Elector(kube, namespace=NS, name=ours_name, identity="b", lease_seconds=lease_seconds)
+    work = Work()
+    run = asyncio.create_task(a.run(work.lead(), drain=work.drain))
+    await asyncio.wait_for(work.started.wait(), 15)
+    a.stop()
+    await asyncio.wait_for(run, 10)
+    assert work.outcome == "drained"
+    assert await b.try_hold(), "the standby takes over at once"
+    await b.release()

@@ -99,7 +99,8 @@ def test_bad_setting_fails_start_naming_the_variable(nats_server: NatsServer) ->
             "clusters: [{name: c, cluster: {server: 'https://127.0.0.1:1', "
             "proxy-url: 'socks5://proxy:1080'}}]\nusers: [{name: u, user: {token: t}}]\n"
             "contexts: [{name: x, context: {cluster: c, user: u}}]\ncurrent-context: x\n",
-            "proxy socks5://proxy:1080: only http:// and https:// proxies are supported",
+            "kubeconfig {path}: clusters['c'].cluster.proxy-url is 'socks5://proxy:1080': "
+            "only http:// and https:// proxies are supported",
         ),
     ],
 )

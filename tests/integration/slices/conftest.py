@@ -28,10 +28,8 @@ async def owner_node(kube: KubeClient) -> AsyncIterator[NodeRef]:
     It has no inventory on the bus, so the stack's own slice publisher leaves its pool alone.
     """
     name = f"store-test-{uuid.uuid4().hex[:8]}"
-    node = await kube.request(
-        "POST",
-        NODES.path(),
-        body={"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}},
+    node = await kube.create(
+        NODES, {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}}
     )
     try:
         yield NodeRef(name=name, uid=node["metadata"]["uid"])

@@ -22,7 +22,7 @@ from urllib.parse import parse_qsl, unquote
 
 import pytest
 from neuron_dra_common.hardware.model import NeuronDevice, NodeHardware, UltraServerInfo
-from neuron_dra_common.kube import ApiException, KubeClient, connect
+from neuron_dra_common.kube import RESOURCE_SLICES, ApiException, KubeClient, connect
 from neuron_dra_slice_publisher.slices import NodeDeviceMode, build_pool
 from neuron_dra_slice_publisher.wiring import FeatureUnknown, detect_mode, detect_taints
 
@@ -95,13 +95,14 @@ class FlakyApiserver:
             return 503, json.dumps(_UNAVAILABLE).encode()
         assert self.upstream is not None, "no apiserver behind this front"
         path, _, query = target.partition("?")
+        # What the publisher asks while it probes: dry-run creates of ResourceSlices.
+        if (method, unquote(path)) != ("POST", "/apis/resource.k8s.io/v1/resourceslices") or (
+            "dryRun",
+            "All",
+        ) not in parse_qsl(query):
+            return 404, b"{}"
         try:
-            answer = await self.upstream.request(
-                method,
-                unquote(path),
-                query=parse_qsl(query, keep_blank_values=True),
-                body=body or None,
-            )
+            answer = await self.upstream.create(RESOURCE_SLICES, json.loads(body), dry_run=True)
         except ApiException as exc:
             return exc.status, exc.body
         return (201 if method == "POST" else 200), json.dumps(answer).encode()
@@ -230,5 +231,6 @@ def test_the_publisher_process_exits_naming_the_problem_and_writes_no_slice(
     assert proc.returncode != 0
     said = proc.stdout + proc.stderr
     assert "cannot tell whether the cluster keeps shared counters" in said
+    assert "Unclosed" not in said, "the failed start closed its connections"
     writes = [(m, p) for m, p in front.seen if m != "GET" and "dryRun=All" not in p]
     assert writes == [], "nothing but dry-run probes reached the apiserver"

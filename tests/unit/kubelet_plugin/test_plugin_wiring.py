@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -109,11 +109,27 @@ async def test_claim_events_wait_for_the_bus_and_carry_stable_ids() -> None:
 
 class Writer:
     def __init__(self) -> None:
-        self.posted: list[tuple[str, dict[str, Any]]] = []
+        self.posted: list[dict[str, Any]] = []
 
-    async def request(self, method: str, path: str, *, body: dict[str, Any] | None = None) -> Any:
-        assert body is not None
-        self.posted.append((path, body))
+    async def post_event(
+        self,
+        involved: Mapping[str, str],
+        *,
+        reason: str,
+        message: str,
+        component: str,
+        warning: bool = False,
+        host: str = "",
+    ) -> Any:
+        self.posted.append(
+            {
+                "involvedObject": dict(involved),
+                "reason": reason,
+                "message": message,
+                "type": "Warning" if warning else "Normal",
+                "host": host,
+            }
+        )
         return {}
 
 
@@ -131,8 +147,8 @@ async def test_a_failed_claim_gets_one_warning_event_per_pod() -> None:
     recorder.stop()
     await asyncio.wait_for(task, 5)
     assert len(writer.posted) == 1
-    path, event = writer.posted[0]
-    assert path == "/api/v1/namespaces/default/events"
+    event = writer.posted[0]
+    assert event["host"] == "n1"
     assert event["involvedObject"] == {
         "apiVersion": "v1",
         "kind": "Pod",

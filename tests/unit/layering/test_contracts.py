@@ -84,10 +84,10 @@ def _source_copy(dest: Path) -> Path:
             "neuron_dra_discovery.agent -> nats",
         ),
         (
-            "neuron_dra_ultraserver_operator/reconciler.py",
-            "import httptools",
-            "http-in-kube",
-            "neuron_dra_ultraserver_operator.reconciler -> httptools",
+            "neuron_dra_health_monitor/probe_node.py",
+            "import kubernetes_asyncio.client",
+            "kube-api-in-kube",
+            "neuron_dra_health_monitor.probe_node -> kubernetes_asyncio",
         ),
         (
             "neuron_dra_topology_allocator/main.py",

@@ -86,11 +86,67 @@ class Api:
             ], "1"
         return [], "1"
 
-    async def get(self, resource: Any, name: str, *, namespace: str = "") -> Obj:
+    # The KubeClient verbs the operator calls, each routed as the request it makes.
+
+    async def get(self, resource: Any, name: str, *, namespace: str | None = None) -> Obj:
         return await self.request("GET", resource.path(namespace=namespace, name=name))
 
-    async def delete(self, resource: Any, name: str, *, namespace: str = "") -> Obj:
-        return await self.request("DELETE", resource.path(namespace=namespace, name=name))
+    async def delete(
+        self,
+        resource: Any,
+        name: str,
+        *,
+        namespace: str | None = None,
+        uid: str = "",
+        grace_period: int | None = None,
+    ) -> Obj:
+        body: Obj = {}
+        if grace_period is not None:
+            body["gracePeriodSeconds"] = grace_period
+        if uid:
+            body["preconditions"] = {"uid": uid}
+        path = resource.path(namespace=namespace, name=name)
+        return await self.request("DELETE", path, body=body)
+
+    async def patch(
+        self,
+        resource: Any,
+        name: str,
+        patch: Obj,
+        *,
+        namespace: str | None = None,
+        subresource: str | None = None,
+        **kw: Any,
+    ) -> Obj:
+        path = resource.path(namespace=namespace, name=name, subresource=subresource)
+        return await self.request("PATCH", path, body=patch)
+
+    async def create(
+        self, resource: Any, body: Obj, *, namespace: str | None = None, **kw: Any
+    ) -> Obj:
+        namespace = namespace or body.get("metadata", {}).get("namespace")
+        return await self.request("POST", resource.path(namespace=namespace), body=body)
+
+    async def post_event(
+        self,
+        involved: Mapping[str, str],
+        *,
+        reason: str,
+        message: str,
+        component: str,
+        warning: bool = False,
+        host: str = "",
+    ) -> Obj:
+        namespace = involved.get("namespace") or "default"
+        body = {
+            "metadata": {"generateName": f"{involved['name']}.", "namespace": namespace},
+            "involvedObject": dict(involved),
+            "reason": reason,
+            "message": message[:1024],
+            "type": "Warning" if warning else "Normal",
+            "source": {"component": component},
+        }
+        return await self.request("POST", f"/api/v1/namespaces/{namespace}/events", body=body)
 
     async def request(self, method: str, path: str, **kw: Any) -> Obj:
         body: Obj = kw.get("body") or {}

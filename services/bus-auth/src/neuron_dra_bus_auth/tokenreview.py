@@ -6,13 +6,15 @@ from collections.abc import Sequence
 from typing import Any, Final
 
 import msgspec
-from neuron_dra_common.kube import KubeClient
+from neuron_dra_common.kube import KubeClient, Resource
 
 from neuron_dra_bus_auth.identities import Review
 
 __all__ = ["TOKEN_REVIEWS", "review_token"]
 
-TOKEN_REVIEWS: Final = "/apis/authentication.k8s.io/v1/tokenreviews"
+TOKEN_REVIEWS: Final = Resource(
+    group="authentication.k8s.io", version="v1", plural="tokenreviews", kind="TokenReview"
+)
 
 
 class _User(msgspec.Struct, frozen=True):
@@ -32,7 +34,7 @@ async def review_token(client: KubeClient, token: str, *, audiences: Sequence[st
     if audiences:
         spec["audiences"] = list(audiences)
     body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": spec}
-    answer = await client.request("POST", TOKEN_REVIEWS, body=body)
+    answer = await client.create(TOKEN_REVIEWS, body)
     status = msgspec.convert(answer.get("status") or {}, _Status)
     return Review(
         authenticated=status.authenticated,

@@ -13,7 +13,7 @@ import asyncio
 import logging
 
 from neuron_dra_common.extended import ANNOTATION_ALLOCATED
-from neuron_dra_common.kube import ApiException, KubeClient
+from neuron_dra_common.kube import PODS, ApiException, KubeClient
 
 from neuron_dra_device_plugin.pending import Pending, pick_pending
 
@@ -21,7 +21,6 @@ __all__ = ["ApiAnnotatedPods"]
 
 log = logging.getLogger(__name__)
 
-_MERGE_PATCH = "application/merge-patch+json"
 _CONFLICT = 409
 _ATTEMPTS = 3
 
@@ -38,10 +37,9 @@ class ApiAnnotatedPods:
     async def claim(self, *, resource: str, count: int) -> Pending | None:
         async with self._lock:
             for _ in range(_ATTEMPTS):
-                page = await self._client.request(
-                    "GET", "/api/v1/pods", query=[("fieldSelector", f"spec.nodeName={self._node}")]
+                items, _ = await self._client.list(
+                    PODS, field_selector=f"spec.nodeName={self._node}"
                 )
-                items = page.get("items") or []
                 pending = pick_pending(items, resource=resource, count=count)
                 if pending is None:
                     return None
@@ -54,16 +52,16 @@ class ApiAnnotatedPods:
                     "",
                 )
                 try:
-                    await self._client.request(
-                        "PATCH",
-                        f"/api/v1/namespaces/{pending.namespace}/pods/{pending.name}",
-                        body={
+                    await self._client.patch(
+                        PODS,
+                        pending.name,
+                        {
                             "metadata": {
                                 "resourceVersion": version,
                                 "annotations": {ANNOTATION_ALLOCATED: "true"},
                             }
                         },
-                        content_type=_MERGE_PATCH,
+                        namespace=pending.namespace,
                     )
                 except ApiException as exc:
                     if exc.status == _CONFLICT:

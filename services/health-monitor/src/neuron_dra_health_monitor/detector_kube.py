@@ -4,7 +4,6 @@ flapping node unschedulable."""
 from __future__ import annotations
 
 import logging
-from datetime import UTC, datetime
 from typing import Any, Final
 
 from neuron_dra_common.kube import NODES, ApiException, KubeClient
@@ -16,7 +15,6 @@ log = logging.getLogger(__name__)
 COMPONENT: Final = "neuron-dra-failure-detector"
 #: Held on a node that keeps getting lost until it stays up (NoSchedule: running pods stay).
 FLAPPING_TAINT: Final = "neuron.aws.com/unstable"
-_EVENTS_PATH: Final = "/api/v1/namespaces/default/events"
 _ATTEMPTS: Final = 5
 
 Obj = dict[str, Any]
@@ -69,12 +67,7 @@ class NodeNotes:
                 "spec": {"taints": taints},
             }
             try:
-                await self._client.request(
-                    "PATCH",
-                    NODES.path(name=node),
-                    body=body,
-                    content_type="application/merge-patch+json",
-                )
+                await self._client.patch(NODES, node, body)
             except ApiException as exc:
                 if exc.status == 409:
                     continue
@@ -85,20 +78,13 @@ class NodeNotes:
 
     async def event(self, node: str, *, reason: str, message: str, warning: bool) -> None:
         """An Event on the Node (lost: it is for people; never stalls the detector)."""
-        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        body = {
-            "metadata": {"generateName": f"{node}.", "namespace": "default"},
-            "involvedObject": {"apiVersion": "v1", "kind": "Node", "name": node, "uid": node},
-            "reason": reason,
-            "message": message[:1024],
-            "type": "Warning" if warning else "Normal",
-            "source": {"component": COMPONENT},
-            "reportingComponent": COMPONENT,
-            "firstTimestamp": now,
-            "lastTimestamp": now,
-            "count": 1,
-        }
         try:
-            await self._client.request("POST", _EVENTS_PATH, body=body)
-        except (ApiException, OSError, TimeoutError) as exc:
+            await self._client.post_event(
+                {"apiVersion": "v1", "kind": "Node", "name": node, "uid": node},
+                reason=reason,
+                message=message,
+                component=COMPONENT,
+                warning=warning,
+            )
+        except (ApiException, ValueError, OSError, TimeoutError) as exc:
             log.warning("event not recorded", extra={"node": node, "error": str(exc)})

@@ -20,7 +20,6 @@ __all__ = ["ConditionWriter"]
 log = logging.getLogger(__name__)
 
 Conditions = dict[str, tuple[str, str, str]]
-_PATCH = "application/strategic-merge-patch+json"
 
 
 def _stamp(now: datetime) -> str:
@@ -63,11 +62,8 @@ class ConditionWriter:
             if self._statuses.get(kind) != status:
                 item["lastTransitionTime"] = _stamp(now)
             items.append(item)
-        await self._client.request(
-            "PATCH",
-            NODES.path(name=self._node) + "/status",
-            body={"status": {"conditions": items}},
-            content_type=_PATCH,
+        await self._client.patch_status(
+            NODES, self._node, {"status": {"conditions": items}}, kind="strategic"
         )
         self._statuses.update({k: v[0] for k, v in wanted.items()})
         self._written = wanted

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from datetime import UTC, datetime
+from collections.abc import Mapping
 from typing import Any, Final, Protocol
 
 from neuron_dra_kubelet_plugin.claims import ResourceClaim
@@ -23,14 +23,20 @@ log = logging.getLogger(__name__)
 
 REASON: Final = "FailedPrepare"
 _COMPONENT: Final = "neuron-dra-kubelet-plugin"
-_MAX_MESSAGE: Final = 1024
 
 
 class EventWriter(Protocol):
-    """The API call used (``KubeClient.request`` has this shape)."""
+    """The API call used (``KubeClient.post_event`` has this shape)."""
 
-    async def request(
-        self, method: str, path: str, *, body: dict[str, Any] | None = None
+    async def post_event(
+        self,
+        involved: Mapping[str, str],
+        *,
+        reason: str,
+        message: str,
+        component: str,
+        warning: bool = False,
+        host: str = "",
     ) -> Any: ...
 
 
@@ -41,7 +47,9 @@ class ClaimEventRecorder:
         self._writer = writer
         self._node = node
         self._seen: set[tuple[str, str]] = set()
-        self._queue: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue(maxsize=capacity)
+        self._queue: asyncio.Queue[tuple[dict[str, str], str] | None] = asyncio.Queue(
+            maxsize=capacity
+        )
         self.posted = 0
 
     def failed(self, claim: ResourceClaim, message: str) -> None:
@@ -61,26 +69,8 @@ class ClaimEventRecorder:
             }
         ]
         for target in targets:
-            self._queue.put_nowait(self._event(claim, target, message))
-
-    def _event(self, claim: ResourceClaim, target: dict[str, str], message: str) -> dict[str, Any]:
-        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        namespace = claim.metadata.namespace
-        return {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {"generateName": f"{target['name']}.", "namespace": namespace},
-            "involvedObject": {**target, "namespace": namespace},
-            "reason": REASON,
-            "message": message[:_MAX_MESSAGE],
-            "type": "Warning",
-            "source": {"component": _COMPONENT, "host": self._node},
-            "reportingComponent": _COMPONENT,
-            "reportingInstance": self._node,
-            "firstTimestamp": now,
-            "lastTimestamp": now,
-            "count": 1,
-        }
+            involved = {**target, "namespace": claim.metadata.namespace}
+            self._queue.put_nowait((involved, message))
 
     def stop(self) -> None:
         if self._queue.full():
@@ -89,14 +79,19 @@ class ClaimEventRecorder:
 
     async def run(self) -> None:
         while (event := await self._queue.get()) is not None:
-            namespace = event["metadata"]["namespace"]
+            involved, message = event
             try:
-                await self._writer.request(
-                    "POST", f"/api/v1/namespaces/{namespace}/events", body=event
+                await self._writer.post_event(
+                    involved,
+                    reason=REASON,
+                    message=message,
+                    component=_COMPONENT,
+                    warning=True,
+                    host=self._node,
                 )
                 self.posted += 1
             except Exception as exc:  # an Event is a courtesy: never stop the plugin for it
                 log.warning(
                     "event not recorded",
-                    extra={"object": event["involvedObject"]["name"], "error": repr(exc)},
+                    extra={"object": involved["name"], "error": repr(exc)},
                 )

@@ -12,7 +12,7 @@ from typing import Any, Final
 
 import msgspec
 from neuron_dra_common.extended import ANNOTATION_IDS, ANNOTATION_NODE, ANNOTATION_RESOURCE
-from neuron_dra_common.kube import NODES, EventType, Informer, KubeClient, Resource
+from neuron_dra_common.kube import NODES, PODS, EventType, Informer, KubeClient
 
 from neuron_dra_scheduler_extender.api import NodeView, PodView
 from neuron_dra_scheduler_extender.extender import Extender, decode_pod
@@ -22,7 +22,6 @@ __all__ = ["PODS", "KubeCluster"]
 
 Obj = dict[str, Any]
 
-PODS: Final = Resource(group="", version="v1", plural="pods", kind="Pod", namespaced=True)
 
 _POD_ANNOTATIONS: Final = (ANNOTATION_IDS, ANNOTATION_RESOURCE, ANNOTATION_NODE)
 
@@ -125,10 +124,9 @@ class KubeCluster:
         # The API server merges a Binding's annotations into the pod as it sets the node, in
         # the same update (kubernetes/kubernetes#5005); the uid is a precondition: a pod
         # deleted and made again under the same name is refused, not bound.
-        await self._client.request(
-            "POST",
-            PODS.path(namespace=namespace, name=name) + "/binding",
-            body={
+        await self._client.create(
+            PODS,
+            {
                 "apiVersion": "v1",
                 "kind": "Binding",
                 "metadata": {
@@ -139,4 +137,7 @@ class KubeCluster:
                 },
                 "target": {"apiVersion": "v1", "kind": "Node", "name": node},
             },
+            namespace=namespace,
+            name=name,
+            subresource="binding",
         )

@@ -44,21 +44,33 @@ DURABLE = INVENTORY_DURABLE
 async def build(settings: SlicePublisherSettings) -> Service:
     """Connect to the API and the bus; lead (consume and write) only while holding the Lease."""
     kube = await connect(kubeconfig=settings.kubeconfig or None)
-    bus = await Bus.connect(
-        settings.nats_servers,
-        name=NAME,
-        limits=limits_of(settings),
-        credentials=credentials_of(settings),
-    )
-    await bus.reconcile(
-        consumers=[consumer(DURABLE), consumer(HEALTH_DURABLE)], replicas=settings.stream_replicas
-    )
-    # Decided once per process, from the apiserver's answer only (never from an error):
-    # every replica and every restart of one cluster agrees.
-    mode = await detect_mode(kube, settings.node_device, patience=settings.probe_timeout)
-    taints_served = await detect_taints(
-        kube, settings.device_taints, patience=settings.probe_timeout
-    )
+    try:
+        bus = await Bus.connect(
+            settings.nats_servers,
+            name=NAME,
+            limits=limits_of(settings),
+            credentials=credentials_of(settings),
+        )
+    except BaseException:
+        await kube.close()
+        raise
+    try:
+        await bus.reconcile(
+            consumers=[consumer(DURABLE), consumer(HEALTH_DURABLE)],
+            replicas=settings.stream_replicas,
+        )
+        # Decided once per process, from the apiserver's answer only (never from an error):
+        # every replica and every restart of one cluster agrees.
+        mode = await detect_mode(kube, settings.node_device, patience=settings.probe_timeout)
+        taints_served = await detect_taints(
+            kube, settings.device_taints, patience=settings.probe_timeout
+        )
+    except BaseException:
+        # A start that fails here closes its connections: no session is left to the
+        # collector (which would log it as unclosed after the one-line start error).
+        await bus.close()
+        await kube.close()
+        raise
     publisher = bus.publisher(source=f"/neuron-dra/{NAME}")
 
     async def publish(event: DeviceTaintChanged, msg_id: str) -> None:

@@ -68,8 +68,8 @@ class KubeSliceStore:
     async def create(self, body: Obj) -> Obj:
         data, content_type = self._body(body)
         try:
-            return await self._client.request_metadata(
-                "POST", RESOURCE_SLICES.path(), body=data, content_type=content_type
+            return await self._client.create(
+                RESOURCE_SLICES, data, content_type=content_type, metadata_only=True
             )
         except ApiException as exc:
             if exc.status == 409:
@@ -81,8 +81,8 @@ class KubeSliceStore:
         obj = {**body, "metadata": {**body["metadata"], "resourceVersion": resource_version}}
         data, content_type = self._body(obj)
         try:
-            return await self._client.request_metadata(
-                "PUT", RESOURCE_SLICES.path(name=name), body=data, content_type=content_type
+            return await self._client.replace(
+                RESOURCE_SLICES, name, data, content_type=content_type, metadata_only=True
             )
         except ApiException as exc:
             if exc.status in (404, 409):
@@ -91,7 +91,7 @@ class KubeSliceStore:
 
     async def delete(self, name: str) -> None:
         try:
-            await self._client.request("DELETE", RESOURCE_SLICES.path(name=name))
+            await self._client.delete(RESOURCE_SLICES, name)
         except ApiException as exc:
             if exc.status != 404:
                 raise

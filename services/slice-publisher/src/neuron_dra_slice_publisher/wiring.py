@@ -80,9 +80,7 @@ async def _probe(
     while True:
         tries += 1
         try:
-            return await client.request(
-                "POST", RESOURCE_SLICES.path(), query=[("dryRun", "All")], body=body
-            )
+            return await client.create(RESOURCE_SLICES, body, dry_run=True)
         except ApiException as exc:
             if not retriable(exc):
                 raise FeatureUnknown(

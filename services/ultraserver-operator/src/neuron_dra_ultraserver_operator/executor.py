@@ -71,12 +71,11 @@ from neuron_dra_ultraserver_operator.model import (
     Workload,
 )
 from neuron_dra_ultraserver_operator.resources import (
-    EVENTS,
     NUSW,
     PODS,
     RESOURCE_CLAIM_TEMPLATES,
 )
-from neuron_dra_ultraserver_operator.statuses import age_seconds, stamp
+from neuron_dra_ultraserver_operator.statuses import age_seconds
 
 __all__ = ["Allocate", "Executor", "owned"]
 
@@ -400,12 +399,7 @@ class Executor:
         # write, it could be another writer's newer version.
         base, cached = _version(node), _version(self._nodes.get(write.node) or {})
         try:
-            written = await self.client.request(
-                "PATCH",
-                NODES.path(name=write.node),
-                body=body,
-                content_type="application/merge-patch+json",
-            )
+            written = await self.client.patch(NODES, write.node, body)
         except ApiException as exc:
             self._written.pop(write.node, None)
             if exc.status != 404:
@@ -479,15 +473,15 @@ class Executor:
         in between); one that appeared meanwhile is checked like any other."""
         meta = template["metadata"]
         try:
-            await self.client.request(
-                "POST",
-                RESOURCE_CLAIM_TEMPLATES.path(namespace=meta["namespace"]),
-                body={
+            await self.client.create(
+                RESOURCE_CLAIM_TEMPLATES,
+                {
                     "apiVersion": RESOURCE_CLAIM_TEMPLATES.api_version,
                     "kind": RESOURCE_CLAIM_TEMPLATES.kind,
                     **template,
                 },
-                query=[("fieldManager", FIELD_MANAGER)],
+                namespace=meta["namespace"],
+                field_manager=FIELD_MANAGER,
             )
         except ApiException as exc:
             if exc.status != 409:
@@ -585,17 +579,9 @@ class Executor:
         """Delete ``name``; with ``uid``, only that very object (a precondition: one made
         again under the same name in between stays)."""
         try:
-            if grace is None and not uid:
-                await self.client.delete(resource, name, namespace=namespace)
-            else:
-                options: Obj = {"apiVersion": "v1", "kind": "DeleteOptions"}
-                if grace is not None:
-                    options["gracePeriodSeconds"] = grace
-                if uid:
-                    options["preconditions"] = {"uid": uid}
-                await self.client.request(
-                    "DELETE", resource.path(namespace=namespace, name=name), body=options
-                )
+            await self.client.delete(
+                resource, name, namespace=namespace, uid=uid, grace_period=grace
+            )
         except ApiException as exc:
             if exc.status != 404:
                 raise
@@ -616,33 +602,21 @@ class Executor:
 
     async def _event(self, wl: Workload, *, reason: str, message: str, warn: bool) -> None:
         """Record an Event on the workload."""
-        now = stamp()
-        body = {
-            "metadata": {
-                "generateName": f"{wl.metadata.name}.",
-                "namespace": wl.metadata.namespace,
-            },
-            "involvedObject": {
-                "apiVersion": NUSW.api_version,
-                "kind": NUSW.kind,
-                "name": wl.metadata.name,
-                "namespace": wl.metadata.namespace,
-                "uid": wl.metadata.uid,
-            },
-            "reason": reason,
-            "message": message[:1024],
-            "type": "Warning" if warn else "Normal",
-            "source": {"component": FIELD_MANAGER},
-            "reportingComponent": FIELD_MANAGER,
-            "firstTimestamp": now,
-            "lastTimestamp": now,
-            "count": 1,
-        }
         try:
-            await self.client.request(
-                "POST", EVENTS.path(namespace=wl.metadata.namespace), body=body
+            await self.client.post_event(
+                {
+                    "apiVersion": NUSW.api_version,
+                    "kind": NUSW.kind,
+                    "name": wl.metadata.name,
+                    "namespace": wl.metadata.namespace,
+                    "uid": wl.metadata.uid,
+                },
+                reason=reason,
+                message=message,
+                component=FIELD_MANAGER,
+                warning=warn,
             )
-        except ApiException as exc:
+        except (ApiException, ValueError) as exc:
             # An Event is for people; losing one must not stall the reconcile.
             log.warning("event not recorded", extra={"workload": wl.key, "error": str(exc)})
 

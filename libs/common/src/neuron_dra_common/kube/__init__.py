@@ -4,16 +4,20 @@ leader election."""
 from neuron_dra_common.kube.apply import apply, apply_status
 from neuron_dra_common.kube.client import (
     CONFIGMAPS,
+    EVENTS,
     JSON,
     METADATA,
     NODES,
+    PODS,
     PROTOBUF,
     RESOURCE_CLAIMS,
     RESOURCE_SLICES,
     UNANSWERED,
     ApiException,
+    ConnectionLost,
     KubeClient,
     KubeConfig,
+    PatchKind,
     Resource,
     connect,
     object_key,
@@ -22,25 +26,31 @@ from neuron_dra_common.kube.client import (
 from neuron_dra_common.kube.config import ConfigError, load_in_cluster, load_kubeconfig
 from neuron_dra_common.kube.informer import EventType, Informer, Transform
 from neuron_dra_common.kube.leader import LEASES, Elector
+from neuron_dra_common.kube.names import InvalidName
 from neuron_dra_common.kube.workqueue import QueueShutDown, WorkQueue, run_workers
 
 __all__ = [
     "CONFIGMAPS",
+    "EVENTS",
     "JSON",
     "LEASES",
     "METADATA",
     "NODES",
+    "PODS",
     "PROTOBUF",
     "RESOURCE_CLAIMS",
     "RESOURCE_SLICES",
     "UNANSWERED",
     "ApiException",
     "ConfigError",
+    "ConnectionLost",
     "Elector",
     "EventType",
     "Informer",
+    "InvalidName",
     "KubeClient",
     "KubeConfig",
+    "PatchKind",
     "QueueShutDown",
     "Resource",
     "Transform",

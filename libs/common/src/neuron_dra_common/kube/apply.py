@@ -39,14 +39,15 @@ async def apply(
     """
     namespace, name = _target(resource, obj)
     body = {"apiVersion": resource.api_version, "kind": resource.kind, **obj}
-    path = resource.path(namespace=namespace, name=name)
-    if subresource:
-        path += f"/{subresource}"
-    query = [("fieldManager", field_manager)]
-    if force:
-        query.append(("force", "true"))
-    return await client.request(
-        "PATCH", path, query=query, body=body, content_type="application/apply-patch+yaml"
+    return await client.patch(
+        resource,
+        name,
+        body,
+        namespace=namespace,
+        subresource=subresource,
+        kind="apply",
+        field_manager=field_manager,
+        force=force,
     )
 
 

@@ -1,196 +1,361 @@
-"""Where the API is and how to authenticate: a kubeconfig file, or the pod's service account.
+"""Where the API is and how to authenticate, loaded by kubernetes-asyncio.
 
-Reads the parts of a kubeconfig a client needs (the current context's cluster and user:
-``server``, ``certificate-authority(-data)``, ``insecure-skip-tls-verify``,
-``tls-server-name``, ``proxy-url``, ``client-certificate(-data)`` / ``client-key(-data)``,
-``token``, ``tokenFile``, ``exec``) and nothing else. Relative paths are relative to the
-file that names them, as kubectl reads them. Errors name the file and the field.
+The library's loaders (``KubeConfigMerger`` + ``KubeConfigLoader`` for kubeconfig files,
+``InClusterConfigLoader`` for a pod's service account) fill a
+``kubernetes_asyncio.client.Configuration``; this module only turns our settings into those
+calls and their failures into one-line :class:`ConfigError` messages that name the file and
+the field. Before the loader runs, the few fields the library would misread silently are
+checked (a missing ``server`` becomes ``http://localhost``, ``insecure-skip-tls-verify:
+"false"`` turns verification *off*, base64 is decoded leniently, a certificate without its
+key fails only at the first TLS handshake).
 
->>> config = load_kubeconfig("/etc/kubernetes/admin.conf")  # doctest: +SKIP
+Exec credential plugins run through :mod:`neuron_dra_common.kube.execguard`, which kills a
+plugin (and anything it started) at ``exec_timeout``: the library's ``ExecProvider`` keeps
+no handle on the child, and a task awaiting it that is cancelled leaves the child running
+(under asyncio's loop and uvloop alike).
+
+>>> config = await load_kubeconfig("/etc/kubernetes/admin.conf")  # doctest: +SKIP
 >>> config.server
 'https://10.0.0.1:6443'
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
-import contextlib
+import copy
 import os
-import ssl
-import tempfile
-from collections.abc import Mapping, Sequence
+import sys
+import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
-import msgspec
+import yaml
+from kubernetes_asyncio.client import Configuration
+from kubernetes_asyncio.config.config_exception import ConfigException
+from kubernetes_asyncio.config.incluster_config import InClusterConfigLoader
+from kubernetes_asyncio.config.kube_config import KubeConfigLoader, KubeConfigMerger
 
 from neuron_dra_common.errors import SetupError
+from neuron_dra_common.kube import execguard
 
 __all__ = [
+    "EXEC_TIMEOUT",
     "SERVICE_ACCOUNT_DIR",
     "ConfigError",
-    "ExecCommand",
     "KubeConfig",
     "load_in_cluster",
     "load_kubeconfig",
-    "ssl_context",
 ]
 
 #: Where Kubernetes mounts a pod's service-account token, CA and namespace.
 SERVICE_ACCOUNT_DIR: Final = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+#: How long an exec credential plugin may take before it is killed.
+EXEC_TIMEOUT: Final = 30.0
+#: How long a token read from a kubeconfig's ``tokenFile`` is used before it is read again.
+TOKEN_FILE_SECONDS: Final = 60.0
 
 
 class ConfigError(SetupError):
     """A kubeconfig (or the pod's service account) that cannot be used; says where and why."""
 
 
-class ExecCommand(msgspec.Struct, frozen=True, kw_only=True):
-    """A credential plugin (``users[].user.exec``), e.g. ``aws eks get-token``."""
-
-    command: str
-    args: tuple[str, ...] = ()
-    env: tuple[tuple[str, str], ...] = ()
-    api_version: str = "client.authentication.k8s.io/v1"
+def _one_line(text: object, limit: int = 300) -> str:
+    line = " ".join(str(text).split())
+    return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
-class KubeConfig(msgspec.Struct, frozen=True, kw_only=True):
-    """How to reach one apiserver. ``source`` names where it was read (for errors)."""
+class KubeConfig:
+    """How to reach one apiserver: the library's ``Configuration``, where it was read
+    (``source``, for errors), and the loader that can run the exec plugin again."""
 
-    server: str
-    source: str
-    ca_file: str = ""
-    ca_data: bytes = b""
-    insecure: bool = False
-    tls_server_name: str = ""
-    proxy_url: str = ""
-    cert_file: str = ""
-    key_file: str = ""
-    cert_data: bytes = b""
-    key_data: bytes = b""
-    token: str = ""
-    token_file: str = ""
-    exec: ExecCommand | None = None
+    def __init__(
+        self,
+        configuration: Configuration,
+        *,
+        source: str,
+        loader: KubeConfigLoader | None = None,
+        exec_timeout: float = EXEC_TIMEOUT,
+    ) -> None:
+        self.configuration = configuration
+        self.source = source
+        self.loader = loader
+        self.exec_timeout = exec_timeout
+
+    @property
+    def server(self) -> str:
+        return str(self.configuration.host or "")
+
+    @property
+    def ca_file(self) -> str:
+        return str(self.configuration.ssl_ca_cert or "")
+
+    def expire_token(self) -> None:
+        """The server refused the token (401): a token file is read again at the next call."""
+        hook = self.configuration.refresh_api_key_hook
+        if isinstance(hook, _TokenFile):
+            hook.expire()
 
     def with_server(self, server: str) -> KubeConfig:
         """The same credentials for another address (a relay, a port-forward)."""
-        return msgspec.structs.replace(self, server=server)
-
-
-def load_kubeconfig(path: Path | str, *, context: str | None = None) -> KubeConfig:
-    """The cluster and user of ``context`` (default: ``current-context``) in ``path``.
-
-    ``path`` may list several files separated by ``os.pathsep`` (as ``$KUBECONFIG`` does):
-    the first file to define a name wins, and the first ``current-context`` counts.
-    """
-    files = [Path(p) for p in str(path).split(os.pathsep) if p]
-    if not files:
-        raise ConfigError("kubeconfig: no file named")
-    merged: dict[str, dict[str, tuple[Path, Mapping[str, Any]]]] = {
-        "clusters": {},
-        "users": {},
-        "contexts": {},
-    }
-    current = ""
-    for file in files:
-        doc = _read_yaml(file, must_exist=len(files) == 1)
-        if doc is None:
-            continue
-        current = current or str(doc.get("current-context") or "")
-        for section, inner in (("clusters", "cluster"), ("users", "user"), ("contexts", "context")):
-            entries = doc.get(section) or []
-            if not isinstance(entries, list):
-                raise ConfigError(f"kubeconfig {file}: {section} is not a list")
-            for i, entry in enumerate(entries):
-                if not isinstance(entry, Mapping) or not entry.get("name"):
-                    raise ConfigError(f"kubeconfig {file}: {section}[{i}].name is missing")
-                body = entry.get(inner) or {}
-                if not isinstance(body, Mapping):
-                    raise ConfigError(f"kubeconfig {file}: {section}[{i}].{inner} is not a mapping")
-                merged[section].setdefault(str(entry["name"]), (file, body))
-    where = os.pathsep.join(str(f) for f in files)
-    name = context or current
-    if not name:
-        raise ConfigError(f"kubeconfig {where}: current-context is not set and no context given")
-    if name not in merged["contexts"]:
-        raise ConfigError(f"kubeconfig {where}: context {name!r} is not in contexts")
-    ctx_file, ctx = merged["contexts"][name]
-    cluster_name = str(ctx.get("cluster") or "")
-    if cluster_name not in merged["clusters"]:
-        raise ConfigError(
-            f"kubeconfig {ctx_file}: context {name!r} names cluster {cluster_name!r}, "
-            "which is not in clusters"
+        configuration = copy.deepcopy(self.configuration)
+        configuration.host = server.rstrip("/")
+        return KubeConfig(
+            configuration, source=self.source, loader=self.loader, exec_timeout=self.exec_timeout
         )
-    user_name = str(ctx.get("user") or "")
-    if user_name and user_name not in merged["users"]:
-        raise ConfigError(
-            f"kubeconfig {ctx_file}: context {name!r} names user {user_name!r}, "
-            "which is not in users"
-        )
-    cluster_file, cluster = merged["clusters"][cluster_name]
-    user_file, user = merged["users"][user_name] if user_name else (ctx_file, {})
-    at = f"kubeconfig {cluster_file}: clusters[{cluster_name!r}].cluster"
+
+
+def _first_current_context(merger: KubeConfigMerger) -> str:
+    # kubectl's rule: the first file that sets current-context wins (the merger keeps the
+    # last one).
+    for path in merger.paths:
+        doc = merger.config_files.get(path) or {}
+        if isinstance(doc, Mapping) and doc.get("current-context"):
+            return str(doc["current-context"])
+    return ""
+
+
+def _entries(merger: KubeConfigMerger, section: str) -> dict[str, tuple[str, Mapping[str, Any]]]:
+    """``name -> (file, entry)`` of one section over the merged files; the first file to
+    name an entry wins, as the merger and kubectl do."""
+    found: dict[str, tuple[str, Mapping[str, Any]]] = {}
+    for path in merger.paths:
+        doc = merger.config_files.get(path)
+        if not isinstance(doc, Mapping):
+            raise ConfigError(f"kubeconfig {path}: not a mapping at the top")
+        entries = doc.get(section) or []
+        if not isinstance(entries, list):
+            raise ConfigError(f"kubeconfig {path}: {section} is not a list")
+        for i, entry in enumerate(entries):
+            if not isinstance(entry, Mapping) or not entry.get("name"):
+                raise ConfigError(f"kubeconfig {path}: {section}[{i}].name is missing")
+            found.setdefault(str(entry["name"]), (path, entry))
+    return found
+
+
+def _body(entry: Mapping[str, Any], inner: str, at: str) -> Mapping[str, Any]:
+    body = entry.get(inner) or {}
+    if not isinstance(body, Mapping):
+        raise ConfigError(f"{at} is not a mapping")
+    return body
+
+
+def _check_cluster(cluster: Mapping[str, Any], at: str) -> None:
     server = str(cluster.get("server") or "")
     if not server:
         raise ConfigError(f"{at}.server is missing")
     if not server.startswith(("https://", "http://")):
         raise ConfigError(f"{at}.server is {server!r}: not an https:// or http:// URL")
-    fields: dict[str, Any] = {
-        "server": server.rstrip("/"),
-        "source": str(cluster_file),
-        "ca_file": _path(cluster_file, cluster.get("certificate-authority")),
-        "ca_data": _b64(
-            cluster.get("certificate-authority-data"), f"{at}.certificate-authority-data"
-        ),
-        "insecure": _bool(
-            cluster.get("insecure-skip-tls-verify"), f"{at}.insecure-skip-tls-verify"
-        ),
-        "tls_server_name": str(cluster.get("tls-server-name") or ""),
-        "proxy_url": str(cluster.get("proxy-url") or ""),
-    }
-    at = f"kubeconfig {user_file}: users[{user_name!r}].user"
-    for unsupported in ("auth-provider", "username"):
-        if user.get(unsupported):
-            raise ConfigError(
-                f"{at}.{unsupported} is not supported; use a token, a client certificate "
-                "or an exec credential plugin"
-            )
-    fields |= {
-        "cert_file": _path(user_file, user.get("client-certificate")),
-        "key_file": _path(user_file, user.get("client-key")),
-        "cert_data": _b64(user.get("client-certificate-data"), f"{at}.client-certificate-data"),
-        "key_data": _b64(user.get("client-key-data"), f"{at}.client-key-data"),
-        "token": str(user.get("token") or ""),
-        "token_file": _path(user_file, user.get("tokenFile")),
-        "exec": _exec(user.get("exec"), at=f"{at}.exec"),
-    }
-    has_cert = bool(fields["cert_file"] or fields["cert_data"])
-    has_key = bool(fields["key_file"] or fields["key_data"])
+    insecure = cluster.get("insecure-skip-tls-verify")
+    if insecure is not None and not isinstance(insecure, bool):
+        raise ConfigError(f"{at}.insecure-skip-tls-verify is {insecure!r}, not true or false")
+    _check_base64(cluster, "certificate-authority-data", at)
+    proxy = str(cluster.get("proxy-url") or "")
+    if proxy and not proxy.startswith(("http://", "https://")):
+        raise ConfigError(
+            f"{at}.proxy-url is {proxy!r}: only http:// and https:// proxies are supported"
+        )
+
+
+def _check_user(user: Mapping[str, Any], at: str) -> None:
+    for field in ("client-certificate-data", "client-key-data"):
+        _check_base64(user, field, at)
+    has_cert = bool(user.get("client-certificate") or user.get("client-certificate-data"))
+    has_key = bool(user.get("client-key") or user.get("client-key-data"))
     if has_cert != has_key:
         missing = "client-key(-data)" if has_cert else "client-certificate(-data)"
         raise ConfigError(f"{at}.{missing} is missing (a client certificate needs both)")
-    config = KubeConfig(**fields)
-    cluster_at = f"kubeconfig {cluster_file}: clusters[{cluster_name!r}].cluster"
-    for where_field, named in (
-        (f"{cluster_at}.certificate-authority", config.ca_file),
-        (f"{at}.client-certificate", config.cert_file),
-        (f"{at}.client-key", config.key_file),
-        (f"{at}.tokenFile", config.token_file),
-    ):
-        if named and not Path(named).is_file():
-            raise ConfigError(f"{where_field}: {named} does not exist")
-    return config
+    plugin = user.get("exec")
+    if plugin is not None:
+        if not isinstance(plugin, Mapping) or not plugin.get("command"):
+            raise ConfigError(f"{at}.exec.command is missing")
+        if not plugin.get("apiVersion"):
+            raise ConfigError(f"{at}.exec.apiVersion is missing")
+
+
+def _check_base64(entry: Mapping[str, Any], field: str, at: str) -> None:
+    value = entry.get(field)
+    if not value:
+        return
+    try:
+        base64.b64decode(str(value), validate=True)
+    except (binascii.Error, ValueError):
+        raise ConfigError(f"{at}.{field} is not base64") from None
+
+
+def _guard_exec(user: Mapping[str, Any], timeout: float) -> None:
+    """Run the user's exec plugin through the guard that kills it at ``timeout``.
+
+    The entry is the merger's own dict (what the loader reads); the file is not written.
+    """
+    plugin = user.get("exec")
+    if not isinstance(plugin, dict) or plugin.get("command") == sys.executable:
+        return
+    args = [str(a) for a in plugin.get("args") or []]
+    plugin["args"] = [*execguard.argv(timeout), str(plugin["command"]), *args]
+    plugin["command"] = sys.executable
+
+
+class _TokenFile:
+    """``Configuration.refresh_api_key_hook`` that reads a kubeconfig's ``tokenFile`` again
+    once a minute, and at the next call after a 401 (the library reads it once, at load; a
+    projected token is rotated under it). A few bytes from a local file: not worth a thread.
+    """
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        # Read at the first call too: the library keeps the file's trailing newline.
+        self._next = 0.0
+
+    def expire(self) -> None:
+        self._next = 0.0
+
+    def __call__(self, configuration: Configuration) -> None:
+        if time.monotonic() < self._next:
+            return
+        self._next = time.monotonic() + TOKEN_FILE_SECONDS
+        try:
+            token = Path(self.path).read_text().strip()
+        except OSError:
+            return  # keep the last token; the next call tries again
+        if token:
+            configuration.api_key["BearerToken"] = f"Bearer {token}"
+
+
+class _Selected(NamedTuple):
+    merger: KubeConfigMerger
+    context: str
+    source: str
+    user: Mapping[str, Any]
+    token_file: str
+
+
+def _select(path: Path | str, context: str | None, exec_timeout: float) -> _Selected:
+    """Read the files with the library's merger and check the chosen context's cluster and
+    user (see the module's docstring for why)."""
+    files = [os.path.expanduser(p) for p in str(path).split(os.pathsep) if p]
+    if not files:
+        raise ConfigError("kubeconfig: no file named")
+    where = os.pathsep.join(files)
+    if not any(os.path.exists(f) for f in files):
+        raise ConfigError(f"kubeconfig {where}: no such file")
+    try:
+        merger = KubeConfigMerger(where)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"kubeconfig {where}: not valid YAML: {_one_line(exc)}") from None
+    except OSError as exc:
+        raise ConfigError(f"kubeconfig {where}: cannot be read: {exc.strerror}") from None
+    except (AttributeError, TypeError, KeyError):
+        raise ConfigError(f"kubeconfig {where}: not a kubeconfig (no mapping at the top)") from None
+    clusters = _entries(merger, "clusters")
+    users = _entries(merger, "users")
+    contexts = _entries(merger, "contexts")
+    name = context or _first_current_context(merger)
+    if not name:
+        raise ConfigError(f"kubeconfig {where}: current-context is not set and no context given")
+    if name not in contexts:
+        raise ConfigError(f"kubeconfig {where}: context {name!r} is not in contexts")
+    ctx_file, ctx_entry = contexts[name]
+    ctx = _body(ctx_entry, "context", f"kubeconfig {ctx_file}: contexts[{name!r}].context")
+    cluster_name, user_name = str(ctx.get("cluster") or ""), str(ctx.get("user") or "")
+    if cluster_name not in clusters:
+        raise ConfigError(
+            f"kubeconfig {ctx_file}: context {name!r} names cluster {cluster_name!r}, "
+            "which is not in clusters"
+        )
+    if user_name and user_name not in users:
+        raise ConfigError(
+            f"kubeconfig {ctx_file}: context {name!r} names user {user_name!r}, "
+            "which is not in users"
+        )
+    cluster_file, cluster_entry = clusters[cluster_name]
+    at = f"kubeconfig {cluster_file}: clusters[{cluster_name!r}].cluster"
+    cluster = _body(cluster_entry, "cluster", at)
+    _check_cluster(cluster, at)
+    _check_files(cluster, ("certificate-authority",), at, cluster_file)
+    user: Mapping[str, Any] = {}
+    token_file = ""
+    if not user_name and isinstance(ctx, dict):
+        # Anonymous: the loader reads the client certificate fields of a user entry, so it
+        # gets an empty one.
+        user_name = ctx["user"] = "neuron-dra-anonymous"
+        assert merger.config is not None
+        merger.config.value.setdefault("users", []).append({"name": user_name, "user": {}})
+        users[user_name] = (ctx_file, {"name": user_name, "user": {}})
+    if user_name:
+        user_file, user_entry = users[user_name]
+        at = f"kubeconfig {user_file}: users[{user_name!r}].user"
+        user = _body(user_entry, "user", at)
+        _check_user(user, at)
+        _check_files(user, ("client-certificate", "client-key", "tokenFile"), at, user_file)
+        _guard_exec(user, exec_timeout)
+        if user.get("tokenFile") and not user.get("token") and not user.get("exec"):
+            token_file = _resolve(str(user["tokenFile"]), user_file)
+    return _Selected(merger, name, cluster_file, user, token_file)
+
+
+def _resolve(named: str, kubeconfig: str) -> str:
+    # Relative paths are relative to the file that names them, as the loader reads them.
+    return os.path.join(os.path.dirname(os.path.abspath(kubeconfig)), os.path.expanduser(named))
+
+
+def _check_files(entry: Mapping[str, Any], fields: tuple[str, ...], at: str, file: str) -> None:
+    for field in fields:
+        named = entry.get(field)
+        # Inline data (a token) wins over the file, which then need not exist.
+        inline = "token" if field == "tokenFile" else f"{field}-data"
+        if named and not entry.get(inline):
+            full = _resolve(str(named), file)
+            if not os.path.isfile(full):
+                raise ConfigError(f"{at}.{field}: {full} does not exist")
+
+
+async def load_kubeconfig(
+    path: Path | str, *, context: str | None = None, exec_timeout: float = EXEC_TIMEOUT
+) -> KubeConfig:
+    """The cluster and user of ``context`` (default: the first ``current-context``) in
+    ``path``, which may list several files separated by ``os.pathsep`` (as ``$KUBECONFIG``
+    does). Runs the exec credential plugin, if the user has one (at most ``exec_timeout``).
+    """
+    selected = _select(path, context, exec_timeout)
+    source = selected.source
+    configuration = Configuration()
+    try:
+        loader = KubeConfigLoader(
+            config_dict=selected.merger.config,
+            config_base_path=None,
+            active_context=selected.context,
+        )
+        # The guard ends the plugin at exec_timeout; this bound is for the loader itself.
+        async with asyncio.timeout(exec_timeout + 10):
+            await loader.load_and_set(configuration)
+    except TimeoutError:
+        raise ConfigError(
+            f"kubeconfig {source}: the exec credential plugin did not answer in "
+            f"{exec_timeout:.0f} s"
+        ) from None
+    except (ConfigException, ValueError, OSError, KeyError, TypeError, AssertionError) as exc:
+        raise ConfigError(f"kubeconfig {source}: {_one_line(exc)}") from None
+    if selected.token_file:
+        configuration.refresh_api_key_hook = _TokenFile(selected.token_file)
+    return KubeConfig(
+        configuration,
+        source=source,
+        loader=loader if selected.user.get("exec") else None,
+        exec_timeout=exec_timeout,
+    )
 
 
 def load_in_cluster(
     *, env: Mapping[str, str] | None = None, account_dir: Path = SERVICE_ACCOUNT_DIR
 ) -> KubeConfig:
     """The pod's own access: ``KUBERNETES_SERVICE_HOST``/``_PORT``, the service account's
-    token (re-read as the kubelet rotates it) and the cluster's CA."""
-    env = os.environ if env is None else env
-    host = env.get("KUBERNETES_SERVICE_HOST", "")
-    port = env.get("KUBERNETES_SERVICE_PORT", "")
-    if not host or not port:
+    token (read again once a minute by the library's hook, as the kubelet rotates it) and
+    the cluster's CA."""
+    env = dict(os.environ if env is None else env)
+    if not env.get("KUBERNETES_SERVICE_HOST") or not env.get("KUBERNETES_SERVICE_PORT"):
         raise ConfigError(
             "in-cluster config: KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT must both "
             "be set (they are in a pod)"
@@ -199,133 +364,10 @@ def load_in_cluster(
     for what in (token, ca):
         if not what.is_file():
             raise ConfigError(f"in-cluster config: {what} does not exist (no service account?)")
-    # An IPv6 service address needs brackets in a URL.
-    netloc = f"[{host}]" if ":" in host else host
-    return KubeConfig(
-        server=f"https://{netloc}:{port}",
-        source=str(account_dir),
-        ca_file=str(ca),
-        token_file=str(token),
-    )
-
-
-def ssl_context(config: KubeConfig) -> ssl.SSLContext:
-    """TLS for ``config``: its CA (else the system's), its client certificate, if any."""
-    context = ssl.create_default_context(cafile=config.ca_file or None)
-    if config.ca_data:
-        try:
-            context.load_verify_locations(cadata=config.ca_data.decode("ascii"))
-        except (ssl.SSLError, UnicodeDecodeError) as exc:
-            raise ConfigError(
-                f"kubeconfig {config.source}: certificate-authority-data is not a PEM "
-                f"certificate: {exc}"
-            ) from None
-    if config.insecure:
-        context.check_hostname = False
-        context.verify_mode = ssl.CERT_NONE
-    if config.cert_file or config.cert_data:
-        _load_client_cert(context, config)
-    return context
-
-
-def _load_client_cert(context: ssl.SSLContext, config: KubeConfig) -> None:
-    # ``load_cert_chain`` reads files only: inline data goes through a private directory
-    # that is removed as soon as the key is loaded.
-    with tempfile.TemporaryDirectory(prefix="kubeconfig-") as tmp:
-        cert, key = config.cert_file, config.key_file
-        if config.cert_data:
-            cert = _private_file(Path(tmp) / "client.crt", config.cert_data)
-        if config.key_data:
-            key = _private_file(Path(tmp) / "client.key", config.key_data)
-        try:
-            context.load_cert_chain(cert, key)
-        except (ssl.SSLError, OSError) as exc:
-            raise ConfigError(
-                f"kubeconfig {config.source}: the client certificate and key cannot be "
-                f"loaded: {exc}"
-            ) from None
-
-
-def _private_file(path: Path, data: bytes) -> str:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "wb") as fh:
-        fh.write(data)
-    return str(path)
-
-
-def _read_yaml(path: Path, *, must_exist: bool) -> Mapping[str, Any] | None:
+    configuration = Configuration()
+    loader = InClusterConfigLoader(token_filename=str(token), cert_filename=str(ca), environ=env)
     try:
-        text = path.read_text()
-    except FileNotFoundError:
-        if must_exist:
-            raise ConfigError(f"kubeconfig {path}: no such file") from None
-        return None
-    except OSError as exc:
-        raise ConfigError(f"kubeconfig {path}: cannot be read: {exc.strerror}") from None
-    doc: Any = None
-    parsed = False
-    if text.lstrip().startswith("{"):
-        # A kubeconfig written as JSON (which is YAML) needs no YAML parser; one in YAML's
-        # flow style, or JSON with a comment after it, is still YAML.
-        with contextlib.suppress(msgspec.DecodeError):
-            doc, parsed = msgspec.json.decode(text), True
-    if not parsed:
-        import yaml  # only a YAML kubeconfig needs it; a pod's own account does not
-
-        try:
-            doc = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"kubeconfig {path}: not valid YAML: {exc}") from None
-    if doc is None:
-        return {}
-    if not isinstance(doc, Mapping):
-        raise ConfigError(f"kubeconfig {path}: not a mapping at the top")
-    return doc
-
-
-def _path(file: Path, value: object) -> str:
-    if not value:
-        return ""
-    path = Path(str(value)).expanduser()
-    return str(path if path.is_absolute() else file.parent / path)
-
-
-def _b64(value: object, where: str) -> bytes:
-    if not value:
-        return b""
-    try:
-        return base64.b64decode(str(value), validate=True)
-    except (binascii.Error, ValueError):
-        raise ConfigError(f"{where} is not base64") from None
-
-
-def _bool(value: object, where: str) -> bool:
-    if value is None or isinstance(value, bool):
-        return bool(value)
-    if isinstance(value, str) and value.lower() in ("true", "false"):
-        return value.lower() == "true"
-    raise ConfigError(f"{where} is {value!r}, not true or false")
-
-
-def _exec(value: object, *, at: str) -> ExecCommand | None:
-    if not value:
-        return None
-    if not isinstance(value, Mapping) or not value.get("command"):
-        raise ConfigError(f"{at}.command is missing")
-    args = value.get("args") or []
-    env = value.get("env") or []
-    if not isinstance(args, Sequence) or isinstance(args, str):
-        raise ConfigError(f"{at}.args is not a list")
-    if not isinstance(env, Sequence) or isinstance(env, str):
-        raise ConfigError(f"{at}.env is not a list")
-    pairs: list[tuple[str, str]] = []
-    for i, item in enumerate(env):
-        if not isinstance(item, Mapping) or "name" not in item:
-            raise ConfigError(f"{at}.env[{i}].name is missing")
-        pairs.append((str(item["name"]), str(item.get("value", ""))))
-    return ExecCommand(
-        command=str(value["command"]),
-        args=tuple(str(a) for a in args),
-        env=tuple(pairs),
-        api_version=str(value.get("apiVersion") or "client.authentication.k8s.io/v1"),
-    )
+        loader.load_and_set(configuration)
+    except (ConfigException, OSError) as exc:
+        raise ConfigError(f"in-cluster config {account_dir}: {_one_line(exc)}") from None
+    return KubeConfig(configuration, source=str(account_dir))

@@ -138,9 +138,8 @@ class Elector:
         }
 
     async def _read(self) -> Obj | None:
-        path = LEASES.path(namespace=self._namespace, name=self._name)
         try:
-            return await self._client.request("GET", path)
+            return await self._client.get(LEASES, self._name, namespace=self._namespace)
         except ApiException as exc:
             if exc.status != 404:
                 raise
@@ -157,12 +156,9 @@ class Elector:
         body = self._body(state, now, version)
         try:
             if current is None:
-                await self._client.request(
-                    "POST", LEASES.path(namespace=self._namespace), body=body
-                )
+                await self._client.create(LEASES, body, namespace=self._namespace)
             else:
-                path = LEASES.path(namespace=self._namespace, name=self._name)
-                await self._client.request("PUT", path, body=body)
+                await self._client.replace(LEASES, self._name, body, namespace=self._namespace)
         except ApiException as exc:
             if exc.status == 409:  # another candidate won this round
                 return False
@@ -181,9 +177,8 @@ class Elector:
             renewTime=datetime.now(UTC).strftime(_TIME),
         )
         body = {**current, "spec": spec}
-        path = LEASES.path(namespace=self._namespace, name=self._name)
         try:
-            await self._client.request("PUT", path, body=body)
+            await self._client.replace(LEASES, self._name, body, namespace=self._namespace)
         except ApiException as exc:
             if exc.status == 409:  # taken meanwhile: nothing of ours to give back
                 return False
