@@ -1,9 +1,8 @@
 """The ``slices`` scenario's baseline: kubernetes-asyncio's bare write loop.
 
-Run by ``bench/scenarios/slices.py`` with the Python of the baseline environment
-(``bench/baseline_env.py``), which has kubernetes-asyncio and nothing of the bench or of
-neuron-dra: the workspace's environment, which the services run from, must not install the
-client, since it brings aiohttp, and nats-py imports aiohttp whenever it is installed.
+Run by ``bench/scenarios/slices.py`` in a child process of the bench's own environment
+(``bench/baseline_env.py``), so that its CPU time is its own; it imports nothing of the bench
+or of neuron-dra, only kubernetes-asyncio, as a program on the library alone would.
 
 Reads one JSON object on standard input::
 

@@ -5,7 +5,7 @@ objects. In the same run:
 
 * **bare loop**: kubernetes-asyncio's ``ApiClient`` creates the very slice objects the
   publisher would write, with the same concurrency, nothing else (``bench/bare/slices_bare.py``,
-  in a child process run from the baseline environment: see ``bench/baseline_env.py``);
+  in a child process of the same environment: see ``bench/baseline_env.py``);
 * **publisher**: N NodeInventory events are published on the bus; the publisher's real
   controller (durable consumer, Node and slice informers, work queue, KubeSliceStore) writes
   every pool. Timed from the first publish to the last pool written.
@@ -450,7 +450,6 @@ async def _measure(
 
 def run(*, quick: bool) -> Report:
     n, samples, rounds = (200, 20, 2) if quick else (1000, 125, 5)
-    baseline_env.python()  # made (once) before the stack starts, not between its rounds
     with tempfile.TemporaryDirectory(prefix="bench-slices-") as tmp:
         fleet = Path(tmp) / "fleet.yaml"
         fleet.write_text(_FLEET)

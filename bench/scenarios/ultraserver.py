@@ -22,7 +22,7 @@ Sizes cycle through topologySize 1/2/4 x serverCount 1/2. A workload is deleted 
 Allocated and the next one starts when it is gone, so the fleet never fills.
 
 kubernetes-asyncio runs in a child process of its own (``bench/bare/ultraserver_bare.py``,
-from the baseline environment: see ``bench/baseline_env.py``), which makes every request of
+in the same environment: see ``bench/baseline_env.py``), which makes every request of
 the bench but its watches; it takes each workload's start just before its create, on the
 machine's monotonic clock that the bench's watches read too. The bare variant's status and
 template are built before its create, from the twin as the apiserver answers a create
@@ -884,7 +884,6 @@ def run(*, quick: bool) -> Report:
         if quick
         else [Level(concurrency=1, n=90), Level(concurrency=8, n=240)]
     )
-    baseline_env.python()  # made (once) before the stack starts
     with (
         tempfile.TemporaryDirectory(prefix="bench-ultraserver-") as tmp,
         local_stack(Path(tmp), fleet=_FLEET) as rec,
