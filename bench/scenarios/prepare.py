@@ -242,20 +242,21 @@ def _start_go(*, state: Path, kubeconfig: Path, root: Path, run: Path) -> Plugin
     return plugin
 
 
-def _start_floor(root: Path, per_lane: int) -> Plugin:
-    """:mod:`bench.grpc_floor`: what gRPC alone costs, served as our plugin serves."""
+def _start_floor(root: Path, per_lane: int, mode: str = "aio") -> Plugin:
+    """:mod:`bench.grpc_floor`: what gRPC alone costs, served as our plugin serves (or as
+    ``mode`` says: see the module)."""
     root.mkdir(parents=True, exist_ok=True)
     socket = root / "dra.sock"
     log = root / "floor.log"
     with open(log, "wb") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "bench.grpc_floor", str(socket)],
+            [sys.executable, "-m", "bench.grpc_floor", str(socket), mode],
             stdout=out,
             stderr=subprocess.STDOUT,
             cwd=_REPO,
         )
     plugin = Plugin(
-        label=FLOOR,
+        label=FLOOR if mode == "aio" else f"{FLOOR} ({mode})",
         driver="",
         node="",
         device_names=[],

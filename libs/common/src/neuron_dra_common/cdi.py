@@ -134,7 +134,9 @@ class Spec(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, rename
     annotations: dict[str, str] = msgspec.field(default_factory=dict)
 
 
+@functools.lru_cache(maxsize=64)
 def _split_kind(kind: str) -> tuple[str, str]:
+    # Checked for every device of every spec, and a plugin has one kind: checked once.
     vendor, sep, class_ = kind.partition("/")
     if not sep or not _VENDOR_RE.match(vendor) or not _CLASS_RE.match(class_):
         raise CdiError(f"CDI kind {kind!r} is not of the form <vendor>/<class>")

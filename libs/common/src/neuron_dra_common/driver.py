@@ -15,6 +15,7 @@ so these names are fixed by AWS's Neuron DRA driver guide:
 
 from __future__ import annotations
 
+import functools
 import re
 from importlib.metadata import PackageNotFoundError, version
 from typing import Final
@@ -67,12 +68,14 @@ def device_name(index: int) -> str:
     return f"{_DEVICE_PREFIX}{index}"
 
 
+@functools.lru_cache(maxsize=1024)
 def device_index(name: str) -> int | None:
     """The index of a ``neurondevice<N>`` name; ``None`` for any other name.
 
     >>> device_index("neurondevice12"), device_index("neuronnode"), device_index("neurondevice01")
     (12, None, None)
     """
+    # Cached: every prepare asks it of every device it names, and a node has few names.
     match = _DEVICE_RE.match(name)
     return int(match.group(1)) if match else None
 

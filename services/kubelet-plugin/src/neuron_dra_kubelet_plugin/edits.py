@@ -14,6 +14,7 @@ the instance catalog in :mod:`neuron_dra_common.topology`.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Sequence
 
@@ -75,8 +76,14 @@ def lnc_in_force(
 
 def device_node(index: int, *, dev_root: str | os.PathLike[str] = "/dev") -> DeviceNode:
     """The CDI device node of ``/dev/neuron<index>``, taken from ``dev_root`` on the host."""
+    return _device_node(index, os.fspath(dev_root))
+
+
+@functools.lru_cache(maxsize=1024)
+def _device_node(index: int, dev_root: str) -> DeviceNode:
+    # A node has a few dozen devices and one dev root: every claim's nodes are made once.
     path = f"/dev/neuron{index}"
-    host = os.path.join(os.fspath(dev_root), f"neuron{index}")
+    host = os.path.join(dev_root, f"neuron{index}")
     return DeviceNode(path=path, host_path=None if host == path else host)
 
 

@@ -56,15 +56,21 @@ OPERATIONS: Final = Counter(
 )
 # Every series exists from the start at 0, so that the first failure is an increase a rate()
 # or an alert sees, not a new series.
-for _operation in ("prepare", "unprepare"):
-    for _outcome in ("ok", "failed", "internal"):
-        OPERATIONS.labels(_operation, _outcome)
+# The children are looked up once: a labels() call costs about as much as the count itself.
+_COUNTS: Final = {
+    (_operation, _outcome): OPERATIONS.labels(_operation, _outcome)
+    for _operation in ("prepare", "unprepare")
+    for _outcome in ("ok", "failed", "internal")
+}
 DURATION: Final = Histogram(
     "neuron_dra_kubelet_plugin_operation_seconds",
     "Time to prepare or unprepare one claim",
     ["operation"],
     buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 5.0, 45.0),
 )
+_DURATIONS: Final = {
+    operation: DURATION.labels(operation) for operation in ("prepare", "unprepare")
+}
 PREPARED_CLAIMS: Final = Gauge(
     "neuron_dra_kubelet_plugin_prepared_claims", "Claims prepared on this node (checkpoint entries)"
 )
@@ -135,8 +141,8 @@ class ObservedPreparer:
                 span.set_status(trace.StatusCode.ERROR, str(exc))
                 raise
             finally:
-                OPERATIONS.labels("prepare", outcome).inc()
-                DURATION.labels("prepare").observe(time.perf_counter() - t0)
+                _COUNTS["prepare", outcome].inc()
+                _DURATIONS["prepare"].observe(time.perf_counter() - t0)
 
     async def unprepare(self, ref: ClaimRef) -> None:
         t0 = time.perf_counter()
@@ -150,8 +156,8 @@ class ObservedPreparer:
                 span.set_status(trace.StatusCode.ERROR, str(exc))
                 raise
             finally:
-                OPERATIONS.labels("unprepare", outcome).inc()
-                DURATION.labels("unprepare").observe(time.perf_counter() - t0)
+                _COUNTS["unprepare", outcome].inc()
+                _DURATIONS["unprepare"].observe(time.perf_counter() - t0)
 
 
 class EventSink(Protocol):

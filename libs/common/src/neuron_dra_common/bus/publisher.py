@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import logging
 import time
 from collections.abc import Sequence
-from typing import Final
+from typing import Any, Final
 
 import msgspec
 import nats.errors
@@ -32,7 +33,7 @@ from neuron_dra_common.bus.headers import (
 from neuron_dra_common.events.base import Event
 from neuron_dra_common.events.codec import encode
 from neuron_dra_common.telemetry.propagation import inject_headers
-from neuron_dra_common.telemetry.tracing import get_tracer
+from neuron_dra_common.telemetry.tracing import get_tracer, tracing_enabled
 
 __all__ = ["PublishResult", "Publisher"]
 
@@ -98,6 +99,9 @@ class Publisher:
         self._ack_timeout = ack_timeout
         self._retry_seconds = retry_seconds
         self._window = max(1, min(window, _CLIENT_PENDING))
+        # A tracer handed in always records; the process's only once tracing is on (an
+        # unrecorded span per batch costs more than a batch's bookkeeping).
+        self._always = tracer is not None
         self._tracer = tracer or get_tracer()
         # Per event class: its type and the headers every event of it shares.
         self._kinds: dict[type[Event], tuple[str, dict[str, str]]] = {}
@@ -141,15 +145,22 @@ class Publisher:
             )
         return items
 
+    def _span(self, name: str, **attributes: Any) -> contextlib.AbstractContextManager[Any]:
+        """A producer span, or (tracing off) none: the events then carry the caller's trace
+        context, if any, as they would a span nobody records."""
+        if not self._always and not tracing_enabled():
+            return contextlib.nullcontext()
+        return self._tracer.start_as_current_span(
+            name, kind=trace.SpanKind.PRODUCER, attributes=attributes or None
+        )
+
     async def publish(self, event: Event, *, msg_id: str | None = None) -> PublishResult:
         """Publish one event and wait for JetStream to store it.
 
         Pass a ``msg_id`` derived from what the event is about (for example the claim uid and
         the step) to make a repeated publish by a restarted process a no-op.
         """
-        with self._tracer.start_as_current_span(
-            f"publish {event.event_type()}", kind=trace.SpanKind.PRODUCER
-        ):
+        with self._span(f"publish {event.event_type()}"):
             ids = (msg_id,) if msg_id else new_msg_ids(1)
             [item] = self._items((event,), ids, _trace_context())
         return await self._send(item)
@@ -166,9 +177,7 @@ class Publisher:
         """
         if msg_ids is not None and len(msg_ids) != len(events):
             raise ValueError(f"publish_many: {len(msg_ids)} msg_ids for {len(events)} events")
-        with self._tracer.start_as_current_span(
-            "publish batch", kind=trace.SpanKind.PRODUCER, attributes={"events": len(events)}
-        ):
+        with self._span("publish batch", events=len(events)):
             context = _trace_context()
         ids = msg_ids if msg_ids is not None else new_msg_ids(len(events))
         step = min(self._window, _SLICE)

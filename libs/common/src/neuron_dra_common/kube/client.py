@@ -42,7 +42,7 @@ from neuron_dra_common.kube.metrics import REQUESTS, resource_of
 from neuron_dra_common.kube.names import check_name, check_namespace, check_subresource
 from neuron_dra_common.kube.proxy import honour_no_proxy
 from neuron_dra_common.telemetry.propagation import kube_trace_headers
-from neuron_dra_common.telemetry.tracing import get_tracer
+from neuron_dra_common.telemetry.tracing import get_tracer, tracing_enabled
 
 __all__ = [
     "CONFIGMAPS",
@@ -415,11 +415,19 @@ class KubeClient:
         accept: str = JSON,
         request_timeout: float | None = 30.0,
     ) -> bytes:
-        with self._tracer.start_as_current_span(
-            f"kube {method} {path}",
-            kind=trace.SpanKind.CLIENT,
-            attributes={"http.request.method": method, "url.path": path},
-        ):
+        # A span only when tracing is on: one nobody records still costs about 30 us of
+        # the 200 us of CPU a GET takes here. The caller's trace context goes out either
+        # way (``traceparent``, see ``_call``).
+        span = (
+            self._tracer.start_as_current_span(
+                f"kube {method} {path}",
+                kind=trace.SpanKind.CLIENT,
+                attributes={"http.request.method": method, "url.path": path},
+            )
+            if tracing_enabled()
+            else contextlib.nullcontext()
+        )
+        with span:
             async with asyncio.timeout(request_timeout):
                 resp = await self._send(
                     method, path, query=query, body=body, content_type=content_type, accept=accept
