@@ -12,7 +12,9 @@ import sys
 
 from neuron_dra_common.bus import Bus, ConsumerSpec, Delivery
 from neuron_dra_common.bus.declarations import HEALTH
+from neuron_dra_common.errors import SetupError
 from neuron_dra_common.events import AnyEvent
+from neuron_dra_common.kube import connect
 from neuron_dra_common.runtime import Service, run
 from neuron_dra_common.settings import ServiceSettings, SettingsError, load
 
@@ -32,6 +34,11 @@ def main(argv: list[str]) -> int:
         if delay:
             log.info("building")
             await asyncio.sleep(delay)
+        # Lets a test fail the start after a Kubernetes client was made and left open.
+        kubeconfig = os.environ.get("EXAMPLE_FAIL_AFTER_KUBECONFIG")
+        if kubeconfig:
+            await connect(kubeconfig=kubeconfig)
+            raise SetupError("the example cannot go on")
         bus = await Bus.connect(settings.nats_servers, name="example")
         await bus.reconcile(streams=[HEALTH])
 

@@ -130,6 +130,37 @@ def test_a_kubeconfig_that_cannot_be_used_fails_start_in_one_line(
     assert line["message"] == "cannot start: " + said.format(path=path)
 
 
+def test_a_start_that_fails_after_connecting_closes_its_kubernetes_client(
+    nats_server: NatsServer, tmp_path: Path
+) -> None:
+    """The start error is the process's last word: the client the failed build left open is
+    closed, not reported by aiohttp as an unclosed session after it."""
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        "clusters: [{name: c, cluster: {server: 'http://127.0.0.1:1'}}]\n"
+        "users: [{name: u, user: {token: t}}]\n"
+        "contexts: [{name: x, context: {cluster: c, user: u}}]\ncurrent-context: x\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "tests.integration.runtime.example_service"],
+        cwd=ROOT,
+        env={
+            **os.environ,
+            "NEURON_DRA_NATS_SERVERS": nats_server.url,
+            "NEURON_DRA_HTTP_PORT": str(free_port()),
+            "EXAMPLE_FAIL_AFTER_KUBECONFIG": str(kubeconfig),
+        },
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    out = (proc.stdout + proc.stderr).decode()
+    assert proc.returncode == 2, out
+    assert "Unclosed" not in out
+    [line] = [json.loads(text) for text in out.splitlines() if '"level":"error"' in text]
+    assert line["message"] == "cannot start: the example cannot go on"
+
+
 def test_stop_while_still_starting_exits_cleanly(nats_server: NatsServer, tmp_path: Path) -> None:
     """SIGTERM while the service is still connecting (a slow build) is an orderly exit, not
     a kill by the default signal action."""

@@ -194,6 +194,16 @@ async def _build_unless_stopped(build: Callable[[], Awaitable[Service]]) -> Serv
     return service
 
 
+async def _close_kube_clients() -> None:
+    """Close the Kubernetes clients the service left open (a start that failed after
+    connecting): otherwise aiohttp reports each unclosed session after the start error. Only
+    where the process uses the API at all: importing the client costs what a service without
+    it should not pay."""
+    kube = sys.modules.get("neuron_dra_common.kube")
+    if kube is not None:
+        await kube.close_open_clients()
+
+
 async def _call(start: Callable[[], Awaitable[None]]) -> None:
     await start()
 
@@ -220,6 +230,7 @@ def run(build: Callable[[], Awaitable[Service]], *, name: str, settings: Service
                 return 0
             return await service.run()
         finally:
+            await _close_kube_clients()
             shutdown_tracing()
 
     with contextlib.suppress(KeyboardInterrupt):
