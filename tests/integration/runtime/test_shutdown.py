@@ -90,6 +90,28 @@ def test_bad_setting_fails_start_naming_the_variable(nats_server: NatsServer) ->
     )
 
 
+def _failed_start(module: str, nats_server: NatsServer, env: dict[str, str]) -> tuple[str, str]:
+    """Run ``python -m module``, which must fail to start with exit code 2; its output and
+    the message of its one error line."""
+    proc = subprocess.run(
+        [sys.executable, "-m", module],
+        cwd=ROOT,
+        env={
+            **os.environ,
+            "NEURON_DRA_NATS_SERVERS": nats_server.url,
+            "NEURON_DRA_HTTP_PORT": str(free_port()),
+            **env,
+        },
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    out = (proc.stdout + proc.stderr).decode()
+    assert proc.returncode == 2, out
+    [line] = [json.loads(text) for text in out.splitlines() if '"level":"error"' in text]
+    return out, str(line["message"])
+
+
 @pytest.mark.parametrize(
     ("module", "kubeconfig", "said"),
     [
@@ -110,24 +132,9 @@ def test_a_kubeconfig_that_cannot_be_used_fails_start_in_one_line(
     path = tmp_path / "kubeconfig"
     if kubeconfig is not None:
         path.write_text(kubeconfig)
-    proc = subprocess.run(
-        [sys.executable, "-m", module],
-        cwd=ROOT,
-        env={
-            **os.environ,
-            "NEURON_DRA_NATS_SERVERS": nats_server.url,
-            "NEURON_DRA_HTTP_PORT": str(free_port()),
-            "NEURON_DRA_KUBECONFIG": str(path),
-        },
-        capture_output=True,
-        timeout=60,
-        check=False,
-    )
-    out = (proc.stdout + proc.stderr).decode()
-    assert proc.returncode == 2, out
+    out, error = _failed_start(module, nats_server, {"NEURON_DRA_KUBECONFIG": str(path)})
     assert "Traceback" not in out
-    [line] = [json.loads(text) for text in out.splitlines() if '"level":"error"' in text]
-    assert line["message"] == "cannot start: " + said.format(path=path)
+    assert error == "cannot start: " + said.format(path=path)
 
 
 def test_a_start_that_fails_after_connecting_closes_its_kubernetes_client(
@@ -141,24 +148,13 @@ def test_a_start_that_fails_after_connecting_closes_its_kubernetes_client(
         "users: [{name: u, user: {token: t}}]\n"
         "contexts: [{name: x, context: {cluster: c, user: u}}]\ncurrent-context: x\n"
     )
-    proc = subprocess.run(
-        [sys.executable, "-m", "tests.integration.runtime.example_service"],
-        cwd=ROOT,
-        env={
-            **os.environ,
-            "NEURON_DRA_NATS_SERVERS": nats_server.url,
-            "NEURON_DRA_HTTP_PORT": str(free_port()),
-            "EXAMPLE_FAIL_AFTER_KUBECONFIG": str(kubeconfig),
-        },
-        capture_output=True,
-        timeout=60,
-        check=False,
+    out, error = _failed_start(
+        "tests.integration.runtime.example_service",
+        nats_server,
+        {"EXAMPLE_FAIL_AFTER_KUBECONFIG": str(kubeconfig)},
     )
-    out = (proc.stdout + proc.stderr).decode()
-    assert proc.returncode == 2, out
     assert "Unclosed" not in out
-    [line] = [json.loads(text) for text in out.splitlines() if '"level":"error"' in text]
-    assert line["message"] == "cannot start: the example cannot go on"
+    assert error == "cannot start: the example cannot go on"
 
 
 def test_stop_while_still_starting_exits_cleanly(nats_server: NatsServer, tmp_path: Path) -> None:

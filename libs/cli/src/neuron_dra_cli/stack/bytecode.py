@@ -24,14 +24,19 @@ from neuron_dra_cli import paths
 
 __all__ = ["PACKAGES", "Warmup", "is_warm", "python_env", "start_warmup"]
 
-#: The packages the stack runs as services (and what they share).
+#: The packages the stack runs as services (and what they share): compiled here, and imported
+#: once by the agent zygote.
 PACKAGES: Final = (
     "neuron_dra_alerts",
     "neuron_dra_audit",
+    "neuron_dra_bus_auth",
     "neuron_dra_common",
+    "neuron_dra_device_plugin",
     "neuron_dra_discovery",
     "neuron_dra_health_monitor",
     "neuron_dra_kubelet_plugin",
+    "neuron_dra_protos",
+    "neuron_dra_scheduler_extender",
     "neuron_dra_slice_publisher",
     "neuron_dra_topology_allocator",
     "neuron_dra_ultraserver_operator",

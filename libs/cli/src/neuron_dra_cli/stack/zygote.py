@@ -55,6 +55,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, NoReturn
 
+from neuron_dra_cli.stack.bytecode import PACKAGES
+
 __all__ = [
     "DISABLE_ENV",
     "KIND",
@@ -89,21 +91,7 @@ LIBRARIES: Final = (
     "opentelemetry.sdk.trace",
 )
 #: Every package the stack runs as a service: each of their modules is imported once.
-SERVICE_PACKAGES: Final = (
-    "neuron_dra_common",
-    "neuron_dra_protos",
-    "neuron_dra_discovery",
-    "neuron_dra_health_monitor",
-    "neuron_dra_kubelet_plugin",
-    "neuron_dra_slice_publisher",
-    "neuron_dra_topology_allocator",
-    "neuron_dra_ultraserver_operator",
-    "neuron_dra_alerts",
-    "neuron_dra_audit",
-    "neuron_dra_bus_auth",
-    "neuron_dra_device_plugin",
-    "neuron_dra_scheduler_extender",
-)
+SERVICE_PACKAGES: Final = PACKAGES
 #: The longest a request may be (an agent's environment is a few KiB).
 _MAX_REQUEST: Final = 1 << 20
 _PEERCRED: Final = struct.Struct("3i")

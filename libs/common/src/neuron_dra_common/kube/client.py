@@ -33,6 +33,7 @@ from kubernetes_asyncio.config.config_exception import ConfigException
 from opentelemetry import trace
 
 from neuron_dra_common.kube.config import (
+    EXEC_TIMEOUT,
     ConfigError,
     KubeConfig,
     load_in_cluster,
@@ -827,10 +828,8 @@ async def connect(
     """
     path = kubeconfig or os.environ.get("KUBECONFIG")
     if path:
-        if exec_timeout is None:
-            config = await load_kubeconfig(path, context=context)
-        else:
-            config = await load_kubeconfig(path, context=context, exec_timeout=exec_timeout)
+        timeout = EXEC_TIMEOUT if exec_timeout is None else exec_timeout
+        config = await load_kubeconfig(path, context=context, exec_timeout=timeout)
     elif os.environ.get("KUBERNETES_SERVICE_HOST"):
         config = load_in_cluster()
     else:
