@@ -326,10 +326,10 @@ class KubeClient:
         this task. The plugin runs under the guard that kills it at its timeout; a failure
         keeps the last token and is tried again after a pause.
         """
-        loader = self.config.loader
-        assert loader is not None
         pause = 1.0
         while True:
+            loader = self.config.loader
+            assert loader is not None
             expiry = getattr(loader, "exec_plugin_expiry", None)
             wait: float | None = None
             if isinstance(expiry, datetime):
@@ -340,9 +340,11 @@ class KubeClient:
             forced = self._refresh_now.is_set()
             self._refresh_now.clear()
             if forced:
-                # The token was refused: run the plugin whatever expiry it stated (the
-                # loader runs it only once its recorded expiry is near).
-                vars(loader).pop("exec_plugin_expiry", None)
+                # The token was refused: run the plugin whatever expiry it stated (a loader
+                # runs it only once its recorded expiry is near; a new one has none).
+                self.config.renew_loader()
+                loader = self.config.loader
+                assert loader is not None
             try:
                 async with asyncio.timeout(self.config.exec_timeout + 10):
                     await loader.load_from_exec_plugin()

@@ -28,7 +28,7 @@ import copy
 import os
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Final, NamedTuple
 
@@ -69,20 +69,30 @@ def _one_line(text: object, limit: int = 300) -> str:
 
 class KubeConfig:
     """How to reach one apiserver: the library's ``Configuration``, where it was read
-    (``source``, for errors), and the loader that can run the exec plugin again."""
+    (``source``, for errors), and, for an exec credential plugin, the loader that runs it
+    again and how to make a new one."""
 
     def __init__(
         self,
         configuration: Configuration,
         *,
         source: str,
+        new_loader: Callable[[], KubeConfigLoader] | None = None,
         loader: KubeConfigLoader | None = None,
         exec_timeout: float = EXEC_TIMEOUT,
     ) -> None:
         self.configuration = configuration
         self.source = source
+        self._new_loader = new_loader
         self.loader = loader
         self.exec_timeout = exec_timeout
+
+    def renew_loader(self) -> None:
+        """A new loader in place of :attr:`loader`: it has no expiry on record, so it runs the
+        plugin at its next call whatever expiry the last token stated (the server refused
+        that token)."""
+        if self._new_loader is not None:
+            self.loader = self._new_loader()
 
     @property
     def server(self) -> str:
@@ -103,7 +113,11 @@ class KubeConfig:
         configuration = copy.deepcopy(self.configuration)
         configuration.host = server.rstrip("/")
         return KubeConfig(
-            configuration, source=self.source, loader=self.loader, exec_timeout=self.exec_timeout
+            configuration,
+            source=self.source,
+            new_loader=self._new_loader,
+            loader=self.loader,
+            exec_timeout=self.exec_timeout,
         )
 
 
@@ -322,12 +336,16 @@ async def load_kubeconfig(
     selected = _select(path, context, exec_timeout)
     source = selected.source
     configuration = Configuration()
-    try:
-        loader = KubeConfigLoader(
+
+    def new_loader() -> KubeConfigLoader:
+        return KubeConfigLoader(
             config_dict=selected.merger.config,
             config_base_path=None,
             active_context=selected.context,
         )
+
+    try:
+        loader = new_loader()
         # The guard ends the plugin at exec_timeout; this bound is for the loader itself.
         async with asyncio.timeout(exec_timeout + 10):
             await loader.load_and_set(configuration)
@@ -340,10 +358,13 @@ async def load_kubeconfig(
         raise ConfigError(f"kubeconfig {source}: {_one_line(exc)}") from None
     if selected.token_file:
         configuration.refresh_api_key_hook = _TokenFile(selected.token_file)
+    if not selected.user.get("exec"):
+        return KubeConfig(configuration, source=source, exec_timeout=exec_timeout)
     return KubeConfig(
         configuration,
         source=source,
-        loader=loader if selected.user.get("exec") else None,
+        new_loader=new_loader,
+        loader=loader,
         exec_timeout=exec_timeout,
     )
 
