@@ -144,7 +144,7 @@ def test_an_identity_reads_replies_on_its_own_inbox_only(role: str, node: str) -
 
 def test_the_inbox_prefix_is_one_token_per_part() -> None:
     assert inbox_prefix("health-probe", node=NODE) == "_INBOX.health-probe.ip-10-0-0-1_ec2_internal"
-    with pytest.raises(ValueError, match="identity 'a.b' is not one subject token"):
+    with pytest.raises(ValueError, match=r"identity 'a\.b' is not one subject token"):
         inbox_prefix("a.b")
 
 

@@ -188,9 +188,7 @@ def _node_agent(role: NodeAgent, node: str) -> Permissions:
             *_read(HEALTH),
             *_dead_letters((HEALTH, "kubelet-plugin-health")),
         ]
-    return Permissions(
-        publish=tuple(publish), subscribe=(_inbox(role, node),), publish_deny=deny
-    )
+    return Permissions(publish=tuple(publish), subscribe=(_inbox(role, node),), publish_deny=deny)
 
 
 def _cluster_service(role: ClusterService) -> Permissions:
