@@ -422,7 +422,8 @@ async def test_a_publisher_cannot_store_past_the_accounts_file_limit(
         assert (await js.publish(subject, b"x" * 1024)).stream == INVENTORY.name
         with pytest.raises(APIError) as caught:
             await js.publish(subject, b"y" * 96 * 1024)
-        assert caught.value.err_code in (10023, 10027, 10047, 10002), caught.value
+        assert caught.value.err_code == 10002, caught.value
+        assert caught.value.description == "resource limits exceeded for account"
     counts = await _messages(bus, admin)
     assert counts[INVENTORY.name] == 1
     async with _as(bus, admin, "admin") as connected:
