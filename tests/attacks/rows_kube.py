@@ -16,6 +16,12 @@ ROWS: tuple[Row, ...] = (
         _T + "test_the_health_probe_writes_its_own_nodes_conditions",
     ),
     Row(
+        "health probe of node A (its own condition writer)",
+        "write node A's NeuronHealth condition; the same for node B",
+        "refused",
+        _T + "test_the_probes_own_condition_writer_writes_only_its_node",
+    ),
+    Row(
         "health probe of node A",
         "write node B's conditions",
         "refused",
@@ -63,6 +69,12 @@ ROWS: tuple[Row, ...] = (
         "add and remove the neuron.aws.com/unstable NoSchedule taint on a Node",
         "allowed",
         _T + "test_the_failure_detector_adds_and_removes_its_taint",
+    ),
+    Row(
+        "failure-detector (its own node notes)",
+        "hold a flapping node with its taint and release it",
+        "allowed",
+        _T + "test_the_failure_detectors_own_notes_hold_and_release_a_node",
     ),
     Row(
         "failure-detector",

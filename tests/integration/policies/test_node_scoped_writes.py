@@ -18,11 +18,15 @@ import urllib.request
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from neuron_dra_common.kube import ApiException, connect
+from neuron_dra_health_monitor.detector_kube import NodeNotes
+from neuron_dra_health_monitor.probe_node import ConditionWriter
 
 from tests.fixtures.stack import REPO, KubeStack
 
@@ -468,3 +472,63 @@ def test_the_policies_are_the_bases(world: World) -> None:
         assert not policy.get("status", {}).get("typeChecking", {}).get("expressionWarnings"), (
             textwrap.shorten(json.dumps(policy["status"]), 400)
         )
+
+
+def _kubeconfig(world: World, folder: Path, token: str) -> Path:
+    """A kubeconfig with ``token``, as the services are given theirs."""
+    (folder / "token").write_text(token)
+    path = folder / "kubeconfig"
+    path.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [
+                    {"name": "c", "cluster": {"server": world.api.server,
+                                              "certificate-authority": world.api.ca}}
+                ],
+                "users": [{"name": "u", "user": {"tokenFile": str(folder / "token")}}],
+                "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+                "current-context": "c",
+            }
+        )
+    )  # fmt: skip
+    return path
+
+
+async def test_the_probes_own_condition_writer_writes_only_its_node(
+    world: World, tmp_path: Path
+) -> None:
+    kube = await connect(kubeconfig=_kubeconfig(world, tmp_path, world.probe_a))
+    try:
+        own = ConditionWriter(kube, node=world.node_a, types=frozenset({"NeuronHealth"}))
+        faulty = {"NeuronHealth": ("True", "NeuronHasError_SRAM", "device 3")}
+        assert await own.write(faulty, now=datetime.now(UTC))
+        assert _conditions(world.node(world.node_a))["NeuronHealth"]["reason"] == (
+            "NeuronHasError_SRAM"
+        )
+        other = ConditionWriter(kube, node=world.node_b, types=frozenset({"NeuronHealth"}))
+        with pytest.raises(ApiException) as refused:
+            await other.write(faulty, now=datetime.now(UTC))
+        assert refused.value.status == 403
+        assert f"may write only Node {world.node_a}" in str(refused.value)
+    finally:
+        await kube.close()
+    assert _conditions(world.node(world.node_b)).get("NeuronHealth", {}).get("reason") != (
+        "NeuronHasError_SRAM"
+    )
+
+
+async def test_the_failure_detectors_own_notes_hold_and_release_a_node(
+    world: World, tmp_path: Path
+) -> None:
+    kube = await connect(kubeconfig=_kubeconfig(world, tmp_path, world.detector))
+    try:
+        notes = NodeNotes(kube)
+        await notes.hold(world.node_a, reason="lost 3 times in 60 s")
+        assert FLAPPING in _taints(world.node(world.node_a))
+        assert world.node_a in await notes.held_nodes()
+        await notes.release(world.node_a, reason="up for 30 s")
+        assert all(t["key"] != FLAPPING["key"] for t in _taints(world.node(world.node_a)))
+    finally:
+        await kube.close()
