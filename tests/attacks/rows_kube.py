@@ -17,7 +17,7 @@ ROWS: tuple[Row, ...] = (
     ),
     Row(
         "health probe of node A (its own condition writer)",
-        "write node A's NeuronHealth condition; the same for node B",
+        "write node B's NeuronHealth condition through its own writer (node A's is written)",
         "refused",
         _T + "test_the_probes_own_condition_writer_writes_only_its_node",
     ),

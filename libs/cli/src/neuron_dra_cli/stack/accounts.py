@@ -155,10 +155,8 @@ def node_agent_pod(kind: str, node: str, *, account: str = "") -> dict[str, obje
         "metadata": {
             "name": f"{kind}-{node}",
             "namespace": NAMESPACE,
-            "labels": {
-                "app.kubernetes.io/name": account,
-                "app.kubernetes.io/part-of": "neuron-dra",
-            },
+            # Not the workload's labels: nothing that selects the driver's pods selects it.
+            "labels": {"neuron.aws.com/stands-for": kind},
             "annotations": {
                 "neuron.aws.com/stands-for": (
                     f"the {kind} process of the local stack's node {node} (its token is bound "
