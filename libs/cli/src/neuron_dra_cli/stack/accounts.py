@@ -195,9 +195,17 @@ def node_agent_kubeconfigs(
     if not nodes:
         return {}
     pods = [node_agent_pod(kind, node, account=account) for node in nodes]
+    # Made anew: a pod's spec is immutable, and one left by an earlier stack of this state
+    # directory (its etcd keeps it) may have another (its old tokens go with it).
+    names = [f"{kind}-{node}" for node in nodes]
     kubectl.run(
         admin_kubeconfig,
-        ["apply", "-f", "-"],
+        ["delete", "pod", "-n", NAMESPACE, "--ignore-not-found", "--force", "--grace-period=0",
+         *names],
+    )  # fmt: skip
+    kubectl.run(
+        admin_kubeconfig,
+        ["create", "-f", "-"],
         input=json.dumps({"apiVersion": "v1", "kind": "List", "items": pods}),
     )
 
