@@ -35,6 +35,7 @@ __all__ = [
     "RBAC_KINDS",
     "apply_accounts",
     "node_agent_kubeconfigs",
+    "node_agent_name",
     "node_agent_pod",
     "rbac_objects",
     "service_kubeconfig",
@@ -143,17 +144,23 @@ def service_kubeconfigs(
     return {kind: service_kubeconfig(layout, admin_kubeconfig, kind) for kind in kinds}
 
 
+def node_agent_name(kind: str, node: str) -> str:
+    """The name of the agent ``kind`` of ``node`` on the stack: its component's, its Pod's
+    and its kubeconfig's."""
+    return f"{kind}-{node}"
+
+
 def node_agent_pod(kind: str, node: str, *, account: str = "") -> dict[str, object]:
     """The Pod standing for the agent ``kind`` of ``node``: bound to the node, run as the
     agent's ServiceAccount, tolerating every taint (as a DaemonSet's pods do, so an
-    unreachable node's eviction never revokes its agent's token). Its name is the agent's
-    component name on the stack (``<kind>-<node>``)."""
+    unreachable node's eviction never revokes its agent's token); named
+    :func:`node_agent_name`."""
     account = account or ACCOUNTS[kind]
     return {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
-            "name": f"{kind}-{node}",
+            "name": node_agent_name(kind, node),
             "namespace": NAMESPACE,
             # Not the workload's labels: nothing that selects the driver's pods selects it.
             "labels": {"neuron.aws.com/stands-for": kind},
@@ -190,14 +197,14 @@ def node_agent_kubeconfigs(
     layout: Layout, admin_kubeconfig: Path, kind: str, nodes: Sequence[str], *, account: str = ""
 ) -> dict[str, Path]:
     """Each node's kubeconfig for its agent ``kind``: the agent's Pod on that node
-    (:func:`node_agent_pod`, applied) and a token bound to it, which names the node. By the
-    agent's component name (``<kind>-<node>``); the ServiceAccount exists."""
+    (:func:`node_agent_pod`, made) and a token bound to it, which names the node; by
+    :func:`node_agent_name`. The ServiceAccount exists."""
     if not nodes:
         return {}
     pods = [node_agent_pod(kind, node, account=account) for node in nodes]
     # Made anew: a pod's spec is immutable, and one left by an earlier stack of this state
     # directory (its etcd keeps it) may have another (its old tokens go with it).
-    names = [f"{kind}-{node}" for node in nodes]
+    names = [node_agent_name(kind, node) for node in nodes]
     kubectl.run(
         admin_kubeconfig,
         ["delete", "pod", "-n", NAMESPACE, "--ignore-not-found", "--force", "--grace-period=0",
@@ -209,9 +216,9 @@ def node_agent_kubeconfigs(
         input=json.dumps({"apiVersion": "v1", "kind": "List", "items": pods}),
     )
 
-    def one(node: str) -> Path:
-        pod = f"{kind}-{node}"
+    def one(pod: str) -> Path:
         return service_kubeconfig(layout, admin_kubeconfig, kind, account=account, pod=pod)
 
-    with ThreadPoolExecutor(max_workers=min(8, len(nodes))) as pool:
-        return {f"{kind}-{n}": path for n, path in zip(nodes, pool.map(one, nodes), strict=True)}
+    # A kubectl call is mostly waiting on the apiserver: a few at once.
+    with ThreadPoolExecutor(max_workers=min(8, len(names))) as pool:
+        return dict(zip(names, pool.map(one, names), strict=True))

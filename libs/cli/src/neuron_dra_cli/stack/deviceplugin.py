@@ -76,7 +76,10 @@ def device_plugin_components(
     ``kubeconfigs`` by component name (:func:`device_plugin_kubeconfigs`)."""
     return [
         device_plugin_component(
-            node=n, layout=layout, nats_url=nats_url, kubeconfig=kubeconfigs[f"{KIND}-{n.name}"]
+            node=n,
+            layout=layout,
+            nats_url=nats_url,
+            kubeconfig=kubeconfigs[accounts.node_agent_name(KIND, n.name)],
         )
         for n in fleet.nodes
         if n.device_plugin

@@ -17,6 +17,7 @@ from typing import Final
 
 from neuron_dra_common.hardware.layout import NodePaths
 
+from neuron_dra_cli.stack import accounts
 from neuron_dra_cli.stack.components import Component, python_service
 from neuron_dra_cli.stack.fleet import Fleet
 from neuron_dra_cli.stack.layout import Layout
@@ -36,7 +37,7 @@ def probe_components(
         if not node.managed:
             continue
         hw = layout.node_dir(node.name) / "hw"
-        name = f"{KIND}-{node.name}"
+        name = accounts.node_agent_name(KIND, node.name)
         items.append(
             python_service(
                 name=name,
