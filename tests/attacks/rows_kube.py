@@ -16,6 +16,12 @@ ROWS: tuple[Row, ...] = (
         _T + "test_the_health_probe_writes_its_own_nodes_conditions",
     ),
     Row(
+        "health probe of each local-stack node (the running process)",
+        "write its own Node's NeuronHealth condition with a token naming that node",
+        "allowed",
+        _T + "test_each_running_health_probe_writes_with_a_token_naming_its_own_node",
+    ),
+    Row(
         "health probe of node A (its own condition writer)",
         "write node B's NeuronHealth condition through its own writer (node A's is written)",
         "refused",

@@ -532,3 +532,22 @@ async def test_the_failure_detectors_own_notes_hold_and_release_a_node(
         assert all(t["key"] != FLAPPING["key"] for t in _taints(world.node(world.node_a)))
     finally:
         await kube.close()
+
+
+def test_each_running_health_probe_writes_with_a_token_naming_its_own_node(
+    kube_stack: KubeStack,
+) -> None:
+    # The stack's probes are processes; each has a token bound to a Pod on its node, so the
+    # policy holds them as the kubelet's projected tokens hold the DaemonSet's pods.
+    state = json.loads((kube_stack.state_dir / "state.json").read_text())
+    probes = [c for c in state["components"] if c["kind"] == "health-probe"]
+    assert probes
+    for probe in probes:
+        env = probe["env"]
+        whoami = kube_stack.kubectl(
+            f"--kubeconfig={env['NEURON_DRA_KUBECONFIG']}", "auth", "whoami", "-o", "json"
+        )
+        extra = json.loads(whoami.stdout)["status"]["userInfo"]["extra"]
+        assert extra["authentication.kubernetes.io/node-name"] == [env["NEURON_DRA_NODE_NAME"]]
+        node = kube_stack.get_json("node", env["NEURON_DRA_NODE_NAME"])
+        assert "NeuronHealth" in _conditions(node), probe["name"]
