@@ -366,9 +366,16 @@ def up(opts: UpOptions, *, progress: Progress = print) -> state.StackState:
                 found[realdeviceplugin.EXTENDER_KIND] = realdeviceplugin.extender_kubeconfig(
                     layout, layout.kubeconfig
                 )
+            # The node agents' tokens are bound to a pod on their node (stack.accounts).
+            found |= accounts.node_agent_kubeconfigs(
+                layout,
+                layout.kubeconfig,
+                healthprobe.KIND,
+                [n.name for n in opts.fleet.nodes if n.managed],
+            )
             if plugin_nodes:
-                found[deviceplugin.KIND] = deviceplugin.device_plugin_kubeconfig(
-                    layout, layout.kubeconfig
+                found |= deviceplugin.device_plugin_kubeconfigs(
+                    layout, layout.kubeconfig, [n.name for n in opts.fleet.nodes if n.device_plugin]
                 )
             return found
 
@@ -487,7 +494,7 @@ def up(opts: UpOptions, *, progress: Progress = print) -> state.StackState:
                     fleet=opts.fleet,
                     layout=layout,
                     nats_url=current.nats_url,
-                    kubeconfig=own_kubeconfigs[deviceplugin.KIND],
+                    kubeconfigs=own_kubeconfigs,
                 )
                 if plugin_nodes
                 else []
@@ -504,7 +511,7 @@ def up(opts: UpOptions, *, progress: Progress = print) -> state.StackState:
                 fleet=opts.fleet,
                 layout=layout,
                 nats_url=current.nats_url,
-                kubeconfig=own_kubeconfigs[healthprobe.KIND],
+                kubeconfigs=own_kubeconfigs,
             ),
             *health_components(
                 nats_url=current.nats_url, kubeconfig=own_kubeconfigs["failure-detector"]
