@@ -57,7 +57,7 @@ from neuron_dra_scheduler_extender.ledger import (
 )
 from neuron_dra_scheduler_extender.verdicts import Verdict, Verdicts
 
-__all__ = ["Cluster", "Extender"]
+__all__ = ["NOT_MANAGED", "Cluster", "Extender", "NotManaged"]
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +82,17 @@ _WHY = operator.itemgetter(0)
 _PRIORITY = operator.itemgetter(1)
 #: A node the extender has not seen yet (its informer is behind the scheduler's).
 _NOT_SEEN = Unfit(message="node(s) were not known to the Neuron extender yet", final=False)
+#: Why a pod that asks for no Neuron device or core is neither placed nor bound: binding it
+#: would let whoever calls the extender send any pending pod (and so its Secrets) to any node.
+NOT_MANAGED = (
+    "the pod asks for no aws.amazon.com/neuron, aws.amazon.com/neurondevice or "
+    "aws.amazon.com/neuroncore, and the Neuron extender places and binds only pods that do"
+)
+_NOT_MANAGED_NODES = f"node(s) were not offered: {NOT_MANAGED}"
+
+
+class NotManaged(Exception):
+    """A bind for a pod the extender does not place."""
 
 
 class Cluster(Protocol):
@@ -226,7 +237,8 @@ class Extender:
             ask = None
         else:
             if ask is None:
-                fit = [True] * len(names)
+                final.update(dict.fromkeys(names, _NOT_MANAGED_NODES))
+                fit = [False] * len(names)
             else:
                 # In C but for the nodes that do not fit: this runs for every node.
                 whys = list(map(_WHY, self.verdicts.lookup(ask, names, views)))
@@ -280,8 +292,23 @@ class Extender:
     async def bind(self, args: ExtenderBindingArgs) -> ExtenderBindingResult:
         """Choose the set on ``args.node``, annotate the pod with it, bind the pod."""
         t0 = time.perf_counter()
+        outcome = "bound"
         try:
             result = await self._bind(args)
+        except NotManaged as exc:
+            log.warning(
+                "bind refused: the pod is not one the extender places",
+                extra={
+                    "pod": f"{args.pod_namespace}/{args.pod_name}",
+                    "node": args.node,
+                    "error": str(exc),
+                },
+            )
+            outcome = "refused"
+            result = ExtenderBindingResult(
+                error=f"Pod {args.pod_namespace}/{args.pod_name} not bound to node {args.node}: "
+                f"{exc}"
+            )
         except Exception as exc:  # every failure is the scheduler's to retry, with the reason
             log.warning(
                 "bind failed",
@@ -291,12 +318,13 @@ class Extender:
                     "error": str(exc),
                 },
             )
+            outcome = "error"
             result = ExtenderBindingResult(
                 error=f"Pod {args.pod_namespace}/{args.pod_name} on node {args.node}: {exc}"
             )
         # Bound, refused or failed: nothing more is to come of this pod's filter.
         self.inflight.arrived(args.pod_uid)
-        DECISIONS.labels("bind", "error" if result.error else "bound").inc()
+        DECISIONS.labels("bind", outcome).inc()
         LATENCY.labels("bind").observe(time.perf_counter() - t0)
         return result
 
@@ -319,8 +347,7 @@ class Extender:
         uid = pod.metadata.uid
         ask = ask_of(pod)
         if ask is None:
-            await self.cluster.bind(ns, name, uid=uid, node=node, annotations={})
-            return ExtenderBindingResult()
+            raise NotManaged(NOT_MANAGED)
         view = self.cluster.node_views().get(node)
         if view is None:
             raise LookupError("the node is not known to the Neuron extender yet")
