@@ -220,8 +220,8 @@ def scheduler_config(
 ) -> Obj:
     """The component's KubeSchedulerConfiguration ``source`` for this control plane: its
     extenders pointed at ``extender_url`` (or removed when None; ``nodeCacheCapable`` set to
-    ``node_cache`` unless None; with ``tls``, its client certificate), no leader election,
-    the client limits of :data:`CLIENT_QPS`."""
+    ``node_cache`` unless None; with ``tls``, its client certificate, else plain HTTP), no
+    leader election, the client limits of :data:`CLIENT_QPS`."""
     if extender_url is None:
         config = copy.deepcopy(source)
         config.pop("extenders", None)
@@ -229,6 +229,10 @@ def scheduler_config(
         config = realdeviceplugin.scheduler_config(
             source, extender_url=extender_url, node_cache=node_cache, tls=tls
         )
+        if tls is None:  # the baseline extender speaks plain HTTP
+            for entry in config["extenders"]:
+                entry.pop("tlsConfig", None)
+                entry["enableHTTPS"] = False
     config["clientConnection"] = {
         "kubeconfig": str(kubeconfig),
         "qps": CLIENT_QPS,
