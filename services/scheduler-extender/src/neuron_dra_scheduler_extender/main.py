@@ -6,6 +6,7 @@ at once, without loading the Kubernetes client.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -16,6 +17,8 @@ if TYPE_CHECKING:
 
 __all__ = ["build", "main"]
 
+log = logging.getLogger(__name__)
+
 NAME = "scheduler-extender"
 PROG = "neuron-dra-scheduler-extender"
 
@@ -24,8 +27,6 @@ async def build(settings: ExtenderSettings) -> Service:
     """Watch Nodes and Pods (the pods' annotations rebuild who holds what), serve the verbs
     over HTTPS with client certificates on ``verbs_port``, the probes and metrics on
     ``http_port``; ready once both watches have listed."""
-    import logging
-
     from neuron_dra_common.kube import connect
     from neuron_dra_common.runtime import HealthServer, Service
     from neuron_dra_common.runtime.process import limits_of
@@ -54,15 +55,11 @@ async def build(settings: ExtenderSettings) -> Service:
     limits = body_limits(args_max_body=settings.max_args_bytes)
     for path, handler in routes(extender, ready=lambda: cluster.synced).items():
         verbs.add_json_post(path, handler, max_body=limits[path])
-    try:
-        await verbs.start()
-    except BaseException:
-        await client.close()
-        raise
+    await verbs.start()  # a start that fails here closes the client (see runtime.process)
     # Stopped first at shutdown (the callbacks run in reverse): no verb is answered once the
     # API client is closed.
     service.on_shutdown(verbs.stop)
-    logging.getLogger(__name__).info(
+    log.info(
         "extender verbs listening",
         extra={"port": verbs.port, "scheme": "https" if tls else "http", "client_auth": bool(tls)},
     )
