@@ -47,6 +47,12 @@ ROWS: tuple[Row, ...] = (
     ),
     Row(
         _SCHEDULER,
+        "bind a pod that asks for no Neuron resource after a filter call claiming it does",
+        "refused",
+        f"{_MTLS}::test_a_filter_body_claiming_neuron_devices_does_not_make_a_plain_pod_bindable",
+    ),
+    Row(
+        _SCHEDULER,
         "place a pod asking for 0 Neuron devices through the extender (the reason in its event)",
         "refused",
         f"{_MTLS}::test_a_pod_asking_for_zero_neuron_devices_reads_why_in_its_failed_scheduling_event",

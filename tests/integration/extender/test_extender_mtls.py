@@ -176,6 +176,32 @@ def test_the_schedulers_certificate_cannot_bind_a_pod_that_asks_for_no_neuron_re
     assert refused_binds(extender_cluster) == before + 1
 
 
+def test_a_filter_body_claiming_neuron_devices_does_not_make_a_plain_pod_bindable(
+    extender_cluster: ExtenderCluster,
+) -> None:
+    # A caller with the certificate sends, as filter's Pod, the plain pod dressed up with a
+    # Neuron request, then binds it: bind judges the pod as the API shows it, not as sent.
+    extender_cluster.apply(plain_pod("dressed-up"))
+    real = extender_cluster.pod("dressed-up")
+    forged = {
+        "metadata": real["metadata"],
+        "spec": {
+            "containers": [
+                {"name": "main", "resources": {"limits": {"aws.amazon.com/neuron": "1"}}}
+            ]
+        },
+    }
+    offered = extender_cluster.call("filter", {"Pod": forged, "NodeNames": ["trn2-attack"]})
+    assert offered["NodeNames"] == ["trn2-attack"]
+    before = refused_binds(extender_cluster)
+    answer = extender_cluster.call("bind", bind_args(extender_cluster, "dressed-up"))
+    assert answer["Error"] == (
+        f"Pod {NAMESPACE}/dressed-up not bound to node trn2-attack: {NOT_MANAGED}"
+    )
+    assert unbound(extender_cluster, "dressed-up")
+    assert refused_binds(extender_cluster) == before + 1
+
+
 def test_a_pod_asking_for_zero_neuron_devices_reads_why_in_its_failed_scheduling_event(
     extender_cluster: ExtenderCluster,
 ) -> None:

@@ -114,6 +114,10 @@ class KubeCluster:
     def node_views(self) -> Mapping[str, NodeView]:
         return self._node_views
 
+    def known_pod(self, namespace: str, name: str) -> PodView | None:
+        obj = self.pods.cache.get(f"{namespace}/{name}")
+        return None if obj is None else decode_pod(obj)
+
     async def get_pod(self, namespace: str, name: str) -> PodView:
         obj = await self._client.get(PODS, name, namespace=namespace)
         return decode_pod(_trim_pod(obj))

@@ -6,9 +6,10 @@ and goes on to filter the next pod at once. Whatever bind reserves only after an
 unknown to those next filters, which then offer the same devices again (and best fit steers
 the next pods to the very node just filled): their binds find the devices gone and are
 refused, and each refused pod waits out the scheduler's back-off. So bind reserves as soon as
-the call arrives, before its first await, from the pod the scheduler sent with its filter
-call (kept by uid until the pod is bound); only a pod the extender has not seen (a restart
-between filter and bind) is read from the API first. The reservation is a check-and-set in
+the call arrives, before its first await, from the pod as the extender's pod watch last showed
+it; only a pod the watch has not shown yet is read from the API first. Bind never trusts a pod
+a caller sent (a filter body could say anything): what the pod asks for, and whether it asks
+for Neuron devices at all, is the API's word. The reservation is a check-and-set in
 the ledger with no await in it: two binds racing for the last free set cannot both get it,
 the second is answered with an error and kube-scheduler tries the pod again. A bind whose set
 seen at filter time is gone takes any other free valid set on the node.
@@ -74,10 +75,6 @@ LATENCY = Histogram(
 )
 
 
-#: Pods kept from filter and prioritize calls until their bind (the oldest go first): pods
-#: the scheduler is placing now, and pods no node fits that it will try again.
-_MAX_ASKED = 20_000
-
 _WHY = operator.itemgetter(0)
 _PRIORITY = operator.itemgetter(1)
 #: A node the extender has not seen yet (its informer is behind the scheduler's).
@@ -102,6 +99,9 @@ class Cluster(Protocol):
         """Every node as last seen, by name (read, never changed, by the extender): filter
         and prioritize look up a thousand nodes at once in it, without a call per node."""
 
+    def known_pod(self, namespace: str, name: str) -> PodView | None:
+        """The pod as the pod watch last showed it (None: not shown yet)."""
+
     async def get_pod(self, namespace: str, name: str) -> PodView: ...
 
     async def bind(
@@ -124,9 +124,6 @@ class Extender:
         self.cluster = cluster
         self.ledger = Ledger()
         self._clock_ns = clock_ns
-        # uid -> the pod as the scheduler last sent it to filter or prioritize: what its bind
-        # reserves for without reading the pod first.
-        self._asked: dict[str, PodView] = {}
         # Pods offered a node by the filter whose bind has not arrived yet (see inflight.py).
         self.inflight = InFlight(grace=bind_grace)
         # Reservations made by bind that the pod watch has not shown annotated yet: an older
@@ -166,7 +163,6 @@ class Extender:
         uid = pod.metadata.uid
         if deleted:
             self._pending.discard(uid)
-            self._asked.pop(uid, None)
             self.ledger.release(uid)
             return
         try:
@@ -189,16 +185,6 @@ class Extender:
         """Before ``pod``'s filter: let the binds due from earlier filters arrive first, so
         that the filter sees the devices they take (see ``inflight.py``)."""
         await self.inflight.settle(pod.metadata.uid)
-
-    def _keep(self, pod: PodView) -> None:
-        uid = pod.metadata.uid
-        if not uid:
-            return
-        # Moved to the end: a pod tried again is as young as its last try.
-        self._asked.pop(uid, None)
-        self._asked[uid] = pod
-        if len(self._asked) > _MAX_ASKED:
-            del self._asked[next(iter(self._asked))]
 
     def _candidates(self, args: ExtenderArgs) -> tuple[list[str], list[NodeView | None]]:
         """The nodes asked about: their names, and each as last seen (None: not known)."""
@@ -225,7 +211,6 @@ class Extender:
     def filter(self, args: ExtenderArgs) -> ExtenderFilterResult:
         """The nodes that can give the pod a valid connected set now; the others with why."""
         t0 = time.perf_counter()
-        self._keep(args.pod)
         names, views = self._candidates(args)
         result = ExtenderFilterResult()
         failed, final = result.failed_nodes, result.failed_and_unresolvable_nodes
@@ -273,7 +258,6 @@ class Extender:
     def prioritize(self, args: ExtenderArgs) -> list[HostPriority]:
         """0..10 per node: fuller after placing scores higher (best fit)."""
         t0 = time.perf_counter()
-        self._keep(args.pod)
         try:
             ask = ask_of(args.pod)
         except AskError:
@@ -328,17 +312,11 @@ class Extender:
         LATENCY.labels("bind").observe(time.perf_counter() - t0)
         return result
 
-    def _asked_pod(self, args: ExtenderBindingArgs) -> PodView | None:
-        pod = self._asked.pop(args.pod_uid, None) if args.pod_uid else None
-        if pod is None or pod.key != f"{args.pod_namespace}/{args.pod_name}":
-            return None
-        return pod
-
     async def _bind(self, args: ExtenderBindingArgs) -> ExtenderBindingResult:
         ns, name, node = args.pod_namespace, args.pod_name, args.node
-        pod = self._asked_pod(args)
-        if pod is None:
-            # Not seen at filter time (the extender restarted since): read it.
+        pod = self.cluster.known_pod(ns, name)
+        if pod is None or (args.pod_uid and pod.metadata.uid != args.pod_uid):
+            # Not shown by the pod watch yet (or replaced since it last did): read it.
             pod = await self.cluster.get_pod(ns, name)
             if args.pod_uid and pod.metadata.uid != args.pod_uid:
                 raise LookupError(
