@@ -6,6 +6,7 @@ from __future__ import annotations
 import ssl
 from pathlib import Path
 
+import msgspec
 import pytest
 from neuron_dra_cli.stack.realdeviceplugin import extender_tls
 from neuron_dra_common.settings import SettingsError
@@ -19,8 +20,9 @@ def settings(tmp_path: Path, **override: str) -> ExtenderSettings:
         "tls_cert": str(tls.server.cert),
         "tls_key": str(tls.server.key),
         "tls_client_ca": str(tls.ca),
+        **override,
     }
-    return ExtenderSettings(**{**files, **override})
+    return msgspec.convert(files, ExtenderSettings)
 
 
 def test_the_context_requires_a_client_certificate(tmp_path: Path) -> None:
