@@ -22,6 +22,12 @@ ROWS: tuple[Row, ...] = (
         f"{_MTLS}::test_a_certificate_from_another_ca_is_refused_at_the_handshake",
     ),
     Row(
+        "anonymous (a TLS handshake never finished)",
+        "hold the verbs port's connections open",
+        "refused",
+        f"{_MTLS}::test_a_client_that_never_finishes_the_handshake_is_cut_off",
+    ),
+    Row(
         "anonymous (plain HTTP to the verbs port)",
         "call the extender's /bind",
         "refused",

@@ -5,11 +5,13 @@ it aims at is checked afterwards: still unbound."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 import ssl
 import subprocess
 import sys
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -17,6 +19,10 @@ from typing import Any
 
 import pytest
 from neuron_dra_cli.stack.pki import Pki
+from neuron_dra_cli.stack.realdeviceplugin import extender_tls
+from neuron_dra_common.runtime import HealthServer, HttpLimits
+from neuron_dra_scheduler_extender.settings import ExtenderSettings
+from neuron_dra_scheduler_extender.tls import server_context
 
 from tests.integration.extender.conftest import NAMESPACE, ExtenderCluster
 from tests.integration.extender.test_extender_scheduling import neuron_pod
@@ -282,3 +288,28 @@ def test_the_insecure_debugging_mode_says_so_at_start(
     [warning] = warnings
     assert warning["level"] == "warning"
     assert "anyone who reaches the port can bind" in warning["message"]
+
+
+async def test_a_client_that_never_finishes_the_handshake_is_cut_off(tmp_path: Path) -> None:
+    # The verbs' server as the extender builds it, with a short header deadline: a connection
+    # that opens and sends nothing (or a TLS hello that never ends) is closed when it expires,
+    # so handshakes cannot hold the server's sockets for ever.
+    tls = extender_tls(tmp_path / "pki")
+    context = server_context(
+        ExtenderSettings(
+            tls_cert=str(tls.server.cert), tls_key=str(tls.server.key), tls_client_ca=str(tls.ca)
+        )
+    )
+    server = HealthServer(
+        host="127.0.0.1", port=0, limits=HttpLimits(header_timeout=0.5), tls=context
+    )
+    await server.start()
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        writer.write(b"\x16\x03\x01")  # the first bytes of a TLS record, and no more
+        started = time.monotonic()
+        assert await asyncio.wait_for(reader.read(), timeout=10) == b""
+        assert time.monotonic() - started < 5
+        writer.close()
+    finally:
+        await server.stop()
