@@ -115,19 +115,15 @@ class ExtenderCluster:
         """A client that checks the extender's certificate and shows none of its own."""
         return ssl.create_default_context(cafile=str(self.tls.ca))
 
-    def call(
-        self, verb: str, args: dict[str, Any], *, context: ssl.SSLContext | None = None
-    ) -> dict[str, Any]:
-        """POST ``args`` to the verb as the scheduler does (its client certificate unless
-        ``context`` says otherwise); the decoded answer."""
+    def call(self, verb: str, args: dict[str, Any]) -> dict[str, Any]:
+        """POST ``args`` to the verb as the scheduler does, with its client certificate; the
+        decoded answer."""
         request = urllib.request.Request(
             f"https://127.0.0.1:{self.extender_port}/{verb}",
             data=json.dumps(args).encode(),
             headers={"Content-Type": "application/json"},
         )
-        with urllib.request.urlopen(
-            request, timeout=30, context=context or self.client_context()
-        ) as resp:
+        with urllib.request.urlopen(request, timeout=30, context=self.client_context()) as resp:
             answer: dict[str, Any] = json.loads(resp.read())
             return answer
 
