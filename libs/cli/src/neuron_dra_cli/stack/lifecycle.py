@@ -399,14 +399,17 @@ def up(opts: UpOptions, *, progress: Progress = print) -> state.StackState:
         extender: list[comp.Component] = []
         sched_file = None
         if with_extender:
+            ext_tls = realdeviceplugin.extender_tls(layout.pki / "scheduler-extender")
             ext = realdeviceplugin.extender(
-                kubeconfig=layout.component_kubeconfig(realdeviceplugin.EXTENDER_KIND)
+                kubeconfig=layout.component_kubeconfig(realdeviceplugin.EXTENDER_KIND),
+                tls=ext_tls,
             )
             extender = [ext]
             sched_file = realdeviceplugin.scheduler_config_file(
-                extender_url=f"http://127.0.0.1:{ext.ports['http']}",
+                extender_url=f"https://127.0.0.1:{ext.ports['verbs']}",
                 kubeconfig=sched_cfg,
                 folder=layout.root / "scheduler-extender",
+                tls=ext_tls,
             )
         scheduler = comp.scheduler(
             binary=bins.kube_scheduler,
