@@ -11,7 +11,7 @@ _C = "tests/integration/busauth/test_callout.py"
 ROWS: tuple[Row, ...] = (
     Row("anonymous", "connect to the bus", "refused", f"{_T}::test_anonymous_connect_is_refused"),
     Row(
-        "reader",
+        "reader (neuron-dra events)",
         "connect with its own token",
         "allowed",
         f"{_T}::test_anonymous_connect_is_refused",
@@ -23,7 +23,7 @@ ROWS: tuple[Row, ...] = (
         f"{_T}::test_a_token_made_for_another_audience_is_refused",
     ),
     Row(
-        "topology-allocator",
+        "topology allocator",
         "connect with its bus-audience token",
         "allowed",
         f"{_T}::test_a_token_made_for_another_audience_is_refused",
@@ -41,43 +41,43 @@ ROWS: tuple[Row, ...] = (
         f"{_T}::test_discovery_of_node_a_cannot_publish_node_bs_inventory_or_heartbeat",
     ),
     Row(
-        "health-probe of node A",
+        "health probe of node A",
         "publish NodeLost for node A",
         "refused",
         f"{_T}::test_the_health_probe_cannot_declare_its_node_lost_or_report_another_nodes_devices",
     ),
     Row(
-        "health-probe of node A",
+        "health probe of node A",
         "publish device health of node B",
         "refused",
         f"{_T}::test_the_health_probe_cannot_declare_its_node_lost_or_report_another_nodes_devices",
     ),
     Row(
-        "health-probe of node A",
+        "health probe of node A",
         "publish device health of node A",
         "allowed",
         f"{_T}::test_the_health_probe_cannot_declare_its_node_lost_or_report_another_nodes_devices",
     ),
     Row(
-        "failure-detector",
+        "failure detector",
         "publish NodeLost for node A",
         "allowed",
         f"{_T}::test_the_health_probe_cannot_declare_its_node_lost_or_report_another_nodes_devices",
     ),
     Row(
-        "kubelet-plugin of node A",
+        "kubelet plugin of node A",
         "subscribe to _INBOX.>, another identity's or node B's inbox",
         "refused",
         f"{_T}::test_a_node_agent_cannot_read_another_identitys_replies",
     ),
     Row(
-        "kubelet-plugin of node A",
+        "kubelet plugin of node A",
         "receive its JetStream acks on its own inbox",
         "allowed",
         f"{_T}::test_a_node_agent_cannot_read_another_identitys_replies",
     ),
     Row(
-        "kubelet-plugin of node A",
+        "kubelet plugin of node A",
         "connect with another identity's inbox prefix",
         "refused",
         f"{_T}::test_a_node_agent_cannot_read_another_identitys_replies",
@@ -95,7 +95,7 @@ ROWS: tuple[Row, ...] = (
         f"{_T}::test_only_the_operator_asks_the_allocator_to_release",
     ),
     Row(
-        "ultraserver-operator",
+        "UltraServer operator",
         "ask the allocator to release a workload's UltraServers",
         "allowed",
         f"{_T}::test_only_the_operator_asks_the_allocator_to_release",
@@ -119,7 +119,7 @@ ROWS: tuple[Row, ...] = (
         f"{_T}::test_the_account_has_at_most_its_streams_and_consumers_per_stream",
     ),
     Row(
-        "reader",
+        "reader (neuron-dra events)",
         "create a consumer past the account's max_consumers on a stream",
         "refused",
         f"{_T}::test_the_account_has_at_most_its_streams_and_consumers_per_stream",
