@@ -67,10 +67,18 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument(
         "--bus-auth",
         action="store_true",
-        help="authenticate the bus: NATS admits each service through the auth callout "
-        "(neuron-dra-bus-auth) by a token of its own ServiceAccount, grants only its "
-        "subjects, and only neuron-dra-bus-admin declares the streams; clients speak TLS "
+        help="the default, kept for older scripts: NATS admits each service through the "
+        "auth callout (neuron-dra-bus-auth) by a token of its own ServiceAccount, grants only "
+        "its subjects, and only neuron-dra-bus-admin declares the streams; clients speak TLS "
         "to NATS (a certificate of the stack's CA)",
+    )
+    p.add_argument(
+        "--insecure-bus",
+        action="store_true",
+        help="debugging only: an open bus, NATS without authentication or TLS, which any "
+        f"local process reads and writes; every service is started with "
+        f"{lifecycle.INSECURE_BUS_ENV}=1 "
+        "and says so in its log",
     )
     p.add_argument(
         "--real-nodes",
@@ -203,6 +211,17 @@ def cmd_up(args: argparse.Namespace) -> int:
     except FleetError as exc:
         raise CliError(str(exc)) from None
     version = args.k8s_version or kubebuild.DEFAULT_VERSION
+    if args.insecure_bus and args.bus_auth:
+        raise CliError(
+            "--insecure-bus and --bus-auth: choose one (the bus is authenticated by default)"
+        )
+    if args.insecure_bus:
+        print(
+            "neuron-dra: WARNING: --insecure-bus: NATS runs WITHOUT authentication or TLS; any "
+            "process that reaches it reads and writes every event. For debugging only",
+            file=sys.stderr,
+            flush=True,
+        )
     t0 = time.monotonic()
     # SIGTERM (from a supervisor or `kill`) stops the stack like Ctrl-C does; SIGINT is set
     # explicitly because a shell starts background commands with it ignored.
@@ -215,7 +234,7 @@ def cmd_up(args: argparse.Namespace) -> int:
             k8s_version=version,
             state_dir=state_dir,
             tracing=args.tracing,
-            bus_auth=args.bus_auth,
+            bus_auth=not args.insecure_bus,
             real_nodes=args.real_nodes,
             real_node_driver=args.real_node_driver,
             real_node_device_plugin=args.real_node_device_plugin,

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, ClassVar
 
 import msgspec
 from neuron_dra_common.settings import ServiceSettings
@@ -14,6 +14,9 @@ __all__ = ["ExtenderSettings"]
 class ExtenderSettings(ServiceSettings, frozen=True, kw_only=True):
     """kube-scheduler extender for aws.amazon.com/neuron and aws.amazon.com/neuroncore: filter,
     prioritize and bind on connected Neuron devices."""
+
+    #: It speaks HTTP to kube-scheduler, not NATS.
+    bus_credentials: ClassVar[tuple[str, ...]] = ()
 
     # AWS's scheduler extension listens on 12345 and its KubeSchedulerConfiguration says so;
     # the verbs, probes and metrics share the port.

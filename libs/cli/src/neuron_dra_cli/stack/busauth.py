@@ -22,7 +22,7 @@ from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 import yaml
 
@@ -32,6 +32,9 @@ from neuron_dra_cli.stack.components import Component, python_service
 from neuron_dra_cli.stack.layout import Layout
 from neuron_dra_cli.stack.pki import Pki
 
+if TYPE_CHECKING:
+    from neuron_dra_common.bus import BusCredentials
+
 __all__ = [
     "ADMIN",
     "AUDIENCE",
@@ -39,6 +42,7 @@ __all__ = [
     "KIND",
     "READER",
     "BusAuth",
+    "admin_credentials",
     "callout_component",
     "declare_streams",
     "prepare",
@@ -109,6 +113,19 @@ class BusAuth:
             "NEURON_DRA_BUS_AUTH_ISSUER": (self.keys / "issuer.pub").read_text().strip(),
             "NEURON_DRA_BUS_AUTH_PASSWORD": (self.keys / "password").read_text().strip(),
         }
+
+
+def admin_credentials(state_dir: Path) -> BusCredentials:
+    """The bus admin of the stack under ``state_dir`` (its token and the CA of NATS's
+    certificate): what a test or benchmark publishing as a stand-in for the agents uses. None
+    on a stack started with ``--insecure-bus``."""
+    from neuron_dra_common.bus import BusCredentials
+
+    files = BusAuth(state_dir / "bus-auth")
+    token = files.token(ADMIN)
+    if not token.exists():
+        return BusCredentials()
+    return BusCredentials(token_file=str(token), tls_ca=str(files.tls_ca))
 
 
 def prepare(layout: Layout) -> BusAuth:
