@@ -28,7 +28,7 @@ def test_every_service_of_the_default_stack_connects_with_its_own_token(
             assert c["env"].get("NEURON_DRA_NATS_TOKEN_FILE"), c["name"]
     status = neuron_dra("dev", "status", "--state-dir", str(bus_auth_stack.state_dir))
     assert status.returncode == 0, status.stderr
-    assert "bus auth" in status.stdout
+    assert "bus auth     every client needs a token" in status.stdout
 
 
 async def test_an_anonymous_client_is_refused_by_the_default_stack(

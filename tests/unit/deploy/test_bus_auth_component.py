@@ -26,9 +26,9 @@ def with_bus_auth(folder: Path, overlay: str) -> Docs:
     (folder / "kustomization.yaml").write_text(
         "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n"
         f"resources: [{rel}/{overlay}]\n"
-        # The device plugin too, which is a bus client of its own when an overlay lists it.
-        f"components: [{rel}/components/device-plugin, {rel}/components/bus-auth, "
-        f"{rel}/components/device-plugin-bus-auth]\n"
+        # The bus-auth component comes with the base. The device plugin too, which is a bus
+        # client of its own when an overlay lists it.
+        f"components: [{rel}/components/device-plugin, {rel}/components/device-plugin-bus-auth]\n"
     )
     return render(folder)
 

@@ -66,3 +66,13 @@ def test_the_volume_is_made_for_the_statefulsets_claim_with_its_size(
     assert spec["accessModes"] == ["ReadWriteOnce"]
     assert spec["hostPath"] == {"path": str(tmp_path.resolve()), "type": "Directory"}
     assert spec["persistentVolumeReclaimPolicy"] == "Retain"
+
+
+def test_the_open_bus_server_needs_none_of_the_bus_auth_secrets(
+    rendered: dict[str, dict[str, Any]],
+) -> None:
+    pod = rendered["StatefulSet"]["spec"]["template"]["spec"]
+    [container] = pod["containers"]
+    assert [e["name"] for e in container["env"]] == ["POD_NAME"]
+    assert {m["name"] for m in container["volumeMounts"]} == {"config", "data"}
+    assert [v["name"] for v in pod["volumes"]] == ["config"]

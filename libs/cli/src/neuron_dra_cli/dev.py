@@ -335,7 +335,10 @@ def _bus_auth_lines(current: state.StackState, *, state_dir: Path) -> list[str]:
     from neuron_dra_cli.stack import busauth
 
     if not any(c.kind == busauth.KIND for c in current.components):
-        return []
+        return [
+            "  bus auth     NONE: the bus is OPEN (--insecure-bus), no token and no TLS; any "
+            "local process reads and writes it. For debugging only"
+        ]
     files = busauth.BusAuth(state_dir / "bus-auth")
     return [
         f"  bus auth     every client needs a token (audience {busauth.AUDIENCE}) and TLS "
@@ -491,6 +494,9 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(msgspec.json.format(msgspec.json.encode(report)).decode())
         return 1 if down_count else 0
     print(f"stack in {state_dir} (Kubernetes {report.k8s_version}); KUBECONFIG={report.kubeconfig}")
+    current = state.load(state_dir)
+    if current is not None:
+        print("\n".join(_bus_auth_lines(current, state_dir=state_dir)))
     print(
         f"  {'COMPONENT':<32} {'STATE':<5} {'PID':<8} {'RSS':>8} {'PSS':>8} {'USS':>8} "
         f"{'READY':>8}  PORTS"

@@ -83,6 +83,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SettingsError as exc:
         print(f"{prog}: {exc}", file=sys.stderr)
         return 2
+    refusal = settings.bus_refusal()
+    if refusal:
+        print(f"{prog}: {refusal}", file=sys.stderr)
+        return 2
     try:
         changes = asyncio.run(declare(settings))
     except Exception as exc:  # reported in one line, with the stream or server named

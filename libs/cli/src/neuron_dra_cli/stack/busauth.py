@@ -91,11 +91,6 @@ class BusAuth:
         return self.root / "tokens"
 
     @property
-    def kustomization(self) -> Path:
-        """The base with the component: the ServiceAccounts and RBAC the stack applies."""
-        return self.root / "kustomize"
-
-    @property
     def tls_ca(self) -> Path:
         """The CA that signed NATS's certificate: what every client of the stack trusts."""
         return Layout(self.root.parent).pki / "ca.crt"
@@ -150,12 +145,6 @@ def prepare(layout: Layout) -> BusAuth:
     cert = Pki(layout.pki).nats()
     (files.root / "tls.conf").write_text(
         f'tls {{\n  cert_file: "{cert.cert}"\n  key_file: "{cert.key}"\n  timeout: 5\n}}\n'
-    )
-    files.kustomization.mkdir(exist_ok=True)
-    to_repo = os.path.relpath(accounts.REPO / "deploy" / "kustomize", files.kustomization)
-    (files.kustomization / "kustomization.yaml").write_text(
-        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n"
-        f"resources: [{to_repo}/base]\ncomponents: [{to_repo}/components/bus-auth]\n"
     )
     return files
 

@@ -782,13 +782,13 @@ def _timed(work: Callable[[], T]) -> tuple[T, float]:
 
 
 def _apply_cluster_objects(layout: Layout, auth: busauth.BusAuth | None) -> dict[str, Path]:
-    """The local overlay, then every service's ServiceAccount and RBAC from the base (with
-    the bus-auth component's, with ``auth``); returns each API-calling service's own
-    kubeconfig (a token of its ServiceAccount), by kind."""
+    """The local overlay, then every service's ServiceAccount and RBAC from the base (the
+    bus-auth component's among them); returns each API-calling service's own kubeconfig (a
+    token of its ServiceAccount), by kind, the callout's too with ``auth``."""
     services.apply_cluster_objects(layout.kubeconfig)
+    found = accounts.service_kubeconfigs(layout, layout.kubeconfig)
     if auth is None:
-        return accounts.service_kubeconfigs(layout, layout.kubeconfig)
-    found = accounts.service_kubeconfigs(layout, layout.kubeconfig, tree=auth.kustomization)
+        return found
     found[busauth.KIND] = accounts.service_kubeconfig(
         layout, layout.kubeconfig, busauth.KIND, account=busauth.CALLOUT_ACCOUNT
     )

@@ -17,8 +17,9 @@ machine needs, in a kustomization of its own beside the overlay:
   rendered StatefulSet).
 
 It starts once the real node is Ready and before any service: nothing of the stack uses the
-bus before then. The authenticated bus (``--bus-auth``) keeps the stack's own server: its
-configuration is the stack's, made with the auth callout's keys.
+bus before then. Only on the open bus (``--insecure-bus``): the authenticated one (the
+default) keeps the stack's own server, whose configuration is the stack's, made with the auth
+callout's keys; here the StatefulSet runs with nats.conf alone.
 """
 
 from __future__ import annotations
@@ -51,6 +52,19 @@ def kustomization(*, folder: Path, port: int, monitor_port: int) -> str:
             "nodeSelector": {realconfig.REAL_NODE_LABEL: "true"},
             "hostNetwork": True,
             "dnsPolicy": "ClusterFirstWithHostNet",
+            # The open bus (--insecure-bus): nats.conf alone (the arguments below), without
+            # the callout's keys and the certificate the base's auth.conf reads.
+            "containers": [
+                {
+                    "name": "nats",
+                    "env": [
+                        {"name": "NEURON_DRA_BUS_AUTH_ISSUER", "$patch": "delete"},
+                        {"name": "NEURON_DRA_BUS_AUTH_PASSWORD", "$patch": "delete"},
+                    ],
+                    "volumeMounts": [{"mountPath": "/etc/nats-tls", "$patch": "delete"}],
+                }
+            ],
+            "volumes": [{"name": "tls", "$patch": "delete"}],
         },
     )
     ports = [
