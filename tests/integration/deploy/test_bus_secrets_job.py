@@ -144,7 +144,7 @@ async def test_nats_speaks_tls_with_the_certificate_the_job_made(
         assert nc.is_connected
         await nc.close()
         # A client that trusts other CAs only is turned away at the handshake.
-        with pytest.raises(Exception, match="(?i)certificate"):
+        with pytest.raises(Exception, match=r"(?i)certificate"):
             await nats.connect(
                 server.url,
                 tls=ssl.create_default_context(),

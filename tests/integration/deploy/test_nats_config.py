@@ -138,7 +138,7 @@ class _Cluster:
         self.monitors[name] = free_port()
         replace = {
             "0.0.0.0:4222": f"127.0.0.1:{free_port()}",
-            "0.0.0.0:8222": f"127.0.0.1:{self.monitors[name]}",
+            "127.0.0.1:8222": f"127.0.0.1:{self.monitors[name]}",
             "0.0.0.0:6222": f"127.0.0.1:{route}",
             "store_dir: /data": f"store_dir: {here / 'data'}",
             **{_ROUTE.format(i): f"nats://127.0.0.1:{port}" for i, port in enumerate(self.routes)},

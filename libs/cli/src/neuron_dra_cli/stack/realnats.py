@@ -74,6 +74,13 @@ def kustomization(*, folder: Path, port: int, monitor_port: int) -> str:
         {"op": "replace", "path": "/spec/template/spec/containers/0/ports",
          "value": [{"name": "client", "containerPort": port},
                    {"name": "monitor", "containerPort": monitor_port}]},
+        # The probes ask the monitoring port on the loopback (the overlay's URL is the last
+        # argument of each), here the stack's.
+        *({"op": "replace", "path": f"/spec/template/spec/containers/0/{probe}/exec/command/3",
+           "value": f"http://127.0.0.1:{monitor_port}/healthz{query}"}
+          for probe, query in (("startupProbe", "?js-enabled-only=true"),
+                               ("livenessProbe", "?js-enabled-only=true"),
+                               ("readinessProbe", ""))),
     ]  # fmt: skip
     doc = {
         "apiVersion": "kustomize.config.k8s.io/v1beta1",
