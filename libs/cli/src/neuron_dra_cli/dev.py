@@ -100,8 +100,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         action="store_true",
         help="with --real-nodes 1: the real node is a trn2.48xlarge with simulated hardware "
         "(its /dev/neuron* character devices no driver serves), this checkout's image is "
-        "imported into it, and NATS (the overlay's StatefulSet, on a volume the stack makes "
-        "for its claim; not with --bus-auth), the driver's discovery, kubelet-plugin and "
+        "imported into it, and (with --insecure-bus, NATS too: the overlay's StatefulSet, on a "
+        "volume the stack makes for its claim) the driver's discovery, kubelet-plugin and "
         "health-probe DaemonSets and the Deployments of the slice publisher, topology "
         "allocator, UltraServer operator, failure detector and the alerts and audit "
         "subscribers "
@@ -111,9 +111,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "replica each, the kubelet's paths); the real kubelet calls the plugin and "
         "containerd injects its CDI devices, and the stack starts no process of those "
         "services. The simulated nodes keep their processes. "
-        "With --bus-auth the kustomization adds the bus-auth component, so each agent "
-        "connects with its projected ServiceAccount token over TLS (Secret "
-        "neuron-dra-nats-tls, made from the stack's PKI)",
+        "Each agent connects with its projected ServiceAccount token over TLS (the base's "
+        "bus-auth component; Secret neuron-dra-nats-tls, made from the stack's PKI)",
     )
     p.add_argument(
         "--real-node-device-plugin",
@@ -128,7 +127,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "hardware's paths); kube-scheduler calls the scheduler extender (the configuration "
         "of components/scheduler-extender/default-scheduler), so pods asking "
         "aws.amazon.com/neuron get a connected set there, while the simulated nodes stay "
-        "DRA nodes. With --bus-auth the kustomization adds the device-plugin-bus-auth "
+        "DRA nodes. Unless --insecure-bus the kustomization adds the device-plugin-bus-auth "
         "component: the plugin reads its node's health events with its own projected bus "
         "token. Not with --real-node-driver",
     )

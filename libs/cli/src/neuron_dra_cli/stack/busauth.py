@@ -1,4 +1,4 @@
-"""The authenticated bus on the local stack (``neuron-dra dev up --bus-auth``).
+"""The authenticated bus on the local stack (``neuron-dra dev up``, the default).
 
 What the ``bus-auth`` kustomize component does on a cluster, with processes: NATS reads the
 component's own ``auth.conf`` (every client goes to the auth callout), the callout
