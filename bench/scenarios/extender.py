@@ -74,6 +74,10 @@ class _Memory:
     def node_views(self) -> Mapping[str, NodeView]:
         return self.nodes
 
+    def known_pod(self, namespace: str, name: str) -> PodView | None:
+        obj = self.pods.get(f"{namespace}/{name}")
+        return None if obj is None else decode_pod(obj)
+
     async def get_pod(self, namespace: str, name: str) -> PodView:
         return decode_pod(self.pods[f"{namespace}/{name}"])
 

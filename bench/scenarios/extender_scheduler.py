@@ -211,18 +211,28 @@ def pod_object(name: str, *, resource: str, count: int, scheduler: str) -> Obj:
 
 
 def scheduler_config(
-    source: Obj, *, extender_url: str | None, kubeconfig: Path, node_cache: bool | None = None
+    source: Obj,
+    *,
+    extender_url: str | None,
+    kubeconfig: Path,
+    node_cache: bool | None = None,
+    tls: realdeviceplugin.ExtenderTls | None = None,
 ) -> Obj:
     """The component's KubeSchedulerConfiguration ``source`` for this control plane: its
     extenders pointed at ``extender_url`` (or removed when None; ``nodeCacheCapable`` set to
-    ``node_cache`` unless None), no leader election, the client limits of :data:`CLIENT_QPS`."""
+    ``node_cache`` unless None; with ``tls``, its client certificate, else plain HTTP), no
+    leader election, the client limits of :data:`CLIENT_QPS`."""
     if extender_url is None:
         config = copy.deepcopy(source)
         config.pop("extenders", None)
     else:
         config = realdeviceplugin.scheduler_config(
-            source, extender_url=extender_url, node_cache=node_cache
+            source, extender_url=extender_url, node_cache=node_cache, tls=tls
         )
+        if tls is None:  # the baseline extender speaks plain HTTP
+            for entry in config["extenders"]:
+                entry.pop("tlsConfig", None)
+                entry["enableHTTPS"] = False
     config["clientConnection"] = {
         "kubeconfig": str(kubeconfig),
         "qps": CLIENT_QPS,
@@ -348,7 +358,12 @@ def _scheduler(plane: ControlPlane, run: Run, *, extender_url: str | None) -> co
     config.write_text(
         yaml.safe_dump(
             scheduler_config(
-                source, extender_url=extender_url, kubeconfig=kubeconfig, node_cache=run.node_cache
+                source,
+                extender_url=extender_url,
+                kubeconfig=kubeconfig,
+                node_cache=run.node_cache,
+                # Ours speaks HTTPS with client certificates only, as deployed.
+                tls=_extender_tls(plane) if run.extender == OURS else None,
             )
         )
     )
@@ -361,21 +376,17 @@ def _scheduler(plane: ControlPlane, run: Run, *, extender_url: str | None) -> co
     )
 
 
+def _extender_tls(plane: ControlPlane) -> realdeviceplugin.ExtenderTls:
+    return realdeviceplugin.extender_tls(plane.root / "extender-pki")
+
+
 def _extender(plane: ControlPlane) -> tuple[components.Component, str]:
-    ext = components.python_service(
-        name="scheduler-extender",
-        kind="scheduler-extender",
-        module="neuron_dra_scheduler_extender",
-        env={
-            "NEURON_DRA_KUBECONFIG": str(plane.admin),
-            "NEURON_DRA_LOG_LEVEL": "warning",
-            # The full-Nodes run sends every Node whole (a few KiB each): more than the
-            # default limit, sized for node names, on a large fleet.
-            "NEURON_DRA_MAX_ARGS_BYTES": str(256 * 2**20),
-        },
-        ready_path="/readyz",
-    )
-    return ext, f"http://127.0.0.1:{ext.ports['http']}"
+    ext = realdeviceplugin.extender(kubeconfig=plane.admin, tls=_extender_tls(plane))
+    ext.env["NEURON_DRA_LOG_LEVEL"] = "warning"
+    # The full-Nodes run sends every Node whole (a few KiB each): more than the default
+    # limit, sized for node names, on a large fleet.
+    ext.env["NEURON_DRA_MAX_ARGS_BYTES"] = str(256 * 2**20)
+    return ext, f"https://127.0.0.1:{ext.ports['verbs']}"
 
 
 def _noop_extender(plane: ControlPlane) -> tuple[components.Component, str]:
@@ -432,7 +443,9 @@ async def _run(
             ) from None
         refused = 0
         if run.extender == OURS and url is not None:
-            refused = refused_binds(await asyncio.to_thread(_metrics, url))
+            # Its metrics are on the plain probes port, not beside the verbs.
+            probes_url = f"http://127.0.0.1:{ext.ports['http']}"
+            refused = refused_binds(await asyncio.to_thread(_metrics, probes_url))
         return Outcome(rates=(drain_rate(binds.at.values()),), refused=refused)
     finally:
         for running in reversed(started):

@@ -1,10 +1,15 @@
 """A real nats-server whose clients are admitted by the real ``neuron-dra-bus-auth`` process,
-which asks the local stack's real apiserver about their ServiceAccount tokens."""
+which asks the local stack's real apiserver about their ServiceAccount tokens.
+
+The server runs the component's own ``auth.conf`` (its accounts, JetStream limits and auth
+callout), with the overlay's includes left out: the fixture gives the listen port and store.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import os
+import re
 import secrets
 import subprocess
 import sys
@@ -21,10 +26,31 @@ from neuron_dra_bus_auth.identities import service_account_of
 from neuron_dra_bus_auth.natsjwt import Signer, new_account_seed
 from neuron_dra_bus_auth.permissions import ROLES
 
-from tests.fixtures.nats import NatsServer, auth_callout_config, free_port
+from tests.fixtures.nats import NatsServer, free_port
 from tests.fixtures.stack import KubeStack
 
 CALLOUT_USER = "neuron-dra-bus-auth"
+#: The audience of every bus token (the component's projected volumes and the callout's default).
+AUDIENCE = "neuron-dra-bus"
+AUTH_CONF = Path(__file__).parents[3] / "deploy/kustomize/components/bus-auth/auth.conf"
+
+
+def deployed_auth_conf(**limits: str) -> str:
+    """The component's ``auth.conf`` without its includes; ``limits`` replace values of the
+    NEURON account's JetStream limits (``max_file="64KB"``)."""
+    text = "\n".join(
+        line for line in AUTH_CONF.read_text().splitlines() if not line.startswith("include ")
+    )
+    for key, value in limits.items():
+        text, count = re.subn(rf"(\n\s*{key}:\s*)\S+", rf"\g<1>{value}", text, count=1)
+        assert count == 1, f"auth.conf has no {key}"
+    return text
+
+
+def neuron_limits() -> dict[str, str]:
+    """The NEURON account's JetStream limits as auth.conf writes them."""
+    block = AUTH_CONF.read_text().split("NEURON {", 1)[1].split("\n  }", 1)[0]
+    return dict(re.findall(r"\n\s*(max_\w+):\s*(\S+)", block))
 
 
 @dataclass
@@ -41,10 +67,11 @@ class AuthenticatedBus:
     def url(self) -> str:
         return self.server.url
 
-    def token_file(self, service_account: str, *, pod: str = "") -> Path:
-        """A fresh token of ``service_account``, bound to ``pod`` when given (then it carries
-        the pod's node, as a projected token in that pod does)."""
+    def token_file(self, service_account: str, *, pod: str = "", audience: str = AUDIENCE) -> Path:
+        """A fresh token of ``service_account`` for ``audience``, bound to ``pod`` when given
+        (then it carries the pod's node, as a projected token in that pod does)."""
         args = ["create", "token", service_account, "-n", self.namespace, "--duration=1h"]
+        args.append(f"--audience={audience}")
         if pod:
             args += ["--bound-object-kind=Pod", f"--bound-object-name={pod}"]
         token = self.stack.kubectl(*args).stdout.strip()
@@ -144,20 +171,24 @@ def _wait_ready(port: int, proc: subprocess.Popen[bytes], log: Path, timeout: fl
     raise TimeoutError(f"{proc.args!r} not ready in {timeout} s: {log.read_text()}")
 
 
-@pytest.fixture
-def authenticated_bus(kube_stack: KubeStack, tmp_path: Path) -> Iterator[AuthenticatedBus]:
+@contextlib.contextmanager
+def _authenticated_bus(
+    kube_stack: KubeStack, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, config_text: str
+) -> Iterator[AuthenticatedBus]:
     namespace = f"busauth-{uuid.uuid4().hex[:6]}"
     kube_stack.create_namespace(namespace)
     for role in ROLES:
         kube_stack.kubectl("create", "serviceaccount", service_account_of(role), "-n", namespace)
     seed = new_account_seed()
     (tmp_path / "issuer.nk").write_bytes(seed)
-    password = secrets.token_hex(16)
+    # auth.conf reads both from the server's environment, as the component's pod gives them;
+    # a password must begin with a letter there (the server reads it as a config value).
+    password = "p" + secrets.token_hex(16)
     (tmp_path / "password").write_text(password)
+    monkeypatch.setenv("NEURON_DRA_BUS_AUTH_ISSUER", Signer(seed).public_key)
+    monkeypatch.setenv("NEURON_DRA_BUS_AUTH_PASSWORD", password)
     config = tmp_path / "nats.conf"
-    config.write_text(
-        auth_callout_config(issuer=Signer(seed).public_key, user=CALLOUT_USER, password=password)
-    )
+    config.write_text(config_text)
     store = tmp_path / "jetstream"
     store.mkdir()
     server = NatsServer(store_dir=store, log_file=tmp_path / "nats-server.log", config=config)
@@ -194,3 +225,23 @@ def authenticated_bus(kube_stack: KubeStack, tmp_path: Path) -> Iterator[Authent
         _stop(proc)
         server.stop()
         kube_stack.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
+
+
+@pytest.fixture
+def authenticated_bus(
+    kube_stack: KubeStack, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[AuthenticatedBus]:
+    """The component's server config as deployed, its callout, the stack's apiserver."""
+    with _authenticated_bus(kube_stack, tmp_path, monkeypatch, deployed_auth_conf()) as bus:
+        yield bus
+
+
+@pytest.fixture
+def small_store_bus(
+    kube_stack: KubeStack, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[AuthenticatedBus]:
+    """As deployed, but the account may store only 64 KiB on file: its storage limit is
+    reached by a few messages instead of 8 GB."""
+    conf = deployed_auth_conf(max_file="64KB")
+    with _authenticated_bus(kube_stack, tmp_path, monkeypatch, conf) as bus:
+        yield bus

@@ -26,7 +26,15 @@ from neuron_dra_bus_auth.permissions import (
     CLUSTER_SERVICES,
     Role,
 )
-from neuron_dra_common.bus import Bus, BusCredentials, Delivery, consumer, replay, request
+from neuron_dra_common.bus import (
+    Bus,
+    BusCredentials,
+    Delivery,
+    consumer,
+    inbox_prefix,
+    replay,
+    request,
+)
 from neuron_dra_common.bus.declarations import INVENTORY, STREAMS, deliver_subject
 from neuron_dra_common.events import (
     AllocationDecided,
@@ -62,9 +70,15 @@ def _nodes(bus: AuthenticatedBus) -> list[str]:
 
 
 @contextlib.asynccontextmanager
-async def _bus(bus: AuthenticatedBus, token: Path, *, name: str) -> AsyncIterator[Bus]:
+async def _bus(
+    bus: AuthenticatedBus, token: Path, *, name: Role, node: str = ""
+) -> AsyncIterator[Bus]:
+    """Connected as identity ``name`` (of ``node``), with that identity's reply inbox."""
     connected = await Bus.connect(
-        [bus.url], name=name, credentials=BusCredentials(token_file=str(token))
+        [bus.url],
+        name=name,
+        credentials=BusCredentials(token_file=str(token)),
+        inbox=inbox_prefix(name, node=node),
     )
     try:
         yield connected
@@ -93,7 +107,7 @@ async def test_a_node_agent_publishes_its_own_inventory_and_not_another_nodes(
     other_subject = f"neuron.inventory.{subject_token(other)}"
 
     caplog.set_level(logging.WARNING, logger="neuron_dra_common.bus.connection")
-    async with _bus(bus, token, name=f"discovery-{own}") as agent:
+    async with _bus(bus, token, name="discovery", node=own) as agent:
         ack = await agent.js.publish(own_subject, b"{}", timeout=5)
         assert ack.stream == INVENTORY.name
         with pytest.raises(nats.errors.TimeoutError):
@@ -164,6 +178,7 @@ async def test_a_workload_cannot_call_the_allocator_and_the_operator_can(
         bus.url,
         token=bus.token_file(service_account_of("ultraserver-operator")).read_text(),
         errors=[],
+        inbox=inbox_prefix("ultraserver-operator"),
     )
     reply = await operator.request(ALLOCATOR_SUBJECT, b"allocate", timeout=5)
     assert reply.data == b"decided"
@@ -180,7 +195,7 @@ async def test_no_service_purges_or_deletes_a_stream_and_admin_does(
     own = _nodes(bus)[0]
     discovery = service_account_of("discovery")
     agent_token = bus.token_file(discovery, pod=bus.pod_on(own, service_account=discovery))
-    async with _bus(bus, agent_token, name="discovery") as agent:
+    async with _bus(bus, agent_token, name="discovery", node=own) as agent:
         await agent.js.publish(f"neuron.inventory.{subject_token(own)}", b"{}", timeout=5)
 
     roles: tuple[Role, ...] = (*CLUSTER_SERVICES, "reader")
@@ -263,7 +278,8 @@ async def test_discovery_publishes_its_own_nodes_inventory_and_cannot_pose_as_an
     authenticated_bus: AuthenticatedBus, tmp_path: Path
 ) -> None:
     """The real discovery process on a node: with its node's token it publishes that node's
-    inventory; told it runs on another node, its inventory is refused by the server."""
+    inventory; told it runs on another node, the server refuses it (that node's reply inbox,
+    and that node's inventory) and nothing is stored for the other node."""
     bus = authenticated_bus
     admin = await _declared(bus)
     own, other = _nodes(bus)[:2]
@@ -291,11 +307,16 @@ async def test_discovery_publishes_its_own_nodes_inventory_and_cannot_pose_as_an
     other_subject = f"neuron.inventory.{subject_token(other)}"
 
     def refused_in_log() -> bool:
+        # Told it runs on the other node, it takes that node's reply inbox, which its token's
+        # identity may not read: the server refuses it before its first publish.
         errors = []
         for line in liar.read_text().splitlines() if liar.exists() else []:
             with contextlib.suppress(ValueError):  # a line still being written
                 errors.append(str(json.loads(line).get("error", "")))
-        return violated(errors, f'publish to "{other_subject}"')
+        inbox = inbox_prefix("discovery", node=other)
+        return violated(errors, f'subscription to "{inbox}.') or violated(
+            errors, f'publish to "{other_subject}"'
+        )
 
     # It never gets ready (its inventory is refused): watch its log for the server's refusal.
     with bus.service(

@@ -1,7 +1,9 @@
 """One control plane for the extender's tests: etcd and kube-apiserver, the extender as a
 process with its own user (bound to the component's ClusterRole), and the real kube-scheduler
 twice, configured from the component's files, the two ways AWS's guide shows: a second
-scheduler with the profile `my-scheduler`, and the default scheduler with the extender.
+scheduler with the profile `my-scheduler`, and the default scheduler with the extender. The
+schedulers call the extender's verbs over HTTPS with their client certificate, as the
+component configures them, from a CA of the extender's own.
 
 No kubelet: Nodes are API objects with the Neuron capacity AWS's device plugin reports, which
 is all the scheduler reads; binding is what these tests look at.
@@ -12,9 +14,11 @@ from __future__ import annotations
 import json
 import os
 import signal
+import ssl
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,9 +28,14 @@ import pytest
 import yaml
 from neuron_dra_cli import kubebuild
 from neuron_dra_cli.stack import components as comp
-from neuron_dra_cli.stack import probes, process
-from neuron_dra_cli.stack.pki import Pki, write_kubeconfig
-from neuron_dra_cli.stack.realdeviceplugin import scheduler_config
+from neuron_dra_cli.stack import process
+from neuron_dra_cli.stack.pki import CertPair, Pki, write_kubeconfig
+from neuron_dra_cli.stack.realdeviceplugin import (
+    ExtenderTls,
+    extender,
+    extender_tls,
+    scheduler_config,
+)
 
 from tests.unit.deploy.test_kustomize import KUSTOMIZE
 
@@ -46,6 +55,8 @@ NODES = {
     "trn2-last": "trn2.48xlarge",
     "trn2-frag-0": "trn2.48xlarge",
     "trn2-frag-1": "trn2.48xlarge",
+    "trn2-attack": "trn2.48xlarge",
+    "trn2-unmanaged": "trn2.48xlarge",
 }
 CORES_PER_DEVICE = {"inf2.48xlarge": 2, "trn1.32xlarge": 2, "inf1.6xlarge": 4, "trn2.48xlarge": 4}
 DEVICES = {"inf2.48xlarge": 12, "trn1.32xlarge": 16, "inf1.6xlarge": 4, "trn2.48xlarge": 16}
@@ -84,9 +95,44 @@ class Proc:
 class ExtenderCluster:
     root: Path
     kubeconfig: Path
+    #: The verbs' port (HTTPS, client certificates); the probes and metrics are on
+    #: ``probe_port`` (plain HTTP).
     extender_port: int
+    probe_port: int
+    tls: ExtenderTls
     start_extender: Callable[[], Proc] | None = None
     extender: Proc | None = None
+
+    def client_context(self, pair: CertPair | None = None) -> ssl.SSLContext:
+        """A client's TLS: trusts the extender's CA and shows ``pair`` (by default the
+        schedulers' client certificate)."""
+        context = ssl.create_default_context(cafile=str(self.tls.ca))
+        chosen = pair or self.tls.client
+        context.load_cert_chain(str(chosen.cert), str(chosen.key))
+        return context
+
+    def anonymous_context(self) -> ssl.SSLContext:
+        """A client that checks the extender's certificate and shows none of its own."""
+        return ssl.create_default_context(cafile=str(self.tls.ca))
+
+    def call(self, verb: str, args: dict[str, Any]) -> dict[str, Any]:
+        """POST ``args`` to the verb as the scheduler does, with its client certificate; the
+        decoded answer."""
+        request = urllib.request.Request(
+            f"https://127.0.0.1:{self.extender_port}/{verb}",
+            data=json.dumps(args).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(request, timeout=30, context=self.client_context()) as resp:
+            answer: dict[str, Any] = json.loads(resp.read())
+            return answer
+
+    def metrics(self) -> str:
+        """The extender's /metrics, from its plain probes port."""
+        url = f"http://127.0.0.1:{self.probe_port}/metrics"
+        with urllib.request.urlopen(url, timeout=10) as resp:
+            text: str = resp.read().decode()
+            return text
 
     def kubectl(self, *args: str, input: str | None = None) -> str:
         kubectl = Path(sys.executable).parent / "kubectl"
@@ -164,12 +210,19 @@ def _wait(what: str, ready: Callable[[], bool], proc: Proc) -> None:
 
 
 def _scheduler_config(
-    source: Path, *, url: str, kubeconfig: Path, out: Path, node_cache: bool | None = None
+    source: Path,
+    *,
+    url: str,
+    kubeconfig: Path,
+    out: Path,
+    tls: ExtenderTls,
+    node_cache: bool | None = None,
 ) -> Path:
     """The component's KubeSchedulerConfiguration, pointed at this extender and apiserver
-    (``node_cache``: ``nodeCacheCapable`` set so, else as the component has it)."""
+    with these certificates (``node_cache``: ``nodeCacheCapable`` set so, else as the
+    component has it)."""
     config = scheduler_config(
-        yaml.safe_load(source.read_text()), extender_url=url, node_cache=node_cache
+        yaml.safe_load(source.read_text()), extender_url=url, node_cache=node_cache, tls=tls
     )
     config["clientConnection"] = {"kubeconfig": str(kubeconfig)}
     config["leaderElection"] = {"leaderElect": False}
@@ -183,7 +236,8 @@ def extender_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Exten
     root = tmp_path_factory.mktemp("extender-cluster")
     pki = Pki(root / "pki")
     admin = pki.client("admin", user="kubernetes-admin", groups=("system:masters",))
-    ports = {n: process.free_port() for n in ("etcd", "peer", "api", "ext", "s1", "s2")}
+    ports = {n: process.free_port() for n in ("etcd", "peer", "api", "s1", "s2")}
+    tls = extender_tls(root / "extender-pki")
     server = f"https://127.0.0.1:{ports['api']}"
     started: list[Proc] = []
 
@@ -222,10 +276,14 @@ def extender_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Exten
             pair=admin,
             user="kubernetes-admin",
         )
+        ext_cfg = kubeconfig("extender", EXTENDER_USER)
+        ext = extender(kubeconfig=ext_cfg, tls=tls)
         cluster = ExtenderCluster(
             root=root,
             kubeconfig=admin_cfg,
-            extender_port=ports["ext"],
+            extender_port=ext.ports["verbs"],
+            probe_port=ext.ports["http"],
+            tls=tls,
         )
         # The extender as its own user, holding exactly the component's ClusterRole.
         [role] = [
@@ -258,26 +316,16 @@ def extender_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Exten
                 "metadata": {"name": "default", "namespace": NAMESPACE},
             }
         )
-        ext_cfg = kubeconfig("extender", EXTENDER_USER)
-        ext = comp.python_service(
-            name="scheduler-extender",
-            kind="scheduler-extender",
-            module="neuron_dra_scheduler_extender",
-            env={"NEURON_DRA_KUBECONFIG": str(ext_cfg)},
-            ready_path="/readyz",
-        )
-        ext.env["NEURON_DRA_HTTP_PORT"] = str(ports["ext"])
-        ext_ready = lambda: probes.http_ok(f"http://127.0.0.1:{ports['ext']}/readyz")  # noqa: E731
 
         def start_extender() -> Proc:
             proc = Proc(ext.argv, log=root / "scheduler-extender.log", env=ext.env)
             started.append(proc)
-            _wait("scheduler-extender", ext_ready, proc)
+            _wait("scheduler-extender", ext.ready, proc)
             return proc
 
         cluster.start_extender = start_extender
         cluster.extender = start_extender()
-        url = f"http://127.0.0.1:{ports['ext']}"
+        url = f"https://127.0.0.1:{cluster.extender_port}"
         sched_cfg = kubeconfig("kube-scheduler", "system:kube-scheduler")
         for name, source, port in (
             ("my-scheduler", COMPONENT / "my-scheduler-config.yaml", ports["s1"]),
@@ -295,6 +343,7 @@ def extender_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Exten
                 url=url,
                 kubeconfig=sched_cfg,
                 out=root / f"{name}.yaml",
+                tls=tls,
                 node_cache=False if name == "default-scheduler" else None,
             )
             launch(

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import socket
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -203,25 +202,14 @@ def test_a_pod_no_node_has_room_for_reads_one_count_per_reason(
     assert not extender_cluster.pod("eight")["spec"].get("nodeName")
 
 
-def _call(port: int, verb: str, args: dict[str, Any]) -> dict[str, Any]:
-    request = urllib.request.Request(
-        f"http://127.0.0.1:{port}/{verb}",
-        data=json.dumps(args).encode(),
-        headers={"Content-Type": "application/json"},
-    )
-    with urllib.request.urlopen(request, timeout=30) as resp:
-        answer: dict[str, Any] = json.loads(resp.read())
-        return answer
-
-
-def _bind(port: int, name: str, uid: str, node: str) -> dict[str, Any]:
+def _bind(cluster: ExtenderCluster, name: str, uid: str, node: str) -> dict[str, Any]:
     args = {"PodName": name, "PodNamespace": NAMESPACE, "PodUID": uid, "Node": node}
-    return _call(port, "bind", args)
+    return cluster.call("bind", args)
 
 
-def _filter(port: int, pod: dict[str, Any], node: str) -> dict[str, Any]:
+def _filter(cluster: ExtenderCluster, pod: dict[str, Any], node: str) -> dict[str, Any]:
     # As kube-scheduler calls the `my-scheduler` profile's extender: the Pod and node names.
-    return _call(port, "filter", {"Pod": pod, "NodeNames": [node]})
+    return cluster.call("filter", {"Pod": pod, "NodeNames": [node]})
 
 
 def test_two_binds_racing_for_the_last_set_never_both_win(
@@ -233,14 +221,16 @@ def test_two_binds_racing_for_the_last_set_never_both_win(
         *(neuron_pod(n, node="trn2-race", count=8, scheduler="nobody") for n in names)
     )
     uids = {n: extender_cluster.pod(n)["metadata"]["uid"] for n in names}
-    port = extender_cluster.extender_port
-    assert _bind(port, "holder", uids["holder"], "trn2-race") == {"Error": ""}
+    assert _bind(extender_cluster, "holder", uids["holder"], "trn2-race") == {"Error": ""}
     assert ids(bound(extender_cluster, "holder")) == "0,1,2,3,4,5,6,7"
     with ThreadPoolExecutor(max_workers=2) as pool:
         answers = dict(
             zip(
                 ("racer-a", "racer-b"),
-                pool.map(lambda n: _bind(port, n, uids[n], "trn2-race"), ("racer-a", "racer-b")),
+                pool.map(
+                    lambda n: _bind(extender_cluster, n, uids[n], "trn2-race"),
+                    ("racer-a", "racer-b"),
+                ),
                 strict=True,
             )
         )
@@ -268,11 +258,10 @@ def test_a_bind_takes_another_free_set_when_the_one_seen_at_filter_time_is_gone(
         *(neuron_pod(n, node="trn2-stale", count=4, scheduler="nobody") for n in names)
     )
     pods = {n: extender_cluster.pod(n) for n in names}
-    port = extender_cluster.extender_port
     for n in names:
-        assert _filter(port, pods[n], "trn2-stale")["NodeNames"] == ["trn2-stale"]
+        assert _filter(extender_cluster, pods[n], "trn2-stale")["NodeNames"] == ["trn2-stale"]
     for n in names:
-        assert _bind(port, n, pods[n]["metadata"]["uid"], "trn2-stale") == {"Error": ""}
+        assert _bind(extender_cluster, n, pods[n]["metadata"]["uid"], "trn2-stale") == {"Error": ""}
     rows = {",".join(map(str, s)) for s in connected_sets(instance_spec("trn2.48xlarge"), 4)}
     got = {n: ids(bound(extender_cluster, n)) for n in names}
     assert got["early"] in rows
@@ -291,17 +280,18 @@ def test_pods_filtered_together_racing_for_the_last_set_never_both_win(
     )
     pods = {n: extender_cluster.pod(n) for n in names}
     uids = {n: p["metadata"]["uid"] for n, p in pods.items()}
-    port = extender_cluster.extender_port
-    assert _filter(port, pods["last-holder"], "trn2-last")["NodeNames"] == ["trn2-last"]
-    assert _bind(port, "last-holder", uids["last-holder"], "trn2-last") == {"Error": ""}
+    assert _filter(extender_cluster, pods["last-holder"], "trn2-last")["NodeNames"] == ["trn2-last"]
+    assert _bind(extender_cluster, "last-holder", uids["last-holder"], "trn2-last") == {"Error": ""}
     assert ids(bound(extender_cluster, "last-holder")) == "0,1,2,3,4,5,6,7"
     for n in ("last-a", "last-b"):
-        assert _filter(port, pods[n], "trn2-last")["NodeNames"] == ["trn2-last"]
+        assert _filter(extender_cluster, pods[n], "trn2-last")["NodeNames"] == ["trn2-last"]
     with ThreadPoolExecutor(max_workers=2) as pool:
         answers = dict(
             zip(
                 ("last-a", "last-b"),
-                pool.map(lambda n: _bind(port, n, uids[n], "trn2-last"), ("last-a", "last-b")),
+                pool.map(
+                    lambda n: _bind(extender_cluster, n, uids[n], "trn2-last"), ("last-a", "last-b")
+                ),
                 strict=True,
             )
         )
@@ -317,7 +307,7 @@ def test_pods_filtered_together_racing_for_the_last_set_never_both_win(
     assert not lost["spec"].get("nodeName")
     assert "AWS_NEURON_IDS" not in (lost["metadata"].get("annotations") or {})
     # Filtered again, the loser is told the node is full, in words.
-    again = _filter(port, lost, "trn2-last")
+    again = _filter(extender_cluster, lost, "trn2-last")
     assert again["NodeNames"] == []
     assert again["FailedNodes"] == {"trn2-last": "node(s) had no 8 connected Neuron devices free"}
 
@@ -328,7 +318,11 @@ def test_a_verb_body_past_its_limit_is_refused_before_it_is_read(
     # The extender reads at most what a scheduler with nodeCacheCapable: true sends (4 MiB):
     # a larger body is answered 413 on its announced length alone.
     port = extender_cluster.extender_port
-    with socket.create_connection(("127.0.0.1", port), timeout=5) as conn:
+    context = extender_cluster.client_context()
+    with (
+        socket.create_connection(("127.0.0.1", port), timeout=5) as raw,
+        context.wrap_socket(raw, server_hostname="127.0.0.1") as conn,
+    ):
         conn.sendall(
             b"POST /filter HTTP/1.1\r\nHost: extender\r\nContent-Type: application/json\r\n"
             b"Content-Length: %d\r\n\r\n" % (10 * 2**20)
@@ -336,10 +330,5 @@ def test_a_verb_body_past_its_limit_is_refused_before_it_is_read(
         answer = conn.recv(65536)
     assert answer.startswith(b"HTTP/1.1 413 "), answer[:200]
     # The extender goes on answering the scheduler.
-    request = urllib.request.Request(
-        f"http://127.0.0.1:{port}/filter",
-        data=json.dumps({"Pod": {"metadata": {"name": "p"}}, "NodeNames": []}).encode(),
-        headers={"Content-Type": "application/json"},
-    )
-    with urllib.request.urlopen(request, timeout=10) as resp:
-        assert resp.status == 200
+    got = extender_cluster.call("filter", {"Pod": {"metadata": {"name": "p"}}, "NodeNames": []})
+    assert got["NodeNames"] == []

@@ -5,11 +5,13 @@ from __future__ import annotations
 import pytest
 from neuron_dra_common.bus import IntakeLimits, Refused, admit, limits_of
 from neuron_dra_common.events import (
+    AllocationReleased,
     AllocationRequested,
     DeviceHealthChanged,
     NodeInventory,
     ObjectRef,
     encode,
+    subject_token,
 )
 from neuron_dra_common.hardware.model import NeuronDevice, NodeHardware
 from neuron_dra_common.settings import ServiceSettings, load
@@ -69,9 +71,39 @@ def test_a_body_about_another_node_than_its_subject_is_refused() -> None:
     assert "belongs on neuron.health.node-b.neurondevice3" in str(refused)
 
 
-def test_an_event_whose_subject_cannot_be_formed_is_refused() -> None:
+def test_an_event_without_a_node_name_is_not_decoded() -> None:
     refused = refusal(encode(heartbeat("")), "neuron.heartbeat.x", limits=LIMITS)
-    assert str(refused) == "node.heartbeat.v1 on neuron.heartbeat.x: subject token: name is empty"
+    assert refused.kind == "decode"
+    assert str(refused).startswith("event payload: `$.node` '' is not a node name")
+
+
+@pytest.mark.parametrize("name", ["a_b", "A.b", "a..b", "-a", "a.b-", "x" * 254, "a b"])
+def test_a_node_name_that_is_no_dns_subdomain_is_not_decoded(name: str) -> None:
+    """``a_b`` and ``a.b`` would both become the subject token ``a_b``: only the second is a
+    node name, so one node can never publish on another's subject."""
+    subject = f"neuron.heartbeat.{subject_token(name)}"
+    refused = refusal(encode(heartbeat(name)), subject, limits=LIMITS)
+    assert refused.kind == "decode"
+    assert "`$.node`" in str(refused)
+    assert "is not a node name (a DNS-1123 subdomain" in str(refused)
+    assert admit(encode(heartbeat("a.b")), subject="neuron.heartbeat.a_b", limits=LIMITS)
+
+
+def test_every_node_name_of_an_allocation_is_checked() -> None:
+    ref = ObjectRef(namespace="ns", name="w")
+    event = AllocationReleased(request_id="r", workload=ref, nodes=("n-1", "N_2"))
+    refused = refusal(encode(event), event.subject, limits=LIMITS, accepts=(AllocationReleased,))
+    assert refused.kind == "decode"
+    assert "`$.nodes[1]` 'N_2' is not a node name" in str(refused)
+
+
+def test_a_nodes_event_on_another_nodes_subject_names_the_node() -> None:
+    refused = refusal(encode(heartbeat("node-b")), "neuron.heartbeat.node-a", limits=LIMITS)
+    assert refused.kind == "refused"
+    assert str(refused) == (
+        "node.heartbeat.v1 on neuron.heartbeat.node-a: its body belongs on "
+        "neuron.heartbeat.node-b (its body is about node node-b)"
+    )
 
 
 def test_a_message_over_the_size_limit_is_refused_before_it_is_parsed() -> None:

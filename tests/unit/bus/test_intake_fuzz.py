@@ -8,6 +8,7 @@ Whatever arrives, ``admit`` either returns an event that belongs on the subject 
 from __future__ import annotations
 
 import random
+import re
 import types
 import typing
 from typing import Any, get_args
@@ -31,6 +32,11 @@ from neuron_dra_common.events import (
 from tests.contracts.fuzz import MUTATIONS, SAMPLES, fuzzed_inputs, mutate
 
 LIMITS = IntakeLimits(max_message_bytes=64 * 1024, max_inventory_devices=64)
+#: Node names as Kubernetes makes them (DNS-1123 subdomains): the only ones an event may carry.
+NODE_NAMES = st.from_regex(
+    r"[a-z0-9]([-a-z0-9]{0,6}[a-z0-9])?(\.[a-z0-9]([-a-z0-9]{0,6}[a-z0-9])?){0,2}",
+    fullmatch=True,
+)
 KINDS = set(get_args(DeadLetterKind))
 FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -45,6 +51,10 @@ def strategy_for(hint: Any) -> st.SearchStrategy[Any]:
     if isinstance(hint, type) and issubclass(hint, msgspec.Struct):
         hints = typing.get_type_hints(hint)
         fields = {f.name: strategy_for(hints[f.name]) for f in msgspec.structs.fields(hint)}
+        if "node" in fields:
+            fields["node"] = NODE_NAMES
+        if "nodes" in fields:
+            fields["nodes"] = st.lists(NODE_NAMES, max_size=3).map(tuple)
         return st.builds(hint, **fields)
     if origin in (typing.Union, types.UnionType):
         return st.one_of(*(strategy_for(a) for a in args))
@@ -143,6 +153,23 @@ def test_every_publishable_event_is_admitted_on_its_own_subject_as_it_was_sent(
     devices = getattr(getattr(event, "hardware", None), "devices", ())
     assume(len(devices) <= LIMITS.max_inventory_devices)
     assert admit(payload, subject=event.subject, limits=LIMITS) == event
+
+
+@FUZZ
+@given(event=publishable, name=st.text(max_size=24), subject=subjects)
+def test_an_event_whose_node_is_no_node_name_is_not_decoded(
+    event: Event, name: str, subject: str
+) -> None:
+    """Only DNS-1123 subdomains are node names: no two of them share a subject token."""
+    assume(hasattr(event, "node"))
+    assume(
+        not re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*", name)
+    )
+    refused = outcome(encode(msgspec.structs.replace(event, node=name)), subject)
+    assert isinstance(refused, Refused)
+    assert refused.kind == "decode"
+    assert "`$.node`" in str(refused), str(refused)
+    assert "is not a node name" in str(refused), str(refused)
 
 
 @FUZZ

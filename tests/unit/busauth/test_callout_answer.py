@@ -52,6 +52,7 @@ def _callout(signer: Signer, reviews: dict[str, Review]) -> Callout:
         signer=signer,
         review=review,
         namespace=NS,
+        audiences=("neuron-dra-bus",),
         account="NEURON",
         user_seconds=600,
         clock=lambda: NOW,
@@ -64,6 +65,7 @@ async def test_an_admitted_node_agent_gets_its_nodes_subjects() -> None:
         authenticated=True,
         username=f"system:serviceaccount:{NS}:neuron-dra-discovery",
         extra={NODE_NAME_EXTRA: ("n1",)},
+        audiences=("neuron-dra-bus",),
     )
     answer = await _callout(signer, {"t1": review}).answer(_request(token="t1"))
     response = decode_claims(answer.decode(), now=NOW)

@@ -11,7 +11,7 @@ from neuron_dra_bus_auth.permissions import (
     ClusterService,
     permissions_for,
 )
-from neuron_dra_common.bus.declarations import STREAMS
+from neuron_dra_common.bus.declarations import STREAMS, inbox_prefix
 from neuron_dra_common.bus.rpc import ALLOCATOR_SUBJECT as RPC_ALLOCATOR_SUBJECT
 
 NODE = "ip-10-0-0-1.ec2.internal"
@@ -108,4 +108,81 @@ def test_the_device_plugin_reads_health_and_publishes_its_nodes_heartbeats_only(
         for s in grants.publish
         if ("INVENTORY" in s or "ALLOCATION" in s) and not s.startswith("$JS.API.STREAM.INFO.")
     ]
-    assert grants.subscribe == ("_INBOX.>",)
+    assert grants.subscribe == ("_INBOX.device-plugin.ip-10-0-0-1_ec2_internal.>",)
+
+
+def _matches(pattern: str, subject: str) -> bool:
+    """NATS's subject match: ``*`` one token, ``>`` one or more at the end."""
+    want, have = pattern.split("."), subject.split(".")
+    for i, token in enumerate(want):
+        if token == ">":
+            return len(have) > i
+        if i >= len(have) or token not in ("*", have[i]):
+            return False
+    return len(want) == len(have)
+
+
+def _identities() -> list[tuple[str, str]]:
+    other = "ip-10-0-0-2.ec2.internal"
+    return [(role, n) for role in NODE_AGENTS for n in (NODE, other)] + [
+        (role, "") for role in ROLES if role not in NODE_AGENTS and role != "admin"
+    ]
+
+
+@pytest.mark.parametrize(("role", "node"), _identities())
+def test_an_identity_reads_replies_on_its_own_inbox_only(role: str, node: str) -> None:
+    """Nobody but the admin subscribes to every inbox, and no identity's inbox grant covers a
+    reply sent to another identity (a JetStream ack, the allocator's answer)."""
+    grants = permissions_for(role, node=node)  # type: ignore[arg-type]
+    own = inbox_prefix(role, node=node)
+    inboxes = [s for s in grants.subscribe if s.startswith("_INBOX")]
+    assert inboxes == [f"{own}.>"]
+    for other_role, other_node in _identities():
+        reply = f"{inbox_prefix(other_role, node=other_node)}.nuid123.1"
+        assert _matches(inboxes[0], reply) == ((other_role, other_node) == (role, node)), reply
+
+
+def test_the_inbox_prefix_is_one_token_per_part() -> None:
+    assert inbox_prefix("health-probe", node=NODE) == "_INBOX.health-probe.ip-10-0-0-1_ec2_internal"
+    with pytest.raises(ValueError, match=r"identity 'a\.b' is not one subject token"):
+        inbox_prefix("a.b")
+
+
+def test_the_health_probe_publishes_device_health_never_node_lost() -> None:
+    grants = permissions_for("health-probe", node=NODE)
+    token = "ip-10-0-0-1_ec2_internal"
+    device = f"neuron.health.{token}.neurondevice3"
+    node_lost = f"neuron.health.{token}.node"
+
+    def allowed(subject: str) -> bool:
+        return any(_matches(p, subject) for p in grants.publish) and not any(
+            _matches(p, subject) for p in grants.publish_deny
+        )
+
+    assert allowed(device)
+    assert not allowed(node_lost)
+    assert not allowed("neuron.health.ip-10-0-0-2_ec2_internal.neurondevice3")
+    assert not allowed(f"neuron.health.{token}.neurondevice3.extra")
+
+
+@pytest.mark.parametrize("role", [r for r in ROLES if r not in ("failure-detector", "admin")])
+def test_only_the_failure_detector_declares_a_node_lost(role: str) -> None:
+    node = NODE if role in NODE_AGENTS else ""
+    grants = permissions_for(role, node=node)  # type: ignore[arg-type]
+    subject = "neuron.health.ip-10-0-0-1_ec2_internal.node"
+    allowed = any(_matches(p, subject) for p in grants.publish)
+    assert not allowed or any(_matches(p, subject) for p in grants.publish_deny), role
+
+
+@pytest.mark.parametrize("role", NODE_AGENTS)
+def test_a_node_agent_publishes_events_of_its_own_node_only(role: str) -> None:
+    """Every event subject a node agent may publish names its own node, in the node's slot."""
+    other = "ip-10-0-0-2_ec2_internal"
+    grants = permissions_for(role, node=NODE)  # type: ignore[arg-type]
+    for kind, subject in (
+        ("inventory", f"neuron.inventory.{other}"),
+        ("heartbeat", f"neuron.heartbeat.{other}"),
+        ("health", f"neuron.health.{other}.neurondevice0"),
+        ("claim", f"neuron.claim.prepared.{other}.default.claim"),
+    ):
+        assert not any(_matches(p, subject) for p in grants.publish), (role, kind)

@@ -102,6 +102,10 @@ def test_the_admission_policies_are_bound_wherever_the_driver_runs(tree: str) ->
         "neuron-dra-resourceslices",
         "neuron-dra-operator-nodes",
         "neuron-dra-workload-claims",
+        "neuron-dra-slice-publisher-drivers",
+        "neuron-dra-health-probe-nodes",
+        "neuron-dra-failure-detector-nodes",
+        "neuron-dra-device-plugin-pods",
     }
     assert {b["spec"]["policyName"] for b in bindings.values()} == set(policies)
     for binding in bindings.values():

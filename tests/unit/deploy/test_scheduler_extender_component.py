@@ -65,14 +65,80 @@ def test_awss_service_name_leads_to_the_extender(docs: Docs) -> None:
     )
 
 
-def test_default_scheduler_reaches_the_extender_on_the_node_port(docs: Docs) -> None:
+def test_default_scheduler_reaches_the_extender_at_a_cluster_ip_with_no_node_port(
+    docs: Docs,
+) -> None:
     config = config_map(docs, "neuron-dra-default-scheduler-config", "kube-scheduler-config.yaml")
     assert "profiles" not in config  # every profile of the cluster's scheduler
-    url = urlsplit(extender_of(config)["urlPrefix"])
-    nodeport = by_kind(docs, "Service")["neuron-dra-scheduler-extender-nodeport"]
-    assert (url.hostname, url.port) == ("127.0.0.1", nodeport["spec"]["ports"][0]["nodePort"])
+    ext = extender_of(config)
+    url = urlsplit(ext["urlPrefix"])
+    service = by_kind(docs, "Service")["neuron-dra-scheduler-extender-control-plane"]
+    assert (url.scheme, url.hostname) == ("https", service["spec"]["clusterIP"])
+    assert url.port == service["spec"]["ports"][0]["port"]
+    # The certificate is checked for the Service's DNS name, not the bare address.
+    assert ext["tlsConfig"]["serverName"] == "neuron-dra-scheduler-extender.neuron-dra-driver.svc"
+    assert not [s for s in by_kind(docs, "Service").values() if s["spec"].get("type") == "NodePort"]
     file = Path(__file__).resolve().parents[3] / "deploy/kustomize/components" / DEFAULT
     assert yaml.safe_load((file / "kube-scheduler-config.yaml").read_text()) == config
+
+
+def test_both_schedulers_call_the_extender_over_mutual_tls(docs: Docs) -> None:
+    my = extender_of(config_map(docs, "my-scheduler-config", "my-scheduler-config.yaml"))
+    default = extender_of(
+        config_map(docs, "neuron-dra-default-scheduler-config", "kube-scheduler-config.yaml")
+    )
+    for ext in (my, default):
+        assert ext["urlPrefix"].startswith("https://")
+        assert ext["enableHTTPS"] is True
+        # Without caFile kube-scheduler would skip checking the extender's certificate.
+        assert {"certFile", "keyFile", "caFile"} <= set(ext["tlsConfig"])
+        assert not ext["tlsConfig"].get("insecure")
+    # my-scheduler's files come from its Secret, mounted where its configuration says.
+    pod = by_kind(docs, "Deployment")["my-scheduler"]["spec"]["template"]["spec"]
+    [container] = pod["containers"]
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    secret = {v["name"]: v for v in pod["volumes"]}["extender-client"]["secret"]
+    assert secret["secretName"] == "my-scheduler-extender-client"
+    for key, name in (("certFile", "tls.crt"), ("keyFile", "tls.key"), ("caFile", "ca.crt")):
+        assert my["tlsConfig"][key] == f"{mounts['extender-client']}/{name}"
+    # The extender's files come from its own Secret.
+    pod = by_kind(docs, "Deployment")["neuron-dra-scheduler-extender"]["spec"]["template"]["spec"]
+    [container] = pod["containers"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    [mount] = container["volumeMounts"]
+    [volume] = pod["volumes"]
+    assert volume["secret"]["secretName"] == "neuron-dra-scheduler-extender-tls"
+    assert (
+        env["NEURON_DRA_TLS_CERT"],
+        env["NEURON_DRA_TLS_KEY"],
+        env["NEURON_DRA_TLS_CLIENT_CA"],
+    ) == (
+        f"{mount['mountPath']}/tls.crt",
+        f"{mount['mountPath']}/tls.key",
+        f"{mount['mountPath']}/ca.crt",
+    )
+    assert "NEURON_DRA_VERBS_INSECURE_HTTP" not in env
+
+
+def test_only_the_schedulers_may_reach_the_verbs_port(docs: Docs) -> None:
+    policy = by_kind(docs, "NetworkPolicy")["neuron-dra-scheduler-extender"]
+    extender = by_kind(docs, "Deployment")["neuron-dra-scheduler-extender"]
+    assert selects(
+        policy["spec"]["podSelector"]["matchLabels"],
+        extender["spec"]["template"]["metadata"]["labels"],
+    )
+    verbs = [
+        r for r in policy["spec"]["ingress"] if {"port": "verbs", "protocol": "TCP"} in r["ports"]
+    ]
+    sources = [peer for rule in verbs for peer in rule["from"]]
+    my_scheduler = by_kind(docs, "Deployment")["my-scheduler"]["spec"]["template"]["metadata"]
+    assert sources[0]["podSelector"]["matchLabels"] == my_scheduler["labels"]
+    # The control plane's scheduler (host network) by address, from the default-scheduler part.
+    assert len(sources) == 2
+    assert "ipBlock" in sources[1]
+    # The probes and metrics port is open, and takes no verb (the server serves none there).
+    [probes] = [r for r in policy["spec"]["ingress"] if "from" not in r]
+    assert probes["ports"] == [{"port": "http", "protocol": "TCP"}]
 
 
 def test_the_new_workloads_are_locked_down(docs: Docs) -> None:

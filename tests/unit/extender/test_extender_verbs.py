@@ -254,3 +254,27 @@ async def test_a_body_that_is_not_utf8_json_is_a_bad_request() -> None:
         status, body = await handlers[verb](b'{"Pod": {"metadata": {"name": "\xa9"}}}')
         assert status == 400, verb
         assert "the request body is not extender v1 JSON" in msgspec.json.decode(body)["Error"]
+
+
+async def test_a_pod_asking_for_no_neuron_resource_is_neither_offered_a_node_nor_bound() -> None:
+    cluster = FakeCluster(NODES)
+    ext = Extender(cluster)
+    plain = pod_obj("plain", count=0)
+    cluster.add(plain)
+    handlers = routes(ext, ready=lambda: True)
+    status, body = await handlers["/filter"](args(plain, NODES, names=True))
+    got = msgspec.json.decode(body)
+    assert status == 200
+    assert got["NodeNames"] == []
+    reason = got["FailedAndUnresolvableNodes"]["inf2-0"]
+    assert reason.startswith("node(s) were not offered: the pod asks for no aws.amazon.com/neuron")
+    assert set(got["FailedAndUnresolvableNodes"]) == {"inf2-0", "trn1-0"}
+
+    result = await ext.bind(binding(plain, "inf2-0"))
+    assert result.error == (
+        "Pod default/plain not bound to node inf2-0: the pod asks for no aws.amazon.com/neuron, "
+        "aws.amazon.com/neurondevice or aws.amazon.com/neuroncore, and the Neuron extender "
+        "places and binds only pods that do"
+    )
+    assert cluster.bound == {}
+    assert cluster.pods["default/plain"]["spec"]["nodeName"] == ""

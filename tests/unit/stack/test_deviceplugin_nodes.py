@@ -66,7 +66,7 @@ def test_it_gets_a_device_plugin_and_no_dra_agent(layout: Layout) -> None:
         fleet=FLEET, layout=layout, nats_url=nats, kubeconfig=Path("/k")
     )
     devices = deviceplugin.device_plugin_components(
-        fleet=FLEET, layout=layout, nats_url=nats, kubeconfig=Path("/d")
+        fleet=FLEET, layout=layout, nats_url=nats, kubeconfigs={"device-plugin-dp-0": Path("/d")}
     )
     assert [c.name for c in dra] == ["kubelet-plugin-trn2-48xl-0"]
     assert [c.name for c in agents] == ["discovery-trn2-48xl-0", "slice-publisher"]

@@ -113,19 +113,31 @@ def test_the_plugin_keeps_its_node_selection_and_the_device_managers_folder(
     }
 
 
-def test_the_scheduler_calls_the_stacks_extender_for_the_neuron_resources() -> None:
+def test_the_scheduler_calls_the_stacks_extender_for_the_neuron_resources(
+    tmp_path: Path,
+) -> None:
     source = yaml.safe_load(realdeviceplugin.SCHEDULER_CONFIG.read_text())
-    config = realdeviceplugin.scheduler_config(source, extender_url="http://127.0.0.1:4006")
+    tls = realdeviceplugin.extender_tls(tmp_path / "pki")
+    config = realdeviceplugin.scheduler_config(
+        source, extender_url="https://127.0.0.1:4006", tls=tls
+    )
     [extender] = config["extenders"]
-    assert extender["urlPrefix"] == "http://127.0.0.1:4006"
+    assert extender["urlPrefix"] == "https://127.0.0.1:4006"
     assert extender["bindVerb"] == "bind"
     assert [r["name"] for r in extender["managedResources"]] == [
         "aws.amazon.com/neuron",
         "aws.amazon.com/neurondevice",
         "aws.amazon.com/neuroncore",
     ]
+    # The stack's own certificates, checked for the name the component's configuration uses.
+    assert extender["tlsConfig"] == {
+        "serverName": "neuron-dra-scheduler-extender.neuron-dra-driver.svc",
+        "certFile": str(tls.client.cert),
+        "keyFile": str(tls.client.key),
+        "caFile": str(tls.ca),
+    }
     # The component's file is left as it is.
-    assert source["extenders"][0]["urlPrefix"] == "http://127.0.0.1:32700"
+    assert source["extenders"][0]["urlPrefix"] == "https://10.96.0.32:12345"
 
 
 @pytest.mark.parametrize(

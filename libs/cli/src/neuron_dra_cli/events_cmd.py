@@ -289,7 +289,7 @@ async def _read(
     out: TextIO | None = None,
     credentials: BusCredentials | None = None,
 ) -> int:
-    from neuron_dra_common.bus import Bus, encode_line, structured
+    from neuron_dra_common.bus import Bus, encode_line, inbox_prefix, structured
     from neuron_dra_common.bus.declarations import AUDIT
 
     stream = out or sys.stdout
@@ -297,7 +297,14 @@ async def _read(
     logging.getLogger("neuron_dra_common.bus").setLevel(logging.ERROR)
     try:
         bus = await asyncio.wait_for(
-            Bus.connect(servers, name="neuron-dra-events", credentials=credentials), 10
+            # It reads as the bus's reader identity, whose replies come back on its own inbox.
+            Bus.connect(
+                servers,
+                name="neuron-dra-events",
+                credentials=credentials,
+                inbox=inbox_prefix("reader"),
+            ),
+            10,
         )
     except Exception as exc:
         raise CliError(f"cannot reach NATS at {', '.join(servers)}: {exc}") from exc

@@ -52,7 +52,7 @@ class _Every:
 
 async def build(settings: AlertsSettings) -> Service:
     """Rebuild the alert state from the bus, then run the ``alert`` consumer and the re-send."""
-    from neuron_dra_common.bus import Bus, consumer, credentials_of, limits_of, replay
+    from neuron_dra_common.bus import Bus, consumer, credentials_of, inbox_prefix, limits_of, replay
     from neuron_dra_common.bus.declarations import ALERTS, ALLOCATION, DEADLETTER
     from neuron_dra_common.events import AlertStateChanged
     from neuron_dra_common.runtime import Service
@@ -67,6 +67,7 @@ async def build(settings: AlertsSettings) -> Service:
         name=NAME,
         limits=limits_of(settings),
         credentials=credentials_of(settings),
+        inbox=inbox_prefix(NAME),
     )
     spec = consumer(CONSUMER)
     await bus.reconcile(consumers=[spec], replicas=settings.stream_replicas)

@@ -27,7 +27,7 @@ async def build(settings: AuditSettings) -> Service:
     import sys
     from pathlib import Path
 
-    from neuron_dra_common.bus import Bus, consumer, credentials_of, limits_of
+    from neuron_dra_common.bus import Bus, consumer, credentials_of, inbox_prefix, limits_of
     from neuron_dra_common.runtime import Service
     from neuron_dra_common.runtime.faults import crash_point
 
@@ -54,6 +54,7 @@ async def build(settings: AuditSettings) -> Service:
         name=NAME,
         limits=limits_of(settings),
         credentials=credentials_of(settings),
+        inbox=inbox_prefix(NAME),
     )
     spec = consumer(CONSUMER)
     await bus.reconcile(consumers=[spec], replicas=settings.stream_replicas)

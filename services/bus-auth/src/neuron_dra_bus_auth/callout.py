@@ -41,6 +41,7 @@ class Callout:
         signer: Signer,
         review: TokenReviewer,
         namespace: str,
+        audiences: tuple[str, ...],
         account: str,
         user_seconds: int,
         clock: Callable[[], float] = time.time,
@@ -48,6 +49,7 @@ class Callout:
         self._signer = signer
         self._review = review
         self._namespace = namespace
+        self._audiences = audiences
         self._account = account
         self._user_seconds = user_seconds
         self._clock = clock
@@ -102,4 +104,4 @@ class Callout:
             review = await self._review(token)
         except Exception as exc:  # the apiserver's failure refuses, it does not crash us
             raise Refusal(f"TokenReview failed: {exc}") from None
-        return identify(review, namespace=self._namespace)
+        return identify(review, namespace=self._namespace, audiences=self._audiences)

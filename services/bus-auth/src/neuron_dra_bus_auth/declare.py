@@ -37,7 +37,7 @@ class DeclareSettings(ServiceSettings, frozen=True, kw_only=True):
 async def declare(settings: DeclareSettings) -> dict[str, str]:
     """Connect (retrying until ``wait_seconds``), reconcile every stream, replace earlier
     releases' pull consumers; return the changes."""
-    from neuron_dra_common.bus import Bus, credentials_of, limits_of
+    from neuron_dra_common.bus import Bus, credentials_of, inbox_prefix, limits_of
     from neuron_dra_common.bus.declarations import CONSUMERS, STREAMS
     from neuron_dra_common.bus.reconcile import replace_pull_consumers
 
@@ -49,6 +49,7 @@ async def declare(settings: DeclareSettings) -> dict[str, str]:
                 name="bus-declare",
                 limits=limits_of(settings),
                 credentials=credentials_of(settings),
+                inbox=inbox_prefix("admin"),
             )
             break
         except Exception as exc:  # refused, not up yet, or no route: asked again until the deadline

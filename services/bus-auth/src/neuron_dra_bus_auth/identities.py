@@ -26,6 +26,8 @@ class Review(msgspec.Struct, frozen=True, kw_only=True):
     authenticated: bool
     username: str = ""
     extra: dict[str, tuple[str, ...]] = {}
+    #: The audiences the apiserver found the token valid for (``status.audiences``).
+    audiences: tuple[str, ...] = ()
     error: str = ""
 
 
@@ -52,10 +54,20 @@ def service_account_of(role: Role) -> str:
 _ROLE_OF_ACCOUNT: Final[dict[str, Role]] = {service_account_of(role): role for role in ROLES}
 
 
-def identify(review: Review, *, namespace: str) -> Identity:
-    """The identity ``review`` proves, or :class:`Refusal` saying why there is none."""
+def identify(review: Review, *, namespace: str, audiences: tuple[str, ...]) -> Identity:
+    """The identity ``review`` proves, or :class:`Refusal` saying why there is none.
+
+    The review must say the token was made for one of ``audiences`` (the bus's): a token for
+    the apiserver or for another service is worth nothing here, whoever holds it.
+    """
     if not review.authenticated:
         raise Refusal(f"token not authenticated: {review.error or 'no reason given'}")
+    if not set(review.audiences) & set(audiences):
+        raise Refusal(
+            f"token not made for the bus: its review's audiences are "
+            f"{list(review.audiences)}, none of {list(audiences)} "
+            f"(make it with --audience {audiences[0] if audiences else '<audience>'})"
+        )
     if not review.username.startswith(_SA_PREFIX):
         raise Refusal(f"user {review.username!r} is not a ServiceAccount")
     sa_namespace, _, sa_name = review.username.removeprefix(_SA_PREFIX).partition(":")

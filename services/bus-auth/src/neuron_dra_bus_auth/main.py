@@ -52,6 +52,7 @@ async def build(settings: BusAuthSettings) -> Service:
         signer=signer,
         review=review,
         namespace=settings.namespace,
+        audiences=settings.token_audiences,
         account=settings.account,
         user_seconds=settings.user_seconds,
     )

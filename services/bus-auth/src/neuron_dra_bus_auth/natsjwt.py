@@ -134,6 +134,8 @@ def user_claims(
         "type": "user",
         "version": 2,
     }
+    if permissions.publish_deny:
+        nats["pub"]["deny"] = list(permissions.publish_deny)
     if permissions.respond:
         # One reply per request received; a reply later than the request's own timeout is late.
         nats["resp"] = {"max": 1, "ttl": 0}

@@ -4,7 +4,7 @@ Everything is derived from the declarations (streams, durable consumers, the all
 request subject, the events' subjects), so a new stream or consumer changes the grants with
 it. What the NATS client itself sends for JetStream:
 
-- a JetStream publish is a core publish whose ack comes back on the client's ``_INBOX``;
+- a JetStream publish is a core publish whose ack comes back on the client's inbox;
 - a durable consumer is checked and created through ``$JS.API.CONSUMER.INFO`` /
   ``CONSUMER.CREATE.<stream>.<durable>[.<filter>]`` (an earlier release's pull consumer is
   replaced by the declare step, as only the admin deletes consumers), pushed to its deliver subject
@@ -13,7 +13,12 @@ it. What the NATS client itself sends for JetStream:
   ``$JS.ACK.<stream>.<durable>.>``;
 - a projection or replay is an ordered push consumer: ``CONSUMER.CREATE.<stream>`` (no name,
   its filter is in the body, so reading is granted per stream), flow-control replies on
-  ``$JS.FC.<stream>.>``, delivery to an ``_INBOX`` subject.
+  ``$JS.FC.<stream>.>``, delivery to an inbox subject.
+
+Replies (JetStream acks, the allocator's answers, ordered consumers' deliveries) come back on
+the client's inbox. Each identity may subscribe only below its own prefix,
+``_INBOX.<role>`` or ``_INBOX.<role>.<node>`` for a node agent (``inbox_prefix``, with which
+every service connects), never ``_INBOX.>``: no identity reads another's replies.
 
 Streams are declared by the admin identity only (``STREAM.CREATE/UPDATE/DELETE/PURGE``):
 services keep calling ``Bus.reconcile`` at start, which only reads stream info when the
@@ -44,6 +49,7 @@ from neuron_dra_common.bus.declarations import (
     ConsumerSpec,
     StreamSpec,
     deliver_subject,
+    inbox_prefix,
 )
 from neuron_dra_common.events.base import SUBJECT_ROOT, subject_token
 
@@ -94,15 +100,21 @@ ALLOCATOR_SUBJECT: Final = f"{SUBJECT_ROOT}.rpc.allocator"
 ALLOCATOR_QUEUE: Final = "topology-allocator"
 
 _API: Final = "$JS.API"
-INBOX: Final = "_INBOX.>"
 
 
 class Permissions(msgspec.Struct, frozen=True, kw_only=True):
-    """NATS allow lists; ``respond`` lets the client answer requests it received (once each)."""
+    """NATS allow lists; ``publish_deny`` carves subjects out of ``publish`` (the server
+    checks it first); ``respond`` lets the client answer requests it received (once each)."""
 
     publish: tuple[str, ...]
     subscribe: tuple[str, ...]
+    publish_deny: tuple[str, ...] = ()
     respond: bool = False
+
+
+def _inbox(role: Role, node: str = "") -> str:
+    """Every reply to ``role`` (on ``node``): its own inbox prefix, and nobody else's."""
+    return f"{inbox_prefix(role, node=node)}.>"
 
 
 def _subject(kind: str, *tokens: str) -> str:
@@ -155,11 +167,15 @@ def _base() -> list[str]:
 def _node_agent(role: NodeAgent, node: str) -> Permissions:
     token = subject_token(node)
     publish = _base()
+    deny: tuple[str, ...] = ()
     if role == "discovery":
         publish += [_subject("inventory", token), _subject("heartbeat", token)]
     elif role == "health-probe":
-        publish += [_subject("health", token, ">"), *_read(HEALTH)]
+        # Its node's devices' health (neuron.health.<node>.<device>), never NodeLost or
+        # NodeRecovered (neuron.health.<node>.node): only the failure detector declares those.
+        publish += [_subject("health", token, "*"), *_read(HEALTH)]
         publish += _dead_letters((HEALTH, "health-probe"))
+        deny = (_subject("health", token, "node"),)
     elif role == "device-plugin":
         # It reads its node's health events (to report devices Unhealthy to the kubelet) and,
         # on a node with no discovery agent, sends the node's heartbeats.
@@ -172,12 +188,12 @@ def _node_agent(role: NodeAgent, node: str) -> Permissions:
             *_read(HEALTH),
             *_dead_letters((HEALTH, "kubelet-plugin-health")),
         ]
-    return Permissions(publish=tuple(publish), subscribe=(INBOX,))
+    return Permissions(publish=tuple(publish), subscribe=(_inbox(role, node),), publish_deny=deny)
 
 
 def _cluster_service(role: ClusterService) -> Permissions:
     publish = _base()
-    subscribe = [INBOX]
+    subscribe = [_inbox(role)]
     respond = False
     owned: list[str] = []  # the durable consumers it runs
     if role == "slice-publisher":
@@ -240,5 +256,5 @@ def permissions_for(role: Role, *, node: str = "") -> Permissions:
     if role == "admin":
         return Permissions(publish=(">",), subscribe=(">",), respond=True)
     if role == "reader":
-        return Permissions(publish=(*_base(), *_read(*STREAMS)), subscribe=(INBOX,))
+        return Permissions(publish=(*_base(), *_read(*STREAMS)), subscribe=(_inbox(role),))
     return _cluster_service(role)  # type: ignore[arg-type]

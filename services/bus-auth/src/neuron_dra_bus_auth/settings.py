@@ -47,9 +47,11 @@ class BusAuthSettings(ServiceSettings, frozen=True, kw_only=True):
     token_audiences: Annotated[
         tuple[str, ...],
         msgspec.Meta(
-            description="Audiences a token must carry, comma-separated; empty: the apiserver's"
+            min_length=1,
+            description="Audiences a token must be made for, comma-separated; the callout asks "
+            "the TokenReview for them and refuses a token whose review does not return one",
         ),
-    ] = ()
+    ] = ("neuron-dra-bus",)
     user_seconds: Annotated[
         int,
         msgspec.Meta(

@@ -25,14 +25,16 @@ class _User(msgspec.Struct, frozen=True):
 class _Status(msgspec.Struct, frozen=True):
     authenticated: bool = False
     user: _User = _User()
+    audiences: tuple[str, ...] = ()
     error: str = ""
 
 
-async def review_token(client: KubeClient, token: str, *, audiences: Sequence[str] = ()) -> Review:
-    """The apiserver's verdict on ``token``; ``audiences`` empty: the apiserver's own."""
-    spec: dict[str, Any] = {"token": token}
-    if audiences:
-        spec["audiences"] = list(audiences)
+async def review_token(client: KubeClient, token: str, *, audiences: Sequence[str]) -> Review:
+    """The apiserver's verdict on ``token`` made for one of ``audiences`` (its answer names
+    the audiences it matched, which :func:`~neuron_dra_bus_auth.identities.identify` checks)."""
+    if not audiences:
+        raise ValueError("TokenReview: no audience asked for")
+    spec: dict[str, Any] = {"token": token, "audiences": list(audiences)}
     body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": spec}
     answer = await client.create(TOKEN_REVIEWS, body)
     status = msgspec.convert(answer.get("status") or {}, _Status)
@@ -40,5 +42,6 @@ async def review_token(client: KubeClient, token: str, *, audiences: Sequence[st
         authenticated=status.authenticated,
         username=status.user.username,
         extra=status.user.extra,
+        audiences=status.audiences,
         error=status.error,
     )

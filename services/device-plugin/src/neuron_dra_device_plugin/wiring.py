@@ -84,7 +84,7 @@ async def _on_bus(
     heartbeats for as long as the connection holds. Without NATS the plugin keeps serving,
     with the devices' presence as its only health source (and the node, sending no heartbeat,
     is declared lost by the failure detector, as a node that cannot reach the bus is)."""
-    from neuron_dra_common.bus import Bus, credentials_of, limits_of
+    from neuron_dra_common.bus import Bus, credentials_of, inbox_prefix, limits_of
 
     attempt = 0
     while not stopped.is_set():
@@ -96,6 +96,7 @@ async def _on_bus(
                 name=f"{NAME}-{settings.node_name}",
                 limits=limits_of(settings),
                 credentials=credentials_of(settings),
+                inbox=inbox_prefix("device-plugin", node=settings.node_name),
             )
             await bus.reconcile(replicas=settings.stream_replicas)
             attempt = 0

@@ -23,7 +23,7 @@ PROG = "neuron-dra-discovery"
 
 async def build(settings: DiscoverySettings) -> Service:
     """Connect to the bus and wire the agent into a service."""
-    from neuron_dra_common.bus import Bus, credentials_of, limits_of
+    from neuron_dra_common.bus import Bus, credentials_of, inbox_prefix, limits_of
     from neuron_dra_common.driver import package_version
     from neuron_dra_common.liveness import Heartbeat, kubelet_probe
     from neuron_dra_common.runtime import Service
@@ -35,6 +35,7 @@ async def build(settings: DiscoverySettings) -> Service:
         name=f"{NAME}-{settings.node_name}",
         limits=limits_of(settings),
         credentials=credentials_of(settings),
+        inbox=inbox_prefix(NAME, node=settings.node_name),
     )
     # Streams are declared in one place; reconciling them is idempotent and cheap.
     await bus.reconcile(replicas=settings.stream_replicas)

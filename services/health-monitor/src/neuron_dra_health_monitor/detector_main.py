@@ -7,7 +7,7 @@ import socket
 from collections.abc import Sequence
 from typing import Final
 
-from neuron_dra_common.bus import Bus, consumer, credentials_of, limits_of
+from neuron_dra_common.bus import Bus, consumer, credentials_of, inbox_prefix, limits_of
 from neuron_dra_common.runtime import Service, serve
 
 from neuron_dra_health_monitor.detector import Detector, DetectorRules
@@ -39,6 +39,7 @@ async def build(settings: DetectorSettings) -> Service:
         name=NAME,
         limits=limits_of(settings),
         credentials=credentials_of(settings),
+        inbox=inbox_prefix(NAME),
     )
     await bus.reconcile(consumers=[consumer(DURABLE)], replicas=settings.stream_replicas)
     kube = None

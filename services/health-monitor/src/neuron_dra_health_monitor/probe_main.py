@@ -25,7 +25,7 @@ async def build(settings: ProbeSettings) -> Service:
     """Connect to the bus (and the API), take back the published health, wire the probe."""
     from pathlib import Path
 
-    from neuron_dra_common.bus import Bus, credentials_of, limits_of, replay
+    from neuron_dra_common.bus import Bus, credentials_of, inbox_prefix, limits_of, replay
     from neuron_dra_common.bus.declarations import HEALTH
     from neuron_dra_common.events import DeviceHealthChanged
     from neuron_dra_common.events.base import SUBJECT_ROOT, subject_token
@@ -44,6 +44,7 @@ async def build(settings: ProbeSettings) -> Service:
         name=f"{NAME}-{settings.node_name}",
         limits=limits_of(settings),
         credentials=credentials_of(settings),
+        inbox=inbox_prefix(NAME, node=settings.node_name),
     )
     await bus.reconcile(replicas=settings.stream_replicas)
     book = HealthBook(node=settings.node_name)

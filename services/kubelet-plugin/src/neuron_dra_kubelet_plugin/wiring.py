@@ -88,7 +88,7 @@ async def _keep_bus(
             wait.cancel()
     if stopped.is_set():
         return
-    from neuron_dra_common.bus import Bus, credentials_of, limits_of
+    from neuron_dra_common.bus import Bus, credentials_of, inbox_prefix, limits_of
 
     attempt = 0
     bus: Bus | None = None
@@ -99,6 +99,7 @@ async def _keep_bus(
                 name=f"{NAME}-{settings.node_name}",
                 limits=limits_of(settings),
                 credentials=credentials_of(settings),
+                inbox=inbox_prefix("kubelet-plugin", node=settings.node_name),
             )
             await bus.reconcile(replicas=settings.stream_replicas)
         except Exception as exc:  # any failure to reach the bus is retried, never fatal

@@ -26,6 +26,13 @@ Obj = dict[str, Any]
 _POD_ANNOTATIONS: Final = (ANNOTATION_IDS, ANNOTATION_RESOURCE, ANNOTATION_NODE)
 
 
+def _identity(meta: Obj) -> Obj:
+    # Kept so that a relist (after the watch's history expired) tells what changed while the
+    # watch was down: the informer compares resource versions and uids, and a trimmed object
+    # without them would look unchanged.
+    return {"uid": meta.get("uid", ""), "resourceVersion": meta.get("resourceVersion", "")}
+
+
 def _trim_node(obj: Obj) -> Obj:
     meta = obj.get("metadata") or {}
     labels = meta.get("labels") or {}
@@ -37,6 +44,7 @@ def _trim_node(obj: Obj) -> Obj:
     return {
         "metadata": {
             "name": meta.get("name", ""),
+            **_identity(meta),
             "labels": {k: labels[k] for k in INSTANCE_TYPE_LABELS if k in labels},
         },
         "status": {
@@ -70,7 +78,7 @@ def _trim_pod(obj: Obj) -> Obj:
         "metadata": {
             "name": meta.get("name", ""),
             "namespace": meta.get("namespace", ""),
-            "uid": meta.get("uid", ""),
+            **_identity(meta),
             "annotations": {k: annotations[k] for k in _POD_ANNOTATIONS if k in annotations},
         },
         "spec": {
@@ -113,6 +121,10 @@ class KubeCluster:
 
     def node_views(self) -> Mapping[str, NodeView]:
         return self._node_views
+
+    def known_pod(self, namespace: str, name: str) -> PodView | None:
+        obj = self.pods.cache.get(f"{namespace}/{name}")
+        return None if obj is None else decode_pod(obj)
 
     async def get_pod(self, namespace: str, name: str) -> PodView:
         obj = await self._client.get(PODS, name, namespace=namespace)

@@ -6,9 +6,10 @@ and goes on to filter the next pod at once. Whatever bind reserves only after an
 unknown to those next filters, which then offer the same devices again (and best fit steers
 the next pods to the very node just filled): their binds find the devices gone and are
 refused, and each refused pod waits out the scheduler's back-off. So bind reserves as soon as
-the call arrives, before its first await, from the pod the scheduler sent with its filter
-call (kept by uid until the pod is bound); only a pod the extender has not seen (a restart
-between filter and bind) is read from the API first. The reservation is a check-and-set in
+the call arrives, before its first await, from the pod as the extender's pod watch last showed
+it; only a pod the watch has not shown yet is read from the API first. Bind never trusts a pod
+a caller sent (a filter body could say anything): what the pod asks for, and whether it asks
+for Neuron devices at all, is the API's word. The reservation is a check-and-set in
 the ledger with no await in it: two binds racing for the last free set cannot both get it,
 the second is answered with an error and kube-scheduler tries the pod again. A bind whose set
 seen at filter time is gone takes any other free valid set on the node.
@@ -57,7 +58,7 @@ from neuron_dra_scheduler_extender.ledger import (
 )
 from neuron_dra_scheduler_extender.verdicts import Verdict, Verdicts
 
-__all__ = ["Cluster", "Extender"]
+__all__ = ["NOT_MANAGED", "Cluster", "Extender", "NotManaged"]
 
 log = logging.getLogger(__name__)
 
@@ -74,14 +75,21 @@ LATENCY = Histogram(
 )
 
 
-#: Pods kept from filter and prioritize calls until their bind (the oldest go first): pods
-#: the scheduler is placing now, and pods no node fits that it will try again.
-_MAX_ASKED = 20_000
-
 _WHY = operator.itemgetter(0)
 _PRIORITY = operator.itemgetter(1)
 #: A node the extender has not seen yet (its informer is behind the scheduler's).
 _NOT_SEEN = Unfit(message="node(s) were not known to the Neuron extender yet", final=False)
+#: Why a pod that asks for no Neuron device or core is neither placed nor bound: binding it
+#: would let whoever calls the extender send any pending pod (and so its Secrets) to any node.
+NOT_MANAGED = (
+    "the pod asks for no aws.amazon.com/neuron, aws.amazon.com/neurondevice or "
+    "aws.amazon.com/neuroncore, and the Neuron extender places and binds only pods that do"
+)
+_NOT_MANAGED_NODES = f"node(s) were not offered: {NOT_MANAGED}"
+
+
+class NotManaged(Exception):
+    """A bind for a pod the extender does not place."""
 
 
 class Cluster(Protocol):
@@ -90,6 +98,9 @@ class Cluster(Protocol):
     def node_views(self) -> Mapping[str, NodeView]:
         """Every node as last seen, by name (read, never changed, by the extender): filter
         and prioritize look up a thousand nodes at once in it, without a call per node."""
+
+    def known_pod(self, namespace: str, name: str) -> PodView | None:
+        """The pod as the pod watch last showed it (None: not shown yet)."""
 
     async def get_pod(self, namespace: str, name: str) -> PodView: ...
 
@@ -113,9 +124,6 @@ class Extender:
         self.cluster = cluster
         self.ledger = Ledger()
         self._clock_ns = clock_ns
-        # uid -> the pod as the scheduler last sent it to filter or prioritize: what its bind
-        # reserves for without reading the pod first.
-        self._asked: dict[str, PodView] = {}
         # Pods offered a node by the filter whose bind has not arrived yet (see inflight.py).
         self.inflight = InFlight(grace=bind_grace)
         # Reservations made by bind that the pod watch has not shown annotated yet: an older
@@ -155,7 +163,6 @@ class Extender:
         uid = pod.metadata.uid
         if deleted:
             self._pending.discard(uid)
-            self._asked.pop(uid, None)
             self.ledger.release(uid)
             return
         try:
@@ -178,16 +185,6 @@ class Extender:
         """Before ``pod``'s filter: let the binds due from earlier filters arrive first, so
         that the filter sees the devices they take (see ``inflight.py``)."""
         await self.inflight.settle(pod.metadata.uid)
-
-    def _keep(self, pod: PodView) -> None:
-        uid = pod.metadata.uid
-        if not uid:
-            return
-        # Moved to the end: a pod tried again is as young as its last try.
-        self._asked.pop(uid, None)
-        self._asked[uid] = pod
-        if len(self._asked) > _MAX_ASKED:
-            del self._asked[next(iter(self._asked))]
 
     def _candidates(self, args: ExtenderArgs) -> tuple[list[str], list[NodeView | None]]:
         """The nodes asked about: their names, and each as last seen (None: not known)."""
@@ -214,7 +211,6 @@ class Extender:
     def filter(self, args: ExtenderArgs) -> ExtenderFilterResult:
         """The nodes that can give the pod a valid connected set now; the others with why."""
         t0 = time.perf_counter()
-        self._keep(args.pod)
         names, views = self._candidates(args)
         result = ExtenderFilterResult()
         failed, final = result.failed_nodes, result.failed_and_unresolvable_nodes
@@ -226,7 +222,8 @@ class Extender:
             ask = None
         else:
             if ask is None:
-                fit = [True] * len(names)
+                final.update(dict.fromkeys(names, _NOT_MANAGED_NODES))
+                fit = [False] * len(names)
             else:
                 # In C but for the nodes that do not fit: this runs for every node.
                 whys = list(map(_WHY, self.verdicts.lookup(ask, names, views)))
@@ -261,7 +258,6 @@ class Extender:
     def prioritize(self, args: ExtenderArgs) -> list[HostPriority]:
         """0..10 per node: fuller after placing scores higher (best fit)."""
         t0 = time.perf_counter()
-        self._keep(args.pod)
         try:
             ask = ask_of(args.pod)
         except AskError:
@@ -280,8 +276,23 @@ class Extender:
     async def bind(self, args: ExtenderBindingArgs) -> ExtenderBindingResult:
         """Choose the set on ``args.node``, annotate the pod with it, bind the pod."""
         t0 = time.perf_counter()
+        outcome = "bound"
         try:
             result = await self._bind(args)
+        except NotManaged as exc:
+            log.warning(
+                "bind refused: the pod is not one the extender places",
+                extra={
+                    "pod": f"{args.pod_namespace}/{args.pod_name}",
+                    "node": args.node,
+                    "error": str(exc),
+                },
+            )
+            outcome = "refused"
+            result = ExtenderBindingResult(
+                error=f"Pod {args.pod_namespace}/{args.pod_name} not bound to node {args.node}: "
+                f"{exc}"
+            )
         except Exception as exc:  # every failure is the scheduler's to retry, with the reason
             log.warning(
                 "bind failed",
@@ -291,26 +302,21 @@ class Extender:
                     "error": str(exc),
                 },
             )
+            outcome = "error"
             result = ExtenderBindingResult(
                 error=f"Pod {args.pod_namespace}/{args.pod_name} on node {args.node}: {exc}"
             )
         # Bound, refused or failed: nothing more is to come of this pod's filter.
         self.inflight.arrived(args.pod_uid)
-        DECISIONS.labels("bind", "error" if result.error else "bound").inc()
+        DECISIONS.labels("bind", outcome).inc()
         LATENCY.labels("bind").observe(time.perf_counter() - t0)
         return result
 
-    def _asked_pod(self, args: ExtenderBindingArgs) -> PodView | None:
-        pod = self._asked.pop(args.pod_uid, None) if args.pod_uid else None
-        if pod is None or pod.key != f"{args.pod_namespace}/{args.pod_name}":
-            return None
-        return pod
-
     async def _bind(self, args: ExtenderBindingArgs) -> ExtenderBindingResult:
         ns, name, node = args.pod_namespace, args.pod_name, args.node
-        pod = self._asked_pod(args)
-        if pod is None:
-            # Not seen at filter time (the extender restarted since): read it.
+        pod = self.cluster.known_pod(ns, name)
+        if pod is None or (args.pod_uid and pod.metadata.uid != args.pod_uid):
+            # Not shown by the pod watch yet (or replaced since it last did): read it.
             pod = await self.cluster.get_pod(ns, name)
             if args.pod_uid and pod.metadata.uid != args.pod_uid:
                 raise LookupError(
@@ -319,8 +325,7 @@ class Extender:
         uid = pod.metadata.uid
         ask = ask_of(pod)
         if ask is None:
-            await self.cluster.bind(ns, name, uid=uid, node=node, annotations={})
-            return ExtenderBindingResult()
+            raise NotManaged(NOT_MANAGED)
         view = self.cluster.node_views().get(node)
         if view is None:
             raise LookupError("the node is not known to the Neuron extender yet")

@@ -7,7 +7,14 @@ import contextlib
 import socket
 from collections.abc import Sequence
 
-from neuron_dra_common.bus import Bus, PermanentError, consumer, credentials_of, limits_of
+from neuron_dra_common.bus import (
+    Bus,
+    PermanentError,
+    consumer,
+    credentials_of,
+    inbox_prefix,
+    limits_of,
+)
 from neuron_dra_common.driver import package_version
 from neuron_dra_common.events import DeviceTaintChanged
 from neuron_dra_common.kube import (
@@ -50,6 +57,7 @@ async def build(settings: SlicePublisherSettings) -> Service:
             name=NAME,
             limits=limits_of(settings),
             credentials=credentials_of(settings),
+            inbox=inbox_prefix(NAME),
         )
     except BaseException:
         await kube.close()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
-from neuron_dra_common.bus import Bus, Follower, Responder, credentials_of, limits_of
+from neuron_dra_common.bus import Bus, Follower, Responder, credentials_of, inbox_prefix, limits_of
 from neuron_dra_common.bus.declarations import ALLOCATION, HEALTH, INVENTORY
 from neuron_dra_common.events import AllocationReleased, AllocationRequested
 from neuron_dra_common.events.base import SUBJECT_ROOT
@@ -58,6 +58,7 @@ async def build(settings: AllocatorSettings) -> Service:
         name=NAME,
         limits=limits_of(settings),
         credentials=credentials_of(settings),
+        inbox=inbox_prefix(NAME),
     )
     await bus.reconcile(replicas=settings.stream_replicas)
     projection = Projection()

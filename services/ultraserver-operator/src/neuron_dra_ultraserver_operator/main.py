@@ -13,7 +13,7 @@ import socket
 from collections.abc import Callable, Sequence
 from typing import Final
 
-from neuron_dra_common.bus import Bus, Follower, credentials_of, limits_of, request
+from neuron_dra_common.bus import Bus, Follower, credentials_of, inbox_prefix, limits_of, request
 from neuron_dra_common.bus.declarations import HEALTH
 from neuron_dra_common.events import AnyEvent, Event
 from neuron_dra_common.events.base import SUBJECT_ROOT
@@ -55,6 +55,7 @@ async def build(settings: OperatorSettings) -> Service:
         name=NAME,
         limits=limits_of(settings),
         credentials=credentials_of(settings),
+        inbox=inbox_prefix(NAME),
     )
 
     workloads_inf = Informer(client, NUSW)

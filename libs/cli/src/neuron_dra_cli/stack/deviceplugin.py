@@ -15,11 +15,14 @@ namespace of its own with ``<kubelet root>/device-plugins`` bind-mounted there
 kubelet calls ListAndWatch, GetPreferredAllocation and Allocate as on a real node.
 
 API access: the component's ServiceAccount ``neuron-dra-device-plugin`` and ClusterRole,
-applied as they are, never admin.
+applied as they are, never admin; each plugin's token is bound to a pod on its node
+(``stack.accounts.node_agent_kubeconfigs``), so the admission policy keeping a plugin to its own
+node's pods holds on the stack too.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Final
 
@@ -35,7 +38,7 @@ __all__ = [
     "RBAC",
     "device_plugin_component",
     "device_plugin_components",
-    "device_plugin_kubeconfig",
+    "device_plugin_kubeconfigs",
 ]
 
 KIND: Final = "device-plugin"
@@ -43,11 +46,13 @@ ACCOUNT: Final = "neuron-dra-device-plugin"
 RBAC: Final = accounts.REPO / "deploy" / "kustomize" / "components" / "device-plugin" / "rbac.yaml"
 
 
-def device_plugin_kubeconfig(layout: Layout, admin_kubeconfig: Path) -> Path:
-    """Apply the component's ServiceAccount and RBAC as they are; return the plugins'
-    kubeconfig (a token of that account)."""
+def device_plugin_kubeconfigs(
+    layout: Layout, admin_kubeconfig: Path, nodes: Sequence[str]
+) -> dict[str, Path]:
+    """Apply the component's ServiceAccount and RBAC as they are; return each node's plugin
+    kubeconfig by component name (a token of that account bound to a pod on the node)."""
     kubectl.run(admin_kubeconfig, ["apply", "-f", str(RBAC)])
-    return accounts.service_kubeconfig(layout, admin_kubeconfig, KIND, account=ACCOUNT)
+    return accounts.node_agent_kubeconfigs(layout, admin_kubeconfig, KIND, nodes, account=ACCOUNT)
 
 
 def device_plugin_component(
@@ -65,11 +70,17 @@ def device_plugin_component(
 
 
 def device_plugin_components(
-    *, fleet: Fleet, layout: Layout, nats_url: str, kubeconfig: Path
+    *, fleet: Fleet, layout: Layout, nats_url: str, kubeconfigs: Mapping[str, Path]
 ) -> list[Component]:
-    """One device plugin per node of ``fleet`` that has one (:attr:`NodeSpec.device_plugin`)."""
+    """One device plugin per node of ``fleet`` that has one (:attr:`NodeSpec.device_plugin`);
+    ``kubeconfigs`` by component name (:func:`device_plugin_kubeconfigs`)."""
     return [
-        device_plugin_component(node=n, layout=layout, nats_url=nats_url, kubeconfig=kubeconfig)
+        device_plugin_component(
+            node=n,
+            layout=layout,
+            nats_url=nats_url,
+            kubeconfig=kubeconfigs[accounts.node_agent_name(KIND, n.name)],
+        )
         for n in fleet.nodes
         if n.device_plugin
     ]

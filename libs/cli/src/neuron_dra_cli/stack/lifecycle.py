@@ -373,9 +373,16 @@ def up(opts: UpOptions, *, progress: Progress = print) -> state.StackState:
                 found[realdeviceplugin.EXTENDER_KIND] = realdeviceplugin.extender_kubeconfig(
                     layout, layout.kubeconfig
                 )
+            # The node agents' tokens are bound to a pod on their node (stack.accounts).
+            found |= accounts.node_agent_kubeconfigs(
+                layout,
+                layout.kubeconfig,
+                healthprobe.KIND,
+                [n.name for n in opts.fleet.nodes if n.managed],
+            )
             if plugin_nodes:
-                found[deviceplugin.KIND] = deviceplugin.device_plugin_kubeconfig(
-                    layout, layout.kubeconfig
+                found |= deviceplugin.device_plugin_kubeconfigs(
+                    layout, layout.kubeconfig, [n.name for n in opts.fleet.nodes if n.device_plugin]
                 )
             return found
 
@@ -399,14 +406,17 @@ def up(opts: UpOptions, *, progress: Progress = print) -> state.StackState:
         extender: list[comp.Component] = []
         sched_file = None
         if with_extender:
+            ext_tls = realdeviceplugin.extender_tls(layout.pki / "scheduler-extender")
             ext = realdeviceplugin.extender(
-                kubeconfig=layout.component_kubeconfig(realdeviceplugin.EXTENDER_KIND)
+                kubeconfig=layout.component_kubeconfig(realdeviceplugin.EXTENDER_KIND),
+                tls=ext_tls,
             )
             extender = [ext]
             sched_file = realdeviceplugin.scheduler_config_file(
-                extender_url=f"http://127.0.0.1:{ext.ports['http']}",
+                extender_url=f"https://127.0.0.1:{ext.ports['verbs']}",
                 kubeconfig=sched_cfg,
                 folder=layout.root / "scheduler-extender",
+                tls=ext_tls,
             )
         scheduler = comp.scheduler(
             binary=bins.kube_scheduler,
@@ -494,7 +504,7 @@ def up(opts: UpOptions, *, progress: Progress = print) -> state.StackState:
                     fleet=opts.fleet,
                     layout=layout,
                     nats_url=current.nats_url,
-                    kubeconfig=own_kubeconfigs[deviceplugin.KIND],
+                    kubeconfigs=own_kubeconfigs,
                 )
                 if plugin_nodes
                 else []
@@ -511,7 +521,7 @@ def up(opts: UpOptions, *, progress: Progress = print) -> state.StackState:
                 fleet=opts.fleet,
                 layout=layout,
                 nats_url=current.nats_url,
-                kubeconfig=own_kubeconfigs[healthprobe.KIND],
+                kubeconfigs=own_kubeconfigs,
             ),
             *health_components(
                 nats_url=current.nats_url, kubeconfig=own_kubeconfigs["failure-detector"]

@@ -163,6 +163,17 @@ class Pki:
             server_ips=("127.0.0.1",),
         )
 
+    def scheduler_extender(self) -> CertPair:
+        """The scheduler extender's serving certificate: its verbs speak HTTPS only, and the
+        scheduler checks this for the Service's name (``tlsConfig.serverName``)."""
+        return self._issue(
+            "scheduler-extender",
+            common_name="neuron-dra-scheduler-extender",
+            server_names=("localhost", "neuron-dra-scheduler-extender.neuron-dra-driver.svc"),
+            server_ips=("127.0.0.1",),
+            client=False,
+        )
+
     def client(self, stem: str, *, user: str, groups: tuple[str, ...] = ()) -> CertPair:
         """A client certificate for ``user`` in ``groups`` (file stem ``stem``)."""
         return self._issue(stem, common_name=user, organizations=groups)

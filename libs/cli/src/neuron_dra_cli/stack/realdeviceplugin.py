@@ -31,20 +31,22 @@ from typing import Any, Final
 import yaml
 
 from neuron_dra_cli.errors import CliError
-from neuron_dra_cli.stack import accounts, components, kubectl, realdriver
+from neuron_dra_cli.stack import accounts, components, kubectl, process, realdriver
 from neuron_dra_cli.stack.layout import Layout
-from neuron_dra_cli.stack.pki import Pki
+from neuron_dra_cli.stack.pki import CertPair, Pki
 
 __all__ = [
     "DAEMONSET",
     "EXTENDER_ACCOUNT",
     "EXTENDER_KIND",
     "NODE_LABELS",
+    "ExtenderTls",
     "PluginSetup",
     "apply",
     "check_count",
     "extender",
     "extender_kubeconfig",
+    "extender_tls",
     "kustomization",
     "render",
     "scheduler_config",
@@ -185,16 +187,48 @@ def apply(
     realdriver.wait_ready(kubeconfig, workloads=(DAEMONSET,), nodes=(node,), timeout=timeout)
 
 
-def extender(*, kubeconfig: Path) -> components.Component:
-    """The scheduler extender, a process of the stack on a free loopback port, calling the
-    API with ``kubeconfig`` (see :func:`extender_kubeconfig`)."""
-    return components.python_service(
+@dataclass(frozen=True)
+class ExtenderTls:
+    """The files of the extender's mutual TLS: one CA signs both the extender's serving
+    certificate and the scheduler's client certificate."""
+
+    ca: Path
+    server: CertPair
+    client: CertPair
+
+
+def extender_tls(folder: Path) -> ExtenderTls:
+    """The extender's CA and certificates under ``folder``, made once. A CA of its own, not
+    the cluster's: a node's kubelet certificate, which the cluster CA signs, must not open
+    the verbs."""
+    pki = Pki(folder)
+    return ExtenderTls(
+        ca=pki.ca.cert,
+        server=pki.scheduler_extender(),
+        client=pki.client("kube-scheduler-extender-client", user="kube-scheduler"),
+    )
+
+
+def extender(*, kubeconfig: Path, tls: ExtenderTls) -> components.Component:
+    """The scheduler extender, a process of the stack calling the API with ``kubeconfig``
+    (see :func:`extender_kubeconfig`): its probes and metrics on a free loopback port
+    (``http``), its verbs over HTTPS with client certificates on another (``verbs``)."""
+    verbs_port = process.free_port()
+    component = components.python_service(
         name="scheduler-extender",
         kind=EXTENDER_KIND,
         module="neuron_dra_scheduler_extender",
-        env={"NEURON_DRA_KUBECONFIG": str(kubeconfig)},
+        env={
+            "NEURON_DRA_KUBECONFIG": str(kubeconfig),
+            "NEURON_DRA_VERBS_PORT": str(verbs_port),
+            "NEURON_DRA_TLS_CERT": str(tls.server.cert),
+            "NEURON_DRA_TLS_KEY": str(tls.server.key),
+            "NEURON_DRA_TLS_CLIENT_CA": str(tls.ca),
+        },
         ready_path="/readyz",
     )
+    component.ports["verbs"] = verbs_port
+    return component
 
 
 def extender_kubeconfig(layout: Layout, admin_kubeconfig: Path) -> Path:
@@ -208,12 +242,17 @@ def extender_kubeconfig(layout: Layout, admin_kubeconfig: Path) -> Path:
 
 
 def scheduler_config(
-    source: dict[str, Any], *, extender_url: str, node_cache: bool | None = None
+    source: dict[str, Any],
+    *,
+    extender_url: str,
+    node_cache: bool | None = None,
+    tls: ExtenderTls | None = None,
 ) -> dict[str, Any]:
     """The component's KubeSchedulerConfiguration ``source`` with its extenders at
-    ``extender_url`` (the component's is a node port, which the stack has not), and their
+    ``extender_url`` (the component's is a cluster IP, which the stack has not), their
     ``nodeCacheCapable`` set to ``node_cache`` unless None (as a configuration written for
-    AWS's extension may have it)."""
+    AWS's extension may have it), and with ``tls`` their ``tlsConfig`` files (the
+    component's ``serverName`` is kept)."""
     config = copy.deepcopy(source)
     extenders = config.get("extenders") or []
     if not extenders:
@@ -222,15 +261,24 @@ def scheduler_config(
         entry["urlPrefix"] = extender_url
         if node_cache is not None:
             entry["nodeCacheCapable"] = node_cache
+        if tls is not None:
+            entry["tlsConfig"] = {
+                **(entry.get("tlsConfig") or {}),
+                "certFile": str(tls.client.cert),
+                "keyFile": str(tls.client.key),
+                "caFile": str(tls.ca),
+            }
     return config
 
 
-def scheduler_config_file(*, extender_url: str, kubeconfig: Path, folder: Path) -> Path:
+def scheduler_config_file(
+    *, extender_url: str, kubeconfig: Path, folder: Path, tls: ExtenderTls
+) -> Path:
     """The component's configuration, written to ``folder`` for the stack's kube-scheduler:
-    the extender's address, this kubeconfig and no leader election (see
+    the extender's address and certificates, this kubeconfig and no leader election (see
     :func:`components.scheduler`'s ``config``)."""
     config = scheduler_config(
-        yaml.safe_load(SCHEDULER_CONFIG.read_text()), extender_url=extender_url
+        yaml.safe_load(SCHEDULER_CONFIG.read_text()), extender_url=extender_url, tls=tls
     )
     config["clientConnection"] = {"kubeconfig": str(kubeconfig)}
     config["leaderElection"] = {"leaderElect": False}

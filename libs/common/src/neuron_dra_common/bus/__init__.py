@@ -12,6 +12,7 @@ from neuron_dra_common.bus.declarations import (
     StreamSpec,
     consumer,
     dead_letter_subject,
+    inbox_prefix,
     reader,
 )
 from neuron_dra_common.bus.errors import PermanentError, PublishError, RetryLater
@@ -59,6 +60,7 @@ __all__ = [
     "credentials_of",
     "dead_letter_subject",
     "encode_line",
+    "inbox_prefix",
     "limits_of",
     "read_dead_letter",
     "read_history",

@@ -13,7 +13,7 @@ from nats.js import JetStreamContext
 from opentelemetry import trace
 
 from neuron_dra_common.bus.credentials import BusCredentials
-from neuron_dra_common.bus.declarations import STREAMS, ConsumerSpec, StreamSpec
+from neuron_dra_common.bus.declarations import INBOX_ROOT, STREAMS, ConsumerSpec, StreamSpec
 from neuron_dra_common.bus.intake import IntakeLimits
 from neuron_dra_common.bus.publisher import Publisher
 from neuron_dra_common.bus.reconcile import Change, reconcile
@@ -60,11 +60,14 @@ class Bus:
         reconnect_wait: float = 0.25,
         limits: IntakeLimits | None = None,
         credentials: BusCredentials | None = None,
+        inbox: str = INBOX_ROOT,
     ) -> Bus:
         """Connect to NATS; after a server restart the client reconnects without limit.
 
         ``credentials``: the token (read again at each reconnect), user and TLS to use; None
-        connects without any, as the local stack does.
+        connects without any, as the local stack does. ``inbox``: where replies come back,
+        the identity's own prefix (:func:`~neuron_dra_common.bus.declarations.inbox_prefix`);
+        the auth callout lets an identity read replies under its own prefix only.
         """
         auth: dict[str, Any] = {}
         if credentials is not None:
@@ -85,6 +88,18 @@ class Bus:
             log.info("nats reconnected", extra={"client": name, "url": str(nc.connected_url)})
 
         async def on_error(exc: Exception) -> None:
+            text = str(exc)
+            if (
+                "permissions violation for subscription" in text.lower()
+                and inbox.lower() in text.lower()
+            ):
+                # Every reply would time out: say why once, in the identity's terms.
+                log.error(
+                    "nats refused this client's reply inbox: the identity may only read "
+                    "replies under its own prefix (_INBOX.<role> or _INBOX.<role>.<node>)",
+                    extra={"client": name, "inbox": inbox, "error": text},
+                )
+                return
             log.warning("nats error", extra={"client": name, "error": repr(exc)})
 
         nc = await nats.connect(
@@ -97,6 +112,7 @@ class Bus:
             disconnected_cb=on_disconnected,
             reconnected_cb=on_reconnected,
             error_cb=on_error,
+            inbox_prefix=inbox,
             **auth,
         )
         return cls(nc, limits=limits)

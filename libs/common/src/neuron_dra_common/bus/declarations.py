@@ -10,7 +10,7 @@ from typing import Final, Literal
 
 import msgspec
 
-from neuron_dra_common.events.base import SUBJECT_ROOT
+from neuron_dra_common.events.base import SUBJECT_ROOT, subject_token
 
 __all__ = [
     "ALERTS",
@@ -23,6 +23,7 @@ __all__ = [
     "DELIVER_PREFIX",
     "HEALTH",
     "HEARTBEAT",
+    "INBOX_ROOT",
     "INVENTORY",
     "RPC_STREAM",
     "STREAMS",
@@ -33,6 +34,7 @@ __all__ = [
     "consumer",
     "dead_letter_subject",
     "deliver_subject",
+    "inbox_prefix",
     "reader",
 ]
 
@@ -228,3 +230,26 @@ def deliver_subject(spec: ConsumerSpec) -> str:
     'neuron.deliver.NEURON_AUDIT.audit'
     """
     return f"{DELIVER_PREFIX}.{spec.stream}.{spec.durable}"
+
+
+#: Replies (JetStream acks, answers to requests, ordered consumers' deliveries) come back on
+#: subjects under this root; each identity receives them only under its own prefix.
+INBOX_ROOT: Final = "_INBOX"
+
+
+def inbox_prefix(identity: str, *, node: str = "") -> str:
+    """The reply inbox prefix of ``identity`` (a bus role), and of its node for a node agent.
+
+    The auth callout lets an identity subscribe only below this prefix, so no client reads
+    another's replies; every service connects with it (``Bus.connect(inbox=...)``).
+
+    >>> inbox_prefix("discovery", node="ip-10-0-0-1.ec2.internal")
+    '_INBOX.discovery.ip-10-0-0-1_ec2_internal'
+    >>> inbox_prefix("topology-allocator")
+    '_INBOX.topology-allocator'
+    """
+    if not identity or subject_token(identity) != identity:
+        raise ValueError(f"inbox prefix: identity {identity!r} is not one subject token")
+    if node:
+        return f"{INBOX_ROOT}.{identity}.{subject_token(node)}"
+    return f"{INBOX_ROOT}.{identity}"

@@ -18,7 +18,7 @@ from typing import Final
 import msgspec
 
 from neuron_dra_common.bus.deadletter import DeadLetterKind
-from neuron_dra_common.events.base import Event
+from neuron_dra_common.events.base import Event, subject_token
 from neuron_dra_common.events.catalog import NodeInventory
 from neuron_dra_common.events.codec import AnyEvent, DecodeError, decode
 from neuron_dra_common.settings import ServiceSettings
@@ -73,7 +73,8 @@ def admit(
     """The event ``payload`` carries, if a consumer of ``subject`` may handle it.
 
     Refused, in this order: a payload over ``limits.max_message_bytes`` (before it is
-    parsed); one that is not a known event; an event of a type not in ``accepts`` (when
+    parsed); one that is not a known event (a node name that is not a DNS-1123 subdomain
+    included); an event of a type not in ``accepts`` (when
     given: a request subject, whose events do not name it); otherwise an event whose own
     subject is not ``subject`` (the wrong type for the subject, or a body about another node
     or object than the subject); a ``NodeInventory`` over ``limits.max_inventory_devices``.
@@ -102,8 +103,14 @@ def admit(
         except ValueError as exc:
             raise Refused(f"{event.event_type()} on {subject}: {exc}", kind="refused") from None
         if own != subject:
+            node = getattr(event, "node", None)
+            # Said in the operator's terms when it is a node's event sent under another node's
+            # subject (a node agent posing as another, or a bug in one).
+            whose = ""
+            if isinstance(node, str) and subject_token(node) not in subject.split("."):
+                whose = f" (its body is about node {node})"
             raise Refused(
-                f"{event.event_type()} on {subject}: its body belongs on {own}",
+                f"{event.event_type()} on {subject}: its body belongs on {own}{whose}",
                 kind="refused",
             )
     if isinstance(event, NodeInventory):

@@ -1,6 +1,6 @@
 """Event catalog: versioned, frozen msgspec Structs decoded as one tagged union."""
 
-from neuron_dra_common.events.base import SUBJECT_ROOT, Event, subject_token
+from neuron_dra_common.events.base import SUBJECT_ROOT, Event, check_node_name, subject_token
 from neuron_dra_common.events.catalog import (
     AlertStateChanged,
     AlertStatus,
@@ -51,6 +51,7 @@ __all__ = [
     "UltraServerGrant",
     "UltraServerRefusal",
     "WorkloadStateChanged",
+    "check_node_name",
     "decode",
     "encode",
     "subject_token",

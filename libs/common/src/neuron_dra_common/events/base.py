@@ -6,12 +6,34 @@ import re
 
 import msgspec
 
-__all__ = ["SUBJECT_ROOT", "Event", "subject_token"]
+__all__ = ["SUBJECT_ROOT", "Event", "check_node_name", "subject_token"]
 
 #: Every subject the product publishes starts with this token.
 SUBJECT_ROOT = "neuron"
 
 _UNSAFE = re.compile(r"[.\s*>]")
+#: A Kubernetes node name: a DNS-1123 subdomain (lower-case labels of letters, digits and
+#: ``-``, joined by ``.``, at most 253 characters).
+_DNS_1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_MAX_NODE_NAME = 253
+
+
+def check_node_name(name: str, *, field: str = "node") -> str:
+    """``name`` if it is a DNS-1123 subdomain, as every Kubernetes node name is; else a
+    ``ValueError`` naming ``field``.
+
+    Only such names reach :func:`subject_token`, where ``.`` becomes ``_``: since ``_`` is
+    not allowed, two node names can never share one subject token (``a.b`` and ``a_b``).
+
+    >>> check_node_name("ip-10-0-0-1.ec2.internal")
+    'ip-10-0-0-1.ec2.internal'
+    """
+    if len(name) > _MAX_NODE_NAME or not _DNS_1123_SUBDOMAIN.fullmatch(name):
+        raise ValueError(
+            f"{field} {name[: _MAX_NODE_NAME + 1]!r} is not a node name (a DNS-1123 subdomain: "
+            f"lower-case letters, digits, '-' and '.', at most {_MAX_NODE_NAME} characters)"
+        )
+    return name
 
 
 def subject_token(name: str) -> str:

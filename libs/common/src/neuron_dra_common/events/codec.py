@@ -6,7 +6,7 @@ from typing import Final
 
 import msgspec
 
-from neuron_dra_common.events.base import Event
+from neuron_dra_common.events.base import Event, check_node_name
 from neuron_dra_common.events.catalog import (
     AlertStateChanged,
     AllocationDecided,
@@ -74,10 +74,14 @@ class DecodeError(ValueError):
 def decode(payload: bytes) -> AnyEvent:
     """Decode one payload into its event Struct.
 
-    Unknown fields are ignored so an older reader accepts a newer writer's payload.
+    Unknown fields are ignored so an older reader accepts a newer writer's payload. Every
+    node name it carries must be a node name (:func:`check_node_name`), so no two nodes'
+    events share a subject.
     """
     try:
-        return _decoder.decode(payload)
+        event = _decoder.decode(payload)
+        _check_node_names(event)
+        return event
     except msgspec.ValidationError as exc:
         raise DecodeError(f"event payload: {exc}") from exc
     except msgspec.DecodeError as exc:
@@ -85,6 +89,20 @@ def decode(payload: bytes) -> AnyEvent:
     except UnicodeDecodeError as exc:
         # msgspec reports a string that is not UTF-8 this way, not as a DecodeError.
         raise DecodeError(f"event payload is not UTF-8 JSON: {exc}") from exc
+    except ValueError as exc:
+        raise DecodeError(f"event payload: {exc}") from exc
+
+
+def _check_node_names(event: AnyEvent) -> None:
+    """Raise ``ValueError`` naming the first field whose node name is not one."""
+    node = getattr(event, "node", None)
+    if isinstance(node, str):
+        check_node_name(node, field="`$.node`")
+    for i, name in enumerate(getattr(event, "nodes", ())):
+        check_node_name(name, field=f"`$.nodes[{i}]`")
+    for g, grant in enumerate(getattr(event, "grants", ())):
+        for i, name in enumerate(grant.nodes):
+            check_node_name(name, field=f"`$.grants[{g}].nodes[{i}]`")
 
 
 def encode(event: Event) -> bytes:

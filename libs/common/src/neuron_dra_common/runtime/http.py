@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import ssl
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Final, cast
@@ -177,8 +178,12 @@ class HealthServer:
         port: int,
         limits: HttpLimits | None = None,
         registry: CollectorRegistry = REGISTRY,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
+        """``tls``: serve HTTPS with this context (asyncio's TLS, as ``create_server`` takes
+        it); its handshake must end within ``header_timeout``."""
         self._host, self._port = host, port
+        self._tls = tls
         self.limits = limits or HttpLimits()
         self._registry = registry
         self._live: dict[str, Check] = {}
@@ -296,7 +301,11 @@ class HealthServer:
         loop = asyncio.get_running_loop()
         try:
             self._server = await loop.create_server(
-                lambda: _Connection(factory(), self), self._host, self._port
+                lambda: _Connection(factory(), self),
+                self._host,
+                self._port,
+                ssl=self._tls,
+                ssl_handshake_timeout=self.limits.header_timeout if self._tls else None,
             )
         except BaseException:
             await runner.cleanup()
