@@ -50,6 +50,13 @@ ROWS: tuple[Row, ...] = (
         f"{_SECRETS_JOB}::test_the_jobs_identity_may_create_secrets_and_nothing_else",
     ),
     Row(
+        "an install upgraded from the open bus",
+        "keep every stored event and durable consumer's position under the callout",
+        "allowed",
+        "tests/integration/deploy/test_upgrade_to_auth.py::"
+        "test_the_open_bus_streams_move_to_the_authenticated_account",
+    ),
+    Row(
         "neuron-dra-bus-secrets (the install Job)",
         "create the bus's missing Secrets, keep existing ones",
         "allowed",

@@ -75,6 +75,7 @@ def test_the_open_bus_server_needs_none_of_the_bus_auth_secrets(
     assert [e["name"] for e in container["env"]] == ["POD_NAME"]
     assert {m["name"] for m in container["volumeMounts"]} == {"config", "data"}
     assert [v["name"] for v in pod["volumes"]] == ["config"]
+    assert not pod.get("initContainers")
 
 
 def test_the_probes_ask_the_monitoring_port_on_the_loopback(

@@ -123,8 +123,26 @@ def admin_credentials(state_dir: Path) -> BusCredentials:
     return BusCredentials(token_file=str(token), tls_ca=str(files.tls_ca))
 
 
+#: The NATS account the callout places every admitted client in (the component's auth.conf).
+ACCOUNT: Final = "NEURON"
+
+
+def streams_to_account(jetstream: Path) -> bool:
+    """A stack that ran the open bus (``--insecure-bus``) kept its streams in NATS's global
+    account; every client is now placed in :data:`ACCOUNT`: move them there, messages and
+    consumers' positions with them, as the StatefulSet's init container does on a cluster.
+    Only while that account has none; returns whether it moved them."""
+    old, new = jetstream / "$G", jetstream / ACCOUNT
+    if not (old / "streams").is_dir() or new.exists():
+        return False
+    old.rename(new)
+    return True
+
+
 def prepare(layout: Layout) -> BusAuth:
-    """Keys (kept across restarts of the stack), NATS's config and the kustomization."""
+    """Keys (kept across restarts of the stack), NATS's config, and the streams of an
+    earlier open bus moved to the authenticated account."""
+    streams_to_account(layout.root / "nats" / "jetstream")
     files = BusAuth(layout.root / "bus-auth")
     files.tokens.mkdir(parents=True, exist_ok=True)
     made = subprocess.run(

@@ -65,6 +65,8 @@ def kustomization(*, folder: Path, port: int, monitor_port: int) -> str:
                 }
             ],
             "volumes": [{"name": "tls", "$patch": "delete"}],
+            # It keeps its streams in the global account, where an open server has them.
+            "initContainers": [{"name": "streams-to-account", "$patch": "delete"}],
         },
     )
     ports = [
