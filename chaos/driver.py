@@ -35,7 +35,7 @@ from typing import Any, Final
 from neuron_dra_cli.errors import CliError
 from neuron_dra_cli.fault_cmd import apply_fault
 from neuron_dra_cli.restart_cmd import restart_component
-from neuron_dra_cli.stack import kubectl, lifecycle, state
+from neuron_dra_cli.stack import busauth, kubectl, lifecycle, state
 from neuron_dra_cli.stack.alerting import audit_file
 from neuron_dra_common.driver import DRIVER_NAME
 from neuron_dra_common.ultraserver import FAILURE_STRATEGIES, TOPOLOGY_SIZES
@@ -672,7 +672,12 @@ class Driver:
         self.o.say(f"fuzzing: {self.o.fuzz:,} malformed messages to the stack's consumers")
         before = {c.name: c.pid for c in self.stack.components()}
         self.out.fuzz = asyncio.run(
-            fuzz_stack(self.stack.nats_url, count=self.o.fuzz, seed=self.o.seed)
+            fuzz_stack(
+                self.stack.nats_url,
+                count=self.o.fuzz,
+                seed=self.o.seed,
+                credentials=busauth.admin_credentials(self.o.state_dir),
+            )
         )
         after = [(c.name, c.pid) for c in self.stack.components()]
         self.out.fuzz_crashes = crashed(before, after, self.stack.down())

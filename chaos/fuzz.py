@@ -17,7 +17,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
-from neuron_dra_common.bus import Bus, IntakeLimits, read_dead_letter
+from neuron_dra_common.bus import Bus, BusCredentials, IntakeLimits, read_dead_letter
 from neuron_dra_common.bus.declarations import DEADLETTER
 
 from tests.contracts.fuzz import SAMPLES, Fuzzed, fuzzed_inputs
@@ -121,9 +121,11 @@ class _DeadLetters:
         self._next = max(self._next, info.state.last_seq + 1)
 
 
-async def fuzz_stack(nats_url: str, *, count: int, seed: int) -> FuzzResult:
+async def fuzz_stack(
+    nats_url: str, *, count: int, seed: int, credentials: BusCredentials
+) -> FuzzResult:
     """Send ``count`` fuzzed messages to the stack at ``nats_url`` and count its dead letters."""
-    bus = await Bus.connect([nats_url], name="chaos-fuzz")
+    bus = await Bus.connect([nats_url], name="chaos-fuzz", credentials=credentials)
     try:
         durables = await _durables(bus)
         messages = _messages(count, seed, durables)

@@ -40,6 +40,7 @@ from typing import Any, Final
 
 import msgspec
 from neuron_dra_cli.fault_cmd import LOST, apply_fault
+from neuron_dra_cli.stack import busauth
 from neuron_dra_common.bus import Bus
 from neuron_dra_common.events import AnyEvent, DeviceHealthChanged, NodeLost
 from neuron_dra_common.kube import (
@@ -582,7 +583,11 @@ class Bench:
 
 async def _measure(recorded: Obj, *, device_runs: int, loss_runs: int) -> Report:
     kube = await connect(kubeconfig=recorded["kubeconfig"])
-    bus = await Bus.connect([recorded["nats_url"]], name="bench-recovery")
+    bus = await Bus.connect(
+        [recorded["nats_url"]],
+        name="bench-recovery",
+        credentials=busauth.admin_credentials(Path(recorded["state_dir"])),
+    )
     bench = Bench(kube=kube, bus=bus, state_dir=Path(recorded["state_dir"]))
     tasks: list[asyncio.Task[None]] = []
     try:

@@ -34,12 +34,16 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
+from neuron_dra_cli.stack import busauth
 
 from bench import baseline_env
 from bench.harness import Figure, Report, cpu_seconds, cpu_used, percentile, proc_stat
+
+if TYPE_CHECKING:
+    from neuron_dra_common.bus import BusCredentials
 
 WORKERS = 16
 # Before each timed device change both writers wait this long, so the change starts on a
@@ -131,9 +135,17 @@ class _Phase(msgspec.Struct, kw_only=True):
 class _Bench:
     """The stack's apiserver and NATS, the simulated trn2 hardware, and both writers."""
 
-    def __init__(self, kubeconfig: Path, nats_url: str, n: int, servers: dict[str, int]):
+    def __init__(
+        self,
+        kubeconfig: Path,
+        nats_url: str,
+        n: int,
+        servers: dict[str, int],
+        credentials: BusCredentials,
+    ):
         self.kubeconfig = kubeconfig
         self.nats_url = nats_url
+        self.credentials = credentials
         self.n = n
         self.servers = servers
         self.uids: dict[str, str] = {}
@@ -253,7 +265,7 @@ class _Bench:
         from neuron_dra_slice_publisher.slices import NodeDeviceMode
         from neuron_dra_slice_publisher.store import SELECTOR, KubeSliceStore
 
-        bus = await Bus.connect([self.nats_url], name="bench-slices")
+        bus = await Bus.connect([self.nats_url], name="bench-slices", credentials=self.credentials)
         await bus.reconcile(consumers=[consumer("slice-publisher-inventory")])
         nodes = Informer(self.kube, NODES, metadata_only=True)
         slices = Informer(
@@ -354,9 +366,15 @@ class _Bench:
 
 
 async def _measure(
-    kubeconfig: Path, nats_url: str, n: int, samples: int, rounds: int, servers: dict[str, int]
+    kubeconfig: Path,
+    nats_url: str,
+    n: int,
+    samples: int,
+    rounds: int,
+    servers: dict[str, int],
+    credentials: BusCredentials,
 ) -> Report:
-    bench = _Bench(kubeconfig, nats_url, n, servers)
+    bench = _Bench(kubeconfig, nats_url, n, servers, credentials)
     await bench.open()
     profile_path = os.environ.get("NEURON_DRA_BENCH_PROFILE", "")
     profiler = cProfile.Profile() if profile_path else None
@@ -475,6 +493,7 @@ def run(*, quick: bool) -> Report:
                     samples,
                     rounds,
                     servers,
+                    busauth.admin_credentials(state),
                 )
             )
         finally:

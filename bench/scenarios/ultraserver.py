@@ -45,8 +45,9 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+from neuron_dra_cli.stack import busauth
 from neuron_dra_cli.stack.fleet import node_labels, parse_fleet
-from neuron_dra_common.bus import Bus
+from neuron_dra_common.bus import Bus, BusCredentials
 from neuron_dra_common.events import NodeInventory
 from neuron_dra_common.hardware.model import UltraServerInfo
 from neuron_dra_common.hardware.node import read_node
@@ -456,11 +457,14 @@ class Kubelets:
 
 
 class Bench:
-    def __init__(self, *, client: Client, kube: KubeClient, nats_url: str) -> None:
+    def __init__(
+        self, *, client: Client, kube: KubeClient, nats_url: str, credentials: BusCredentials
+    ) -> None:
         self.client = client
         self.call: Call = client.call
         self.kube = kube
         self.nats_url = nats_url
+        self.credentials = credentials
         self.nusw = msgspec.structs.replace(NUSW, version=VERSION)
         self.twin = msgspec.structs.replace(NUSW, group=TWIN_GROUP, version=VERSION)
         self.templates = RESOURCE_CLAIM_TEMPLATES
@@ -538,7 +542,9 @@ class Bench:
                     dra_driver_version="0.1.0",
                 )
             )
-        bus = await Bus.connect([self.nats_url], name="bench-ultraserver")
+        bus = await Bus.connect(
+            [self.nats_url], name="bench-ultraserver", credentials=self.credentials
+        )
         try:
             await bus.publisher(source="/bench/discovery").publish_many(events)
         finally:
@@ -723,7 +729,12 @@ async def _measure(recorded: Obj, levels: list[Level]) -> Report:
         """CPU seconds of the bench: this process and its client."""
         return time.process_time() + cpu_seconds({"client": client.pid})["client"]
 
-    bench = Bench(client=client, kube=kube, nats_url=recorded["nats_url"])
+    bench = Bench(
+        client=client,
+        kube=kube,
+        nats_url=recorded["nats_url"],
+        credentials=busauth.admin_credentials(Path(recorded["state_dir"])),
+    )
     tasks: list[asyncio.Task[None]] = []
     try:
         await call("POST", "/api/v1/namespaces", {"metadata": {"name": NAMESPACE}})

@@ -1,4 +1,5 @@
-"""Reading the product's events from the stack's NATS, as an audit subscriber would."""
+"""Reading the product's events from the stack's NATS, as an audit subscriber would (as the
+stack's bus admin on its authenticated bus)."""
 
 from __future__ import annotations
 
@@ -10,9 +11,14 @@ from nats.js.errors import NotFoundError
 from neuron_dra_common.events.base import subject_token
 from neuron_dra_common.events.codec import AnyEvent, decode
 
+from tests.fixtures.stack import KubeStack
 
-async def _last_message(nats_url: str, subject: str, stream: str) -> RawStreamMsg | None:
-    nc = await nats.connect(nats_url)
+
+async def _last_message(stack: KubeStack, subject: str, stream: str) -> RawStreamMsg | None:
+    given = stack.bus_credentials()
+    nc = await nats.connect(
+        stack.nats_url, token=given.token() if given.token_file else None, tls=given.tls()
+    )
     try:
         return await nc.jetstream().get_last_msg(stream, subject)
     except NotFoundError:
@@ -21,17 +27,17 @@ async def _last_message(nats_url: str, subject: str, stream: str) -> RawStreamMs
         await nc.close()
 
 
-def last_event(nats_url: str, subject: str, *, stream: str = "NEURON_CLAIMS") -> AnyEvent | None:
+def last_event(stack: KubeStack, subject: str, *, stream: str = "NEURON_CLAIMS") -> AnyEvent | None:
     """The last event stored on ``subject``, or ``None``."""
-    msg = asyncio.run(_last_message(nats_url, subject, stream))
+    msg = asyncio.run(_last_message(stack, subject, stream))
     return None if msg is None else decode(msg.data or b"")
 
 
 def last_stored(
-    nats_url: str, subject: str, *, stream: str = "NEURON_CLAIMS"
+    stack: KubeStack, subject: str, *, stream: str = "NEURON_CLAIMS"
 ) -> tuple[int, str] | None:
     """The stream sequence and event id of the last message stored on ``subject``."""
-    msg = asyncio.run(_last_message(nats_url, subject, stream))
+    msg = asyncio.run(_last_message(stack, subject, stream))
     return None if msg is None else (msg.seq or 0, (msg.headers or {}).get("Nats-Msg-Id", ""))
 
 

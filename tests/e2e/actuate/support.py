@@ -86,7 +86,7 @@ class Actuate:
             layout=self.layout,
             nats_url=self.stack.nats_url,
             kubeconfig=self.plugin_kubeconfig,
-            env=env,
+            env={**self.stack.service_env(), **(env or {})},
         )
 
     def plugin_pid(self, node: str) -> int | None:

@@ -28,7 +28,7 @@ def test_1x4_pod_runs_with_its_four_connected_devices(actuate: Actuate) -> None:
             "prepared", node=node, namespace="default", name=claim["metadata"]["name"]
         )
         event = actuate.stack.wait_for(
-            "the ClaimPrepared event", lambda: last_event(actuate.stack.nats_url, subject)
+            "the ClaimPrepared event", lambda: last_event(actuate.stack, subject)
         )
         assert isinstance(event, ClaimPrepared)
         assert event.claim.uid == uid
@@ -41,7 +41,7 @@ def test_1x4_pod_runs_with_its_four_connected_devices(actuate: Actuate) -> None:
         "unprepared", node=node, namespace="default", name=claim["metadata"]["name"]
     )
     gone = actuate.stack.wait_for(
-        "the ClaimUnprepared event", lambda: last_event(actuate.stack.nats_url, subject)
+        "the ClaimUnprepared event", lambda: last_event(actuate.stack, subject)
     )
     assert isinstance(gone, ClaimUnprepared)
     assert gone.claim.uid == uid

@@ -31,24 +31,24 @@ def _claim() -> dict[str, Any]:
 
 
 def test_a_claim_prepared_again_on_its_node_is_told_again(actuate: Actuate) -> None:
-    url = actuate.stack.nats_url
+    stack = actuate.stack
     prepared = claim_subject("prepared", node=NODE, namespace="default", name=CLAIM)
     unprepared = claim_subject("unprepared", node=NODE, namespace="default", name=CLAIM)
     actuate.apply([_claim(), claim_user("first-user", node=NODE, claim=CLAIM)])
     try:
         actuate.wait_running("first-user")
         first = actuate.stack.wait_for(
-            "the first ClaimPrepared", lambda: last_stored(url, prepared)
+            "the first ClaimPrepared", lambda: last_stored(stack, prepared)
         )
         actuate.delete_pod("first-user")
-        gone = actuate.stack.wait_for("the ClaimUnprepared", lambda: last_stored(url, unprepared))
+        gone = actuate.stack.wait_for("the ClaimUnprepared", lambda: last_stored(stack, unprepared))
         assert gone[0] > first[0]
         # Within the claims stream's duplicate window (120 s): the same id would be dropped.
         actuate.apply(claim_user("second-user", node=NODE, claim=CLAIM))
         actuate.wait_running("second-user")
         again = actuate.stack.wait_for(
             "the second ClaimPrepared",
-            lambda: (found := last_stored(url, prepared)) and found[0] > gone[0] and found,
+            lambda: (found := last_stored(stack, prepared)) and found[0] > gone[0] and found,
         )
         assert again[1] != first[1], "the second preparation was told under the first one's id"
     finally:

@@ -1,4 +1,4 @@
-"""One local stack with the authenticated bus (``neuron-dra dev up --bus-auth``)."""
+"""One local stack as ``neuron-dra dev up`` starts it without flags: the authenticated bus."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from tests.fixtures.stack import KubeStack, start_stack, stop_stack
 @pytest.fixture(scope="package")
 def bus_auth_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeStack]:
     state_dir = tmp_path_factory.mktemp("bus-auth-stack")
-    stack = start_stack(state_dir, extra=["--bus-auth"])
+    stack = start_stack(state_dir)
     try:
         yield stack
     finally:

@@ -60,7 +60,8 @@ def describe_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeSta
             for c in product_components(
                 fleet=fleet, layout=layout, nats_url=stack.nats_url, kubeconfig=stack.kubeconfig
             ):
-                started.append(launch(c.argv, log=layout.log(c.name), env=c.env))
+                env = {**c.env, **stack.service_env()}
+                started.append(launch(c.argv, log=layout.log(c.name), env=env))
         nodes = [n.name for n in load_fleet(FLEET).nodes]
         stack.wait_for("every pool", lambda: pools_complete(stack, nodes), timeout=120)
         yield stack

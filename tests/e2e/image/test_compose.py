@@ -42,7 +42,7 @@ class _Reset(yaml.YAMLObject):
         return dumper.represent_scalar(cls.yaml_tag, "")
 
 
-def override(*, image: str, nats_url: str, ports: dict[str, int]) -> str:
+def override(*, image: str, bus_env: dict[str, str], ports: dict[str, int]) -> str:
     services: dict[str, object] = {"nats": {"profiles": ["bundled-nats"]}}
     for name in SERVICES:
         services[name] = {
@@ -50,7 +50,7 @@ def override(*, image: str, nats_url: str, ports: dict[str, int]) -> str:
             "network_mode": "host",
             "depends_on": _Reset(),
             "environment": {
-                "NEURON_DRA_NATS_SERVERS": nats_url,
+                **bus_env,
                 "NEURON_DRA_HTTP_HOST": "127.0.0.1",
                 "NEURON_DRA_HTTP_PORT": str(ports[name]),
             },
@@ -74,7 +74,7 @@ def test_compose_runs_the_cluster_services(
     project = f"neuron-dra-test-{uuid.uuid4().hex[:8]}"
     ports = {name: free_port() for name in SERVICES}
     extra = tmp_path / "compose.stack.yaml"
-    extra.write_text(override(image=image, nats_url=stack.nats_url, ports=ports))
+    extra.write_text(override(image=image, bus_env=stack.service_env(), ports=ports))
     env = {
         **imagebuild.tool_env(),
         "KUBECONFIG": str(portable_kubeconfig(stack.kubeconfig, tmp_path / "kubeconfig")),

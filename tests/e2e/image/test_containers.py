@@ -36,7 +36,7 @@ def test_topology_allocator(image: str, image_stack: KubeStack) -> None:
     c = run_container(
         image,
         ["neuron-dra-topology-allocator"],
-        env={"NEURON_DRA_NATS_SERVERS": image_stack.nats_url},
+        env=image_stack.service_env(),
     )
     try:
         c.wait_http("/healthz")
@@ -53,7 +53,7 @@ def test_ultraserver_operator(image: str, image_stack: KubeStack, tmp_path: Path
         image,
         ["neuron-dra-ultraserver-operator"],
         env={
-            "NEURON_DRA_NATS_SERVERS": image_stack.nats_url,
+            **image_stack.service_env(),
             "NEURON_DRA_KUBECONFIG": "/etc/neuron-dra/kubeconfig",
             "NEURON_DRA_IDENTITY": "container",
         },
@@ -75,7 +75,7 @@ def test_audit_writes_cloudevents_lines(image: str, image_stack: KubeStack, tmp_
     c = run_container(
         image,
         ["neuron-dra-audit"],
-        env={"NEURON_DRA_NATS_SERVERS": image_stack.nats_url},
+        env=image_stack.service_env(),
         volumes=[f"{logs}:/var/log/neuron-dra"],
     )
     try:
@@ -99,7 +99,7 @@ def test_alerts(image: str, image_stack: KubeStack) -> None:
         image,
         ["neuron-dra-alerts"],
         env={
-            "NEURON_DRA_NATS_SERVERS": image_stack.nats_url,
+            **image_stack.service_env(),
             # Nothing listens there: the service keeps the alerts and sends them later.
             "NEURON_DRA_ALERTMANAGER_URL": f"http://127.0.0.1:{free_port()}",
         },
@@ -139,7 +139,7 @@ def test_node_agents_and_slice_publisher(
             image,
             ["neuron-dra-slice-publisher"],
             env={
-                "NEURON_DRA_NATS_SERVERS": stack.nats_url,
+                **stack.service_env(),
                 "NEURON_DRA_KUBECONFIG": "/etc/neuron-dra/kubeconfig",
                 "NEURON_DRA_IDENTITY": "container",
                 "NEURON_DRA_LEASE_SECONDS": "6",
@@ -159,7 +159,7 @@ def test_node_agents_and_slice_publisher(
                 "NEURON_DRA_NODE_NAME": CONTAINER_NODE,
                 "NEURON_DRA_HOST_ROOT": "/host",
                 "NEURON_DRA_NEURON_LS_COMMAND": "/host/opt/aws/neuron/bin/neuron-ls,-j",
-                "NEURON_DRA_NATS_SERVERS": stack.nats_url,
+                **stack.service_env(),
                 "NEURON_DRA_POLL_SECONDS": "1",
             },
             volumes=host,
@@ -176,7 +176,7 @@ def test_node_agents_and_slice_publisher(
                 "NEURON_DRA_HOST_ROOT": "/host",
                 "NEURON_DRA_NEURON_LS_COMMAND": "/host/opt/aws/neuron/bin/neuron-ls,-j",
                 "NEURON_DRA_KUBECONFIG": "/etc/neuron-dra/kubeconfig",
-                "NEURON_DRA_NATS_SERVERS": stack.nats_url,
+                **stack.service_env(),
             },
             volumes=[
                 *host,

@@ -60,8 +60,10 @@ def real_node_stack(
 @pytest.fixture(scope="package")
 def real_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeStack]:
     """The real node beside one simulated node the driver leaves alone, the driver's
-    DaemonSets on the real node."""
-    yield from real_node_stack(tmp_path_factory, name="real-stack")
+    DaemonSets on the real node, and NATS the base's StatefulSet there: on the open bus
+    (``--insecure-bus``, said by every service), the one mode where the stack does not keep
+    its own server. tests/e2e/realnode/busauth runs the default, authenticated bus."""
+    yield from real_node_stack(tmp_path_factory, name="real-stack", extra=("--insecure-bus",))
 
 
 @pytest.fixture(scope="module")

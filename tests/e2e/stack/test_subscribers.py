@@ -33,8 +33,10 @@ def wait_for(probe: Any, what: str, within: float = 30) -> Any:
     return found
 
 
-async def publish(url: str, event: DeviceHealthChanged) -> str:
-    bus = await Bus.connect([url], name="test-fault")
+async def publish(stack: KubeStack, event: DeviceHealthChanged) -> str:
+    bus = await Bus.connect(
+        [stack.nats_url], name="test-fault", credentials=stack.bus_credentials()
+    )
     try:
         return (await bus.publisher(source="/test/health").publish(event)).msg_id
     finally:
@@ -56,7 +58,7 @@ def test_a_device_fault_is_alerted_audited_and_resolved(kube_stack: KubeStack) -
         severity="uncorrectable",
         action="replace-instance",
     )
-    fault_id = asyncio.run(publish(kube_stack.nats_url, fault))
+    fault_id = asyncio.run(publish(kube_stack, fault))
     [alert] = wait_for(lambda: active_alerts(url, device), "the alert in Alertmanager")
     assert alert["labels"]["node"] == node
     assert alert["labels"]["severity"] == "critical"
@@ -84,5 +86,5 @@ def test_a_device_fault_is_alerted_audited_and_resolved(kube_stack: KubeStack) -
     assert any("firing NeuronDeviceUnhealthy" in row for row in shown.stdout.splitlines())
 
     repair = DeviceHealthChanged(node=node, device=device, health="Healthy", previous="Unhealthy")
-    asyncio.run(publish(kube_stack.nats_url, repair))
+    asyncio.run(publish(kube_stack, repair))
     wait_for(lambda: not active_alerts(url, device), "the alert resolved")

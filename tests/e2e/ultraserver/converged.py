@@ -167,7 +167,9 @@ def free_ultraservers(stack: KubeStack) -> tuple[int, set[str]]:
     """
 
     async def probe() -> tuple[int, set[str]]:
-        bus = await Bus.connect([stack.nats_url], name="converged-probe")
+        bus = await Bus.connect(
+            [stack.nats_url], name="converged-probe", credentials=stack.bus_credentials()
+        )
         try:
             for count in range(ULTRASERVERS, 0, -1):
                 ref = ObjectRef(namespace="default", name="probe", uid=f"probe-{uuid.uuid4()}")

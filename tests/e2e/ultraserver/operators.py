@@ -79,7 +79,7 @@ class Operators:
             kind=KIND,
             module="neuron_dra_ultraserver_operator",
             env={
-                "NEURON_DRA_NATS_SERVERS": self.stack.nats_url,
+                **self.stack.service_env(),
                 "NEURON_DRA_KUBECONFIG": str(self.stack.kubeconfig),
                 **(env or {}),
             },

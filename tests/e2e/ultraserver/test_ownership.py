@@ -58,7 +58,9 @@ def restart_allocator_without_history(stack: KubeStack) -> None:
         wait_gone(entry.pid, timeout=30)
 
     async def forget() -> None:
-        bus = await Bus.connect([stack.nats_url], name="ownership-test")
+        bus = await Bus.connect(
+            [stack.nats_url], name="ownership-test", credentials=stack.bus_credentials()
+        )
         try:
             await bus.js.delete_stream(ALLOCATION.name)
         finally:
@@ -69,7 +71,7 @@ def restart_allocator_without_history(stack: KubeStack) -> None:
         name=ALLOCATOR,
         kind=ALLOCATOR,
         module="neuron_dra_topology_allocator",
-        env={"NEURON_DRA_NATS_SERVERS": stack.nats_url, "NEURON_DRA_STRATEGY": "best-fit"},
+        env={**stack.service_env(), "NEURON_DRA_STRATEGY": "best-fit"},
     )
     _LEFT_RUNNING.append(start_recorded(layout, component, log=Path(layout.log(ALLOCATOR))))
     stack.wait_for("the topology allocator back", component.ready, timeout=60)

@@ -119,6 +119,8 @@ spec:
                     **os.environ,
                     "NEURON_DRA_NATS_SERVERS": self.url,
                     "NEURON_DRA_NATS_TOKEN_FILE": str(token),
+                    # This server has the callout but no TLS.
+                    "NEURON_DRA_INSECURE_BUS": "1",
                     "NEURON_DRA_HTTP_HOST": "127.0.0.1",
                     "NEURON_DRA_HTTP_PORT": str(port),
                     **(env or {}),
@@ -198,6 +200,7 @@ def _authenticated_bus(
         "NEURON_DRA_NATS_SERVERS": server.url,
         "NEURON_DRA_ISSUER_SEED_FILE": str(tmp_path / "issuer.nk"),
         "NEURON_DRA_NATS_PASSWORD_FILE": str(tmp_path / "password"),
+        "NEURON_DRA_INSECURE_BUS": "1",  # no TLS on this server
         "NEURON_DRA_KUBECONFIG": str(kube_stack.kubeconfig),
         "NEURON_DRA_NAMESPACE": namespace,
         "NEURON_DRA_HTTP_HOST": "127.0.0.1",

@@ -343,6 +343,7 @@ def _declare(bus: AuthenticatedBus, token: Path) -> subprocess.CompletedProcess[
             **os.environ,
             "NEURON_DRA_NATS_SERVERS": bus.url,
             "NEURON_DRA_NATS_TOKEN_FILE": str(token),
+            "NEURON_DRA_INSECURE_BUS": "1",  # no TLS on this server
             "NEURON_DRA_WAIT_SECONDS": "10",
         },
     )

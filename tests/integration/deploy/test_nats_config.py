@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import socket
 import subprocess
 import time
 import urllib.request
@@ -87,11 +89,68 @@ def _check(
     )
 
 
+def _keys_env() -> dict[str, str]:
+    """What the StatefulSet reads from the Secret neuron-dra-bus-auth, freshly made."""
+    made = keys.new_keys()
+    return {
+        "NEURON_DRA_BUS_AUTH_ISSUER": made.public_key,
+        "NEURON_DRA_BUS_AUTH_PASSWORD": made.password,
+    }
+
+
 @pytest.mark.parametrize("tree", ["base", "overlays/eks", "overlays/local"])
 def test_nats_server_accepts_the_rendered_configuration(tree: str, tmp_path: Path) -> None:
-    proc = _check(render(KUSTOMIZE / tree), tmp_path, {})
+    proc = _check(render(KUSTOMIZE / tree), tmp_path, _keys_env())
     assert proc.returncode == 0, proc.stderr
     assert "is valid" in proc.stderr + proc.stdout
+
+
+def _outside_addresses() -> list[str]:
+    """Addresses of this host other than 127.0.0.1: another loopback address, and the one of
+    the interface a packet outwards would leave by, if there is one."""
+    found = ["127.0.0.2"]
+    with contextlib.suppress(OSError), socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.connect(("10.255.255.255", 1))  # no packet is sent: only a route is chosen
+        found.append(s.getsockname()[0])
+    return found
+
+
+def test_the_monitoring_port_answers_inside_the_pod_only(tmp_path: Path) -> None:
+    """The base's server, started from its rendered files: /healthz (the probes, run inside
+    the container) answers on the loopback, and nothing answers at another address."""
+    monitor = free_port()
+    replace = {
+        "0.0.0.0:4222": f"127.0.0.1:{free_port()}",
+        "127.0.0.1:8222": f"127.0.0.1:{monitor}",
+        "store_dir: /data": f"store_dir: {tmp_path / 'data'}",
+    }
+    env = _keys_env()
+    config = _write_config(render(KUSTOMIZE / "base"), tmp_path, env, replace=replace)
+    assert "http: 127.0.0.1:" in config.with_name("nats.conf").read_text()
+    with (tmp_path / "server.log").open("wb") as out:
+        proc = subprocess.Popen(
+            [str(nats_binary()), "-c", str(config)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "POD_NAME": "nats-0", **env},
+        )
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{monitor}/healthz", timeout=2) as r:
+                    assert r.status == 200
+                    break
+            except OSError:
+                assert proc.poll() is None, (tmp_path / "server.log").read_text()
+                assert time.monotonic() < deadline, (tmp_path / "server.log").read_text()
+                time.sleep(0.2)
+        for address in _outside_addresses():
+            with pytest.raises(ConnectionRefusedError):
+                socket.create_connection((address, monitor), timeout=2).close()
+    finally:
+        proc.terminate()
+        proc.wait(20)
 
 
 @pytest.mark.parametrize("tree", ["base", "overlays/eks"])
@@ -138,7 +197,7 @@ class _Cluster:
         self.monitors[name] = free_port()
         replace = {
             "0.0.0.0:4222": f"127.0.0.1:{free_port()}",
-            "0.0.0.0:8222": f"127.0.0.1:{self.monitors[name]}",
+            "127.0.0.1:8222": f"127.0.0.1:{self.monitors[name]}",
             "0.0.0.0:6222": f"127.0.0.1:{route}",
             "store_dir: /data": f"store_dir: {here / 'data'}",
             **{_ROUTE.format(i): f"nats://127.0.0.1:{port}" for i, port in enumerate(self.routes)},

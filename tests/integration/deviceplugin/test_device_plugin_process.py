@@ -117,6 +117,7 @@ async def test_the_plugin_sends_its_nodes_heartbeats_and_a_goodbye_on_sigterm(
         root,
         free_port(),
         NEURON_DRA_NATS_SERVERS=nats_server.url,
+        NEURON_DRA_INSECURE_BUS="1",
         NEURON_DRA_HEALTH_EVENTS="true",
         NEURON_DRA_HEARTBEATS="true",
         NEURON_DRA_LIVENESS_SECONDS="0.2",

@@ -27,7 +27,7 @@ def start(nats: NatsServer, root: Path, log: Path, **extra: str) -> subprocess.P
         "NEURON_DRA_NODE_NAME": NODE,
         "NEURON_DRA_HOST_ROOT": str(root),
         "NEURON_DRA_NEURON_LS_COMMAND": f"{root}/opt/aws/neuron/bin/neuron-ls,-j",
-        "NEURON_DRA_NATS_SERVERS": nats.url,
+        **nats.open_env,
         "NEURON_DRA_HTTP_HOST": "127.0.0.1",
         "NEURON_DRA_HTTP_PORT": "0",
         "NEURON_DRA_POLL_SECONDS": "0.2",

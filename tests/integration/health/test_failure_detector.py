@@ -52,7 +52,7 @@ class Nodes:
 def start_detector(nats: NatsServer, log: Path, **extra: str) -> subprocess.Popen[bytes]:
     env = {
         **os.environ,
-        "NEURON_DRA_NATS_SERVERS": nats.url,
+        **nats.open_env,
         "NEURON_DRA_KUBERNETES": "false",
         "NEURON_DRA_HTTP_HOST": "127.0.0.1",
         "NEURON_DRA_HTTP_PORT": "0",

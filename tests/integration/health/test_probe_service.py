@@ -38,7 +38,7 @@ def start(nats: NatsServer, root: Path, tmp_path: Path) -> subprocess.Popen[byte
         "NEURON_DRA_HOST_ROOT": str(root),
         "NEURON_DRA_KERNEL_LOG": str(NodePaths(root).kernel_log),
         "NEURON_DRA_STATE_PATH": str(tmp_path / "probe-state.json"),
-        "NEURON_DRA_NATS_SERVERS": nats.url,
+        **nats.open_env,
         "NEURON_DRA_NODE_CONDITIONS": "false",
         "NEURON_DRA_HTTP_HOST": "127.0.0.1",
         "NEURON_DRA_HTTP_PORT": "0",

@@ -8,10 +8,17 @@ from __future__ import annotations
 
 import json
 import sys
+from typing import ClassVar
 
 from neuron_dra_common.runtime import Service, serve
 from neuron_dra_common.settings import ServiceSettings
 from neuron_dra_scheduler_extender.verbs import body_limits
+
+
+class HttpSettings(ServiceSettings, frozen=True, kw_only=True):
+    """A service of the runtime's own: it does not use the bus, so needs no credentials."""
+
+    bus_credentials: ClassVar[tuple[str, ...]] = ()
 
 
 async def echo(body: bytes | bytearray) -> tuple[int, bytes]:
@@ -27,5 +34,5 @@ async def build(settings: ServiceSettings) -> Service:
 
 if __name__ == "__main__":
     raise SystemExit(
-        serve(ServiceSettings, build, name="http-example", prog="http-example", argv=sys.argv[1:])
+        serve(HttpSettings, build, name="http-example", prog="http-example", argv=sys.argv[1:])
     )

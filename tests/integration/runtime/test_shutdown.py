@@ -53,7 +53,7 @@ def _wait_ready(proc: subprocess.Popen[bytes], port: int) -> None:
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_service_exits_cleanly_and_promptly(nats_server: NatsServer, sig: signal.Signals) -> None:
     port = free_port()
-    proc = _start({"NEURON_DRA_NATS_SERVERS": nats_server.url, "NEURON_DRA_HTTP_PORT": str(port)})
+    proc = _start({**nats_server.open_env, "NEURON_DRA_HTTP_PORT": str(port)})
     try:
         _wait_ready(proc, port)
         assert _get(f"http://127.0.0.1:{port}/healthz")[0] == 200
@@ -98,7 +98,7 @@ def _failed_start(module: str, nats_server: NatsServer, env: dict[str, str]) -> 
         cwd=ROOT,
         env={
             **os.environ,
-            "NEURON_DRA_NATS_SERVERS": nats_server.url,
+            **nats_server.open_env,
             "NEURON_DRA_HTTP_PORT": str(free_port()),
             **env,
         },
@@ -167,7 +167,7 @@ def test_stop_while_still_starting_exits_cleanly(nats_server: NatsServer, tmp_pa
             cwd=ROOT,
             env={
                 **os.environ,
-                "NEURON_DRA_NATS_SERVERS": nats_server.url,
+                **nats_server.open_env,
                 "NEURON_DRA_HTTP_PORT": str(free_port()),
                 "EXAMPLE_BUILD_DELAY": "60",
             },

@@ -215,7 +215,7 @@ def test_the_publisher_process_exits_naming_the_problem_and_writes_no_slice(
     env = {
         **os.environ,
         "NEURON_DRA_KUBECONFIG": str(kubeconfig),
-        "NEURON_DRA_NATS_SERVERS": nats_server.url,
+        **nats_server.open_env,
         "NEURON_DRA_HTTP_HOST": "127.0.0.1",
         "NEURON_DRA_HTTP_PORT": str(free_port()),
         "NEURON_DRA_LEASE_NAME": "feature-probe-test",

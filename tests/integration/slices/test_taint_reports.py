@@ -45,7 +45,7 @@ def publisher(
         module="neuron_dra_slice_publisher",
         env={
             "NEURON_DRA_KUBECONFIG": str(kube_stack.kubeconfig),
-            "NEURON_DRA_NATS_SERVERS": nats_server.url,
+            **nats_server.open_env,
             "NEURON_DRA_IDENTITY": "taint-reports",
             "NEURON_DRA_LEASE_NAME": f"taint-reports-{uuid.uuid4().hex[:8]}",
             "NEURON_DRA_LEASE_SECONDS": "4",

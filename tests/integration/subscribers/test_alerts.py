@@ -32,6 +32,7 @@ def alerts(
     [_, component] = alerting.subscriber_components(
         nats_url=nats_server.url, state_dir=tmp_path, alertmanager_url=alertmanager.url
     )
+    component.env.update(nats_server.open_env)
     service = ServiceProcess(component, log=tmp_path / "alerts.log")
     try:
         yield service

@@ -31,6 +31,7 @@ def audit(nats_server: NatsServer, tmp_path: Path) -> Iterator[ServiceProcess]:
     [component, _] = alerting.subscriber_components(
         nats_url=nats_server.url, state_dir=tmp_path, alertmanager_url="http://127.0.0.1:1"
     )
+    component.env.update(nats_server.open_env)
     component.env["NEURON_DRA_STDOUT"] = "true"
     service = ServiceProcess(component, log=tmp_path / "audit.log", stdout=tmp_path / "stdout")
     try:

@@ -56,7 +56,7 @@ class AllocatorProcess:
     def start(self) -> None:
         env = {
             **os.environ,
-            "NEURON_DRA_NATS_SERVERS": self.nats.url,
+            **self.nats.open_env,
             "NEURON_DRA_HTTP_PORT": str(free_port()),
             "NEURON_DRA_HTTP_HOST": "127.0.0.1",
         }

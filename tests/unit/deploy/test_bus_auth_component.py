@@ -26,9 +26,9 @@ def with_bus_auth(folder: Path, overlay: str) -> Docs:
     (folder / "kustomization.yaml").write_text(
         "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n"
         f"resources: [{rel}/{overlay}]\n"
-        # The device plugin too, which is a bus client of its own when an overlay lists it.
-        f"components: [{rel}/components/device-plugin, {rel}/components/bus-auth, "
-        f"{rel}/components/device-plugin-bus-auth]\n"
+        # The bus-auth component comes with the base. The device plugin too, which is a bus
+        # client of its own when an overlay lists it.
+        f"components: [{rel}/components/device-plugin, {rel}/components/device-plugin-bus-auth]\n"
     )
     return render(folder)
 
@@ -159,14 +159,13 @@ def test_the_keys_command_makes_the_secret_the_component_reads() -> None:
 
 
 def eks_with_bus_auth(folder: Path) -> Path:
-    """The eks overlay copied as a user copies it, with its bus-auth line uncommented."""
+    """The eks overlay copied as a user copies it; the bus-auth component comes with the base."""
     rel = os.path.relpath(KUSTOMIZE, folder)
     for source in (KUSTOMIZE / "overlays" / "eks").iterdir():
         (folder / source.name).write_text(source.read_text())
     text = (folder / "kustomization.yaml").read_text()
-    line = "  # - ../../components/bus-auth"
-    assert line in text, "the eks overlay no longer offers the bus-auth component"
-    text = text.replace(line, "  - ../../components/bus-auth").replace("../../", f"{rel}/")
+    assert "- ../../components/bus-auth" not in text, "the base lists it: the overlay must not"
+    text = text.replace("../../", f"{rel}/")
     (folder / "kustomization.yaml").write_text(text)
     return folder
 

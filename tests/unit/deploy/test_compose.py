@@ -65,4 +65,19 @@ def test_nats_image_is_the_pinned_server_version() -> None:
     )
     image = compose()["services"]["nats"]["image"]
     assert image.startswith(f"nats:{pinned}"), image
-    assert "--jetstream" in compose()["services"]["nats"]["command"]
+    assert compose()["services"]["nats"]["command"] == ["--config", "/etc/nats/nats.conf"]
+
+
+def test_the_bus_is_not_open_unless_asked_and_monitoring_is_not_published() -> None:
+    nats = compose()["services"]["nats"]
+    # Clients on the host's loopback only; the monitoring port (no authentication) nowhere.
+    assert nats["ports"] == ["127.0.0.1:4222:4222"]
+    [mount] = [v for v in nats["volumes"] if v.endswith(":/etc/nats/nats.conf:ro")]
+    config = (REPO / mount.split(":")[0]).read_text()
+    assert "http: 127.0.0.1:8222" in config
+    assert "jetstream" in config
+    for name, svc in product_services():
+        # Open only when the user sets it: the services refuse to start otherwise.
+        assert svc["environment"]["NEURON_DRA_INSECURE_BUS"] == "${NEURON_DRA_INSECURE_BUS:-0}", (
+            name
+        )

@@ -116,12 +116,11 @@ def test_the_admission_policies_are_bound_wherever_the_driver_runs(tree: str) ->
 
 @pytest.fixture(scope="module")
 def with_components(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
-    """The base with every component whose workloads serve HTTP, as a user's overlay."""
+    """The base (with bus-auth) and every other component whose workloads serve HTTP, as a
+    user's overlay."""
     overlay = tmp_path_factory.mktemp("overlay")
     rel = os.path.relpath(KUSTOMIZE, overlay)
-    components = ", ".join(
-        f"{rel}/components/{c}" for c in ("bus-auth", "device-plugin", "scheduler-extender")
-    )
+    components = ", ".join(f"{rel}/components/{c}" for c in ("device-plugin", "scheduler-extender"))
     (overlay / "kustomization.yaml").write_text(
         "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n"
         f"resources: [{rel}/base]\ncomponents: [{components}]\n"

@@ -204,7 +204,8 @@ def test_only_the_drivers_pods_and_other_servers_reach_nats(
     assert admitted(nats_labels, 6222)
     assert not admitted({"app": "someone-else"}, 4222)
     assert not admitted({"app.kubernetes.io/part-of": "neuron-dra"}, 6222)
-    assert admitted({"app": "prometheus"}, 8222)
+    # The monitoring port is on the pod's loopback: no rule opens it to anyone.
+    assert not any(admitted(labels, 8222) for labels in ({"app": "prometheus"}, nats_labels))
 
 
 def test_otel_component_sends_every_services_traces_to_its_collector(tmp_path: Path) -> None:

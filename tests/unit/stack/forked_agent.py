@@ -13,10 +13,18 @@ import os
 import sys
 import threading
 from pathlib import Path
+from typing import ClassVar
 
 from neuron_dra_common.runtime import Service
 from neuron_dra_common.runtime.process import serve
 from neuron_dra_common.settings import ServiceSettings
+
+
+class AgentSettings(ServiceSettings, frozen=True, kw_only=True):
+    """A service of the runtime's own: it does not use the bus, so needs no credentials."""
+
+    bus_credentials: ClassVar[tuple[str, ...]] = ()
+
 
 REPORT_ENV = "FORKED_AGENT_REPORT"
 
@@ -49,7 +57,7 @@ async def build(settings: ServiceSettings) -> Service:
 
 
 def main() -> int:
-    return serve(ServiceSettings, build, name="forked-agent", prog="forked-agent")
+    return serve(AgentSettings, build, name="forked-agent", prog="forked-agent")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
-"""What ``dev up --bus-auth`` prepares before NATS starts: the component's own callout
-config, which the pinned nats-server accepts with the stack's keys; keys kept across
-restarts; and the default stack's NATS exactly as without the option."""
+"""What ``dev up`` prepares before NATS starts: the component's own callout config, which
+the pinned nats-server accepts with the stack's keys; keys kept across restarts; and with
+``--insecure-bus`` NATS started without it."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from neuron_dra_cli.stack import busauth
+from neuron_dra_cli.stack import accounts, busauth
 from neuron_dra_cli.stack import components as comp
 from neuron_dra_cli.stack.layout import Layout
 
@@ -35,14 +35,13 @@ def test_nats_accepts_the_callout_config_the_stack_prepares(tmp_path: Path) -> N
     assert busauth.prepare(Layout(tmp_path)).nats_env() == files.nats_env()
 
 
-def test_the_stack_applies_the_components_accounts(tmp_path: Path) -> None:
-    files = busauth.prepare(Layout(tmp_path))
-    docs = render(files.kustomization)
-    accounts = by_kind(docs, "ServiceAccount")
-    assert {busauth.ADMIN, busauth.CALLOUT_ACCOUNT, "neuron-dra-discovery"} <= set(accounts)
+def test_the_stack_applies_the_components_accounts() -> None:
+    docs = render(accounts.BASE)
+    found = by_kind(docs, "ServiceAccount")
+    assert {busauth.ADMIN, busauth.CALLOUT_ACCOUNT, "neuron-dra-discovery"} <= set(found)
 
 
-def test_without_the_option_nats_runs_as_before(tmp_path: Path) -> None:
+def test_an_open_bus_runs_nats_without_the_callout(tmp_path: Path) -> None:
     nats = comp.nats(state_dir=tmp_path, port=4222, monitor_port=8222)
     assert "--config" not in nats.argv
     assert nats.env == {}

@@ -46,9 +46,12 @@ def test_on_the_authenticated_bus_the_plugin_presents_its_projected_bus_token(
 ) -> None:
     name = ("DaemonSet", "neuron-dra-device-plugin")
     plain = rendered[name]
+    # On the open bus (--insecure-bus) it has no token and is told the bus is open.
     assert "NEURON_DRA_NATS_TOKEN_FILE" not in _env(plain)
+    assert _env(plain)["NEURON_DRA_INSECURE_BUS"] == "1"
     authed = render(tmp_path, bus_auth=True)[name]
     env = _env(authed)
+    assert "NEURON_DRA_INSECURE_BUS" not in env
     assert env["NEURON_DRA_NATS_TOKEN_FILE"] == "/var/run/secrets/neuron-dra/bus/token"
     assert env["NEURON_DRA_NATS_TLS_CA"] == "/var/run/secrets/neuron-dra/bus/ca.crt"
     # This machine's patches stay.

@@ -23,7 +23,7 @@ from tests.fixtures.stack import neuron_dra
 NODE = Path("/tmp/ndra-x/real-node-0")
 
 
-def _setup(*, bus_auth: bool = False) -> realdriver.NodeSetup:
+def _setup(*, bus_auth: bool = True) -> realdriver.NodeSetup:
     return realdriver.NodeSetup(
         image="localhost/neuron-dra:0.1.0-abc123",
         nats_url="nats://127.0.0.1:4001",
@@ -177,8 +177,9 @@ def test_the_health_probe_reads_the_nodes_simulated_hardware_and_kernel_log(
         "dev": "/host/dev",
         "state": "/var/lib/neuron-dra/health-probe",
         "kernel-log": "/host/var/log",
+        "bus-token": "/var/run/secrets/neuron-dra/bus",
     }
-    hosts = {v["name"]: v["hostPath"]["path"] for v in _pod(probe)["volumes"]}
+    hosts = {v["name"]: v["hostPath"]["path"] for v in _pod(probe)["volumes"] if "hostPath" in v}
     assert hosts == {
         "sys": str(NODE / "hw" / "sys"),
         "dev": str(NODE / "hw" / "dev"),
@@ -205,18 +206,25 @@ def test_the_plugin_uses_the_kubelets_paths_and_the_apiservers_address(
     assert hosts["state"] == str(NODE / "plugin-state")
 
 
-def test_without_bus_auth_the_agents_get_no_bus_token(
-    rendered: dict[str, dict[str, Any]],
-) -> None:
-    for ds in rendered.values():
-        assert "NEURON_DRA_NATS_TOKEN_FILE" not in _env(ds)
+def test_on_an_open_bus_the_agents_get_no_bus_token_and_are_told_so(tmp_path: Path) -> None:
+    docs = _render(tmp_path, _setup(bus_auth=False))
+    workloads = {d["metadata"]["name"]: d for d in docs if d["kind"] in ("DaemonSet", "Deployment")}
+    assert sorted(workloads) == sorted(realdriver.DAEMONSETS + realdriver.DEPLOYMENTS)
+    for ds in workloads.values():
+        env = _env(ds)
+        assert "NEURON_DRA_NATS_TOKEN_FILE" not in env
+        assert "NEURON_DRA_NATS_TLS_CA" not in env
+        assert env["NEURON_DRA_INSECURE_BUS"] == "1"
+        assert env["NEURON_DRA_NATS_SERVERS"] == "nats://127.0.0.1:4001"
         assert "bus-token" not in {v["name"] for v in _pod(ds).get("volumes", [])}
+        mounts = {m["name"] for m in _pod(ds)["containers"][0].get("volumeMounts", [])}
+        assert "bus-token" not in mounts
 
 
 def test_on_the_authenticated_bus_each_agent_reads_its_projected_token_and_natss_ca(
     tmp_path: Path,
 ) -> None:
-    docs = _render(tmp_path, _setup(bus_auth=True))
+    docs = _render(tmp_path, _setup())
     workloads = {d["metadata"]["name"]: d for d in docs if d["kind"] in ("DaemonSet", "Deployment")}
     assert sorted(workloads) == sorted(realdriver.DAEMONSETS + realdriver.DEPLOYMENTS)
     for ds in workloads.values():

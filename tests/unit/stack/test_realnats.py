@@ -43,8 +43,7 @@ def test_the_server_runs_on_the_real_node_on_its_network_at_the_stacks_ports(
 def test_the_rest_is_the_base_as_written(rendered: dict[str, dict[str, Any]]) -> None:
     sts = rendered["StatefulSet"]
     [container] = sts["spec"]["template"]["spec"]["containers"]
-    # The probes follow the monitor port by name; the preStop hook and the user are the base's.
-    assert container["readinessProbe"]["httpGet"] == {"path": "/healthz", "port": "monitor"}
+    # The preStop hook and the user are the base's.
     assert "ldm" in " ".join(container["lifecycle"]["preStop"]["exec"]["command"])
     security = sts["spec"]["template"]["spec"]["securityContext"]
     assert (security["runAsUser"], security["runAsGroup"]) == (65532, 65532)
@@ -66,3 +65,24 @@ def test_the_volume_is_made_for_the_statefulsets_claim_with_its_size(
     assert spec["accessModes"] == ["ReadWriteOnce"]
     assert spec["hostPath"] == {"path": str(tmp_path.resolve()), "type": "Directory"}
     assert spec["persistentVolumeReclaimPolicy"] == "Retain"
+
+
+def test_the_open_bus_server_needs_none_of_the_bus_auth_secrets(
+    rendered: dict[str, dict[str, Any]],
+) -> None:
+    pod = rendered["StatefulSet"]["spec"]["template"]["spec"]
+    [container] = pod["containers"]
+    assert [e["name"] for e in container["env"]] == ["POD_NAME"]
+    assert {m["name"] for m in container["volumeMounts"]} == {"config", "data"}
+    assert [v["name"] for v in pod["volumes"]] == ["config"]
+    assert not pod.get("initContainers")
+
+
+def test_the_probes_ask_the_monitoring_port_on_the_loopback(
+    rendered: dict[str, dict[str, Any]],
+) -> None:
+    [container] = rendered["StatefulSet"]["spec"]["template"]["spec"]["containers"]
+    for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+        command = container[probe]["exec"]["command"]
+        assert command[0] == "python3"
+        assert command[-1].startswith("http://127.0.0.1:4102/healthz"), command

@@ -67,10 +67,18 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument(
         "--bus-auth",
         action="store_true",
-        help="authenticate the bus: NATS admits each service through the auth callout "
-        "(neuron-dra-bus-auth) by a token of its own ServiceAccount, grants only its "
-        "subjects, and only neuron-dra-bus-admin declares the streams; clients speak TLS "
+        help="the default, kept for older scripts: NATS admits each service through the "
+        "auth callout (neuron-dra-bus-auth) by a token of its own ServiceAccount, grants only "
+        "its subjects, and only neuron-dra-bus-admin declares the streams; clients speak TLS "
         "to NATS (a certificate of the stack's CA)",
+    )
+    p.add_argument(
+        "--insecure-bus",
+        action="store_true",
+        help="debugging only: an open bus, NATS without authentication or TLS, which any "
+        f"local process reads and writes; every service is started with "
+        f"{lifecycle.INSECURE_BUS_ENV}=1 "
+        "and says so in its log",
     )
     p.add_argument(
         "--real-nodes",
@@ -92,8 +100,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         action="store_true",
         help="with --real-nodes 1: the real node is a trn2.48xlarge with simulated hardware "
         "(its /dev/neuron* character devices no driver serves), this checkout's image is "
-        "imported into it, and NATS (the overlay's StatefulSet, on a volume the stack makes "
-        "for its claim; not with --bus-auth), the driver's discovery, kubelet-plugin and "
+        "imported into it, and (with --insecure-bus, NATS too: the overlay's StatefulSet, on a "
+        "volume the stack makes for its claim) the driver's discovery, kubelet-plugin and "
         "health-probe DaemonSets and the Deployments of the slice publisher, topology "
         "allocator, UltraServer operator, failure detector and the alerts and audit "
         "subscribers "
@@ -103,9 +111,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "replica each, the kubelet's paths); the real kubelet calls the plugin and "
         "containerd injects its CDI devices, and the stack starts no process of those "
         "services. The simulated nodes keep their processes. "
-        "With --bus-auth the kustomization adds the bus-auth component, so each agent "
-        "connects with its projected ServiceAccount token over TLS (Secret "
-        "neuron-dra-nats-tls, made from the stack's PKI)",
+        "Each agent connects with its projected ServiceAccount token over TLS (the base's "
+        "bus-auth component; Secret neuron-dra-nats-tls, made from the stack's PKI)",
     )
     p.add_argument(
         "--real-node-device-plugin",
@@ -120,7 +127,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "hardware's paths); kube-scheduler calls the scheduler extender (the configuration "
         "of components/scheduler-extender/default-scheduler), so pods asking "
         "aws.amazon.com/neuron get a connected set there, while the simulated nodes stay "
-        "DRA nodes. With --bus-auth the kustomization adds the device-plugin-bus-auth "
+        "DRA nodes. Unless --insecure-bus the kustomization adds the device-plugin-bus-auth "
         "component: the plugin reads its node's health events with its own projected bus "
         "token. Not with --real-node-driver",
     )
@@ -203,6 +210,17 @@ def cmd_up(args: argparse.Namespace) -> int:
     except FleetError as exc:
         raise CliError(str(exc)) from None
     version = args.k8s_version or kubebuild.DEFAULT_VERSION
+    if args.insecure_bus and args.bus_auth:
+        raise CliError(
+            "--insecure-bus and --bus-auth: choose one (the bus is authenticated by default)"
+        )
+    if args.insecure_bus:
+        print(
+            "neuron-dra: WARNING: --insecure-bus: NATS runs WITHOUT authentication or TLS; any "
+            "process that reaches it reads and writes every event. For debugging only",
+            file=sys.stderr,
+            flush=True,
+        )
     t0 = time.monotonic()
     # SIGTERM (from a supervisor or `kill`) stops the stack like Ctrl-C does; SIGINT is set
     # explicitly because a shell starts background commands with it ignored.
@@ -215,7 +233,7 @@ def cmd_up(args: argparse.Namespace) -> int:
             k8s_version=version,
             state_dir=state_dir,
             tracing=args.tracing,
-            bus_auth=args.bus_auth,
+            bus_auth=not args.insecure_bus,
             real_nodes=args.real_nodes,
             real_node_driver=args.real_node_driver,
             real_node_device_plugin=args.real_node_device_plugin,
@@ -316,7 +334,10 @@ def _bus_auth_lines(current: state.StackState, *, state_dir: Path) -> list[str]:
     from neuron_dra_cli.stack import busauth
 
     if not any(c.kind == busauth.KIND for c in current.components):
-        return []
+        return [
+            "  bus auth     NONE: the bus is OPEN (--insecure-bus), no token and no TLS; any "
+            "local process reads and writes it. For debugging only"
+        ]
     files = busauth.BusAuth(state_dir / "bus-auth")
     return [
         f"  bus auth     every client needs a token (audience {busauth.AUDIENCE}) and TLS "
@@ -472,6 +493,9 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(msgspec.json.format(msgspec.json.encode(report)).decode())
         return 1 if down_count else 0
     print(f"stack in {state_dir} (Kubernetes {report.k8s_version}); KUBECONFIG={report.kubeconfig}")
+    current = state.load(state_dir)
+    if current is not None:
+        print("\n".join(_bus_auth_lines(current, state_dir=state_dir)))
     print(
         f"  {'COMPONENT':<32} {'STATE':<5} {'PID':<8} {'RSS':>8} {'PSS':>8} {'USS':>8} "
         f"{'READY':>8}  PORTS"

@@ -215,13 +215,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="on an authenticated bus: a file holding a bus token, e.g. of the "
         "neuron-dra-bus-reader ServiceAccount (`kubectl -n neuron-dra-driver create token "
         "neuron-dra-bus-reader --audience neuron-dra-bus`) (env NEURON_DRA_NATS_TOKEN_FILE; "
-        "default on a local stack started with --bus-auth: its reader's token)",
+        "default on the local stack: its reader's token)",
     )
     p.add_argument(
         "--nats-tls-ca",
         default="",
         help="trust this CA bundle for NATS's TLS certificate (env NEURON_DRA_NATS_TLS_CA; "
-        "default on a local stack started with --bus-auth: its CA)",
+        "default on the local stack: its CA)",
     )
     paths.add_state_dir_option(p)
     p.set_defaults(handler=cmd_events)

@@ -16,7 +16,7 @@ import argparse
 import enum
 import os
 from collections.abc import Mapping, Sequence
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, ClassVar, Literal, TypeVar
 
 import msgspec
 
@@ -46,6 +46,10 @@ class SettingsError(SetupError):
 
 class ServiceSettings(msgspec.Struct, frozen=True, kw_only=True):
     """What every service is configured with."""
+
+    #: The settings that carry this service's credentials on the bus: without them it does
+    #: not start (:meth:`bus_refusal`) unless ``insecure_bus`` is set. Empty: no bus.
+    bus_credentials: ClassVar[tuple[str, ...]] = ("nats_token_file", "nats_tls_ca")
 
     log_level: Annotated[
         Literal["debug", "info", "warning", "error"], msgspec.Meta(description="Log level")
@@ -115,6 +119,13 @@ class ServiceSettings(msgspec.Struct, frozen=True, kw_only=True):
     nats_tls_key: Annotated[
         str, msgspec.Meta(description="Key of the NATS client certificate (PEM)")
     ] = ""
+    insecure_bus: Annotated[
+        bool,
+        msgspec.Meta(
+            description="Connect to NATS without a token and without TLS: an open bus anyone "
+            "who reaches the server reads and writes; for debugging only, said at start"
+        ),
+    ] = False
     stream_replicas: Annotated[
         int,
         msgspec.Meta(
@@ -145,6 +156,21 @@ class ServiceSettings(msgspec.Struct, frozen=True, kw_only=True):
             "letter and makes no ResourceSlices (a host has at most 64 Neuron devices)",
         ),
     ] = 64
+
+    def missing_bus_credentials(self) -> list[str]:
+        """The variables of :attr:`bus_credentials` left empty."""
+        return [env_name(name) for name in self.bus_credentials if not getattr(self, name)]
+
+    def bus_refusal(self) -> str:
+        """Why this service must not start: the bus credentials it lacks; empty: none."""
+        missing = self.missing_bus_credentials()
+        if self.insecure_bus or not missing:
+            return ""
+        return (
+            f"{' and '.join(missing)} not set: the bus admits only authenticated clients "
+            f"over TLS ({env_name('insecure_bus')}=1 connects to an open bus, for debugging "
+            "only)"
+        )
 
 
 class LeaderElectedSettings(ServiceSettings, frozen=True, kw_only=True):

@@ -2,7 +2,7 @@
 
 With the auth callout, only ``neuron-dra-bus-admin`` may create, update, purge or delete
 streams; the services only read them at start. This command is the declare step: run once
-per install or upgrade (the ``bus-auth`` component's Job, ``neuron-dra dev up --bus-auth``)
+per install or upgrade (the ``bus-auth`` component's Job, ``neuron-dra dev up``)
 with the admin's token in ``NEURON_DRA_NATS_TOKEN_FILE``. It waits for the server for up to
 ``NEURON_DRA_WAIT_SECONDS``, prints what changed per stream and exits 0, or 1 naming what
 failed. It also replaces the durable pull consumers an earlier release left with the push
@@ -83,6 +83,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         settings = load(DeclareSettings, argv=sys.argv[1:] if argv is None else argv, prog=prog)
     except SettingsError as exc:
         print(f"{prog}: {exc}", file=sys.stderr)
+        return 2
+    refusal = settings.bus_refusal()
+    if refusal:
+        print(f"{prog}: {refusal}", file=sys.stderr)
         return 2
     try:
         changes = asyncio.run(declare(settings))

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, ClassVar
 
 import msgspec
 from neuron_dra_common.settings import ServiceSettings
@@ -13,6 +13,9 @@ __all__ = ["BusAuthSettings"]
 
 class BusAuthSettings(ServiceSettings, frozen=True, kw_only=True):
     """Admits NATS clients by their ServiceAccount token; grants their identity's subjects."""
+
+    #: Its own NATS user (auth_users), not a token: the callout cannot admit itself.
+    bus_credentials: ClassVar[tuple[str, ...]] = ("nats_password_file", "nats_tls_ca")
 
     kubeconfig: Annotated[
         str, msgspec.Meta(description="kubeconfig file; empty: KUBECONFIG, else in-cluster")

@@ -62,6 +62,13 @@ class DevicePluginSettings(NodeLivenessSettings, frozen=True, kw_only=True):
         str, msgspec.Meta(description="kubeconfig file; empty: $KUBECONFIG or the pod's account")
     ] = ""
 
+    def missing_bus_credentials(self) -> list[str]:
+        """None needed when it neither follows health events nor sends heartbeats: then it
+        never connects to the bus."""
+        if not (self.health_events or self.heartbeats):
+            return []
+        return super().missing_bus_credentials()
+
     def __post_init__(self) -> None:
         for name in self.resources:
             if name not in MANAGED_RESOURCES:

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, ClassVar
 
 import msgspec
 from neuron_dra_common.settings import ServiceSettings
@@ -14,6 +14,9 @@ __all__ = ["ExtenderSettings"]
 class ExtenderSettings(ServiceSettings, frozen=True, kw_only=True):
     """kube-scheduler extender for aws.amazon.com/neuron and aws.amazon.com/neuroncore: filter,
     prioritize and bind on connected Neuron devices."""
+
+    #: It speaks HTTP to kube-scheduler, not NATS.
+    bus_credentials: ClassVar[tuple[str, ...]] = ()
 
     # The probes and metrics stay on ServiceSettings' plain ``http_port`` (8080), where the
     # kubelet and Prometheus reach them without a client certificate; the verbs move a pod

@@ -1,4 +1,4 @@
-"""The authenticated bus on the local stack (``neuron-dra dev up --bus-auth``).
+"""The authenticated bus on the local stack (``neuron-dra dev up``, the default).
 
 What the ``bus-auth`` kustomize component does on a cluster, with processes: NATS reads the
 component's own ``auth.conf`` (every client goes to the auth callout), the callout
@@ -22,7 +22,7 @@ from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 import yaml
 
@@ -32,6 +32,9 @@ from neuron_dra_cli.stack.components import Component, python_service
 from neuron_dra_cli.stack.layout import Layout
 from neuron_dra_cli.stack.pki import Pki
 
+if TYPE_CHECKING:
+    from neuron_dra_common.bus import BusCredentials
+
 __all__ = [
     "ADMIN",
     "AUDIENCE",
@@ -39,6 +42,7 @@ __all__ = [
     "KIND",
     "READER",
     "BusAuth",
+    "admin_credentials",
     "callout_component",
     "declare_streams",
     "prepare",
@@ -87,11 +91,6 @@ class BusAuth:
         return self.root / "tokens"
 
     @property
-    def kustomization(self) -> Path:
-        """The base with the component: the ServiceAccounts and RBAC the stack applies."""
-        return self.root / "kustomize"
-
-    @property
     def tls_ca(self) -> Path:
         """The CA that signed NATS's certificate: what every client of the stack trusts."""
         return Layout(self.root.parent).pki / "ca.crt"
@@ -111,8 +110,39 @@ class BusAuth:
         }
 
 
+def admin_credentials(state_dir: Path) -> BusCredentials:
+    """The bus admin of the stack under ``state_dir`` (its token and the CA of NATS's
+    certificate): what a test or benchmark publishing as a stand-in for the agents uses. None
+    on a stack started with ``--insecure-bus``."""
+    from neuron_dra_common.bus import BusCredentials
+
+    files = BusAuth(state_dir / "bus-auth")
+    token = files.token(ADMIN)
+    if not token.exists():
+        return BusCredentials()
+    return BusCredentials(token_file=str(token), tls_ca=str(files.tls_ca))
+
+
+#: The NATS account the callout places every admitted client in (the component's auth.conf).
+ACCOUNT: Final = "NEURON"
+
+
+def streams_to_account(jetstream: Path) -> bool:
+    """A stack that ran the open bus (``--insecure-bus``) kept its streams in NATS's global
+    account; every client is now placed in :data:`ACCOUNT`: move them there, messages and
+    consumers' positions with them, as the StatefulSet's init container does on a cluster.
+    Only while that account has none; returns whether it moved them."""
+    old, new = jetstream / "$G", jetstream / ACCOUNT
+    if not (old / "streams").is_dir() or new.exists():
+        return False
+    old.rename(new)
+    return True
+
+
 def prepare(layout: Layout) -> BusAuth:
-    """Keys (kept across restarts of the stack), NATS's config and the kustomization."""
+    """Keys (kept across restarts of the stack), NATS's config, and the streams of an
+    earlier open bus moved to the authenticated account."""
+    streams_to_account(layout.root / "nats" / "jetstream")
     files = BusAuth(layout.root / "bus-auth")
     files.tokens.mkdir(parents=True, exist_ok=True)
     made = subprocess.run(
@@ -133,12 +163,6 @@ def prepare(layout: Layout) -> BusAuth:
     cert = Pki(layout.pki).nats()
     (files.root / "tls.conf").write_text(
         f'tls {{\n  cert_file: "{cert.cert}"\n  key_file: "{cert.key}"\n  timeout: 5\n}}\n'
-    )
-    files.kustomization.mkdir(exist_ok=True)
-    to_repo = os.path.relpath(accounts.REPO / "deploy" / "kustomize", files.kustomization)
-    (files.kustomization / "kustomization.yaml").write_text(
-        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n"
-        f"resources: [{to_repo}/base]\ncomponents: [{to_repo}/components/bus-auth]\n"
     )
     return files
 

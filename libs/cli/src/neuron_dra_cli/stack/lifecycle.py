@@ -59,6 +59,10 @@ from neuron_dra_cli.stack.ultraserver import ultraserver_components
 Progress = Callable[[str], None]
 T = TypeVar("T")
 
+#: Set for every service of a stack started with ``--insecure-bus``: it then connects to
+#: the open bus, and says so in its log, instead of refusing to start without credentials.
+INSECURE_BUS_ENV = "NEURON_DRA_INSECURE_BUS"
+
 
 @dataclass(frozen=True)
 class UpOptions:
@@ -68,7 +72,8 @@ class UpOptions:
     state_dir: Path
     tracing: bool = False  # start Jaeger and point every neuron-dra service at it
     #: NATS admits clients through the auth callout; every service presents its own token.
-    bus_auth: bool = False
+    #: False (``--insecure-bus``): an open bus, every service told so by INSECURE_BUS_ENV.
+    bus_auth: bool = True
     #: Real kubelets with containerd and runc, beside the simulated nodes (needs root).
     real_nodes: int = 0
     #: The product's discovery and kubelet-plugin DaemonSets on the (one) real node.
@@ -310,6 +315,8 @@ def up(opts: UpOptions, *, progress: Progress = print) -> state.StackState:
 
         hardware = background.submit(_timed, write_hardware)
         auth = busauth.prepare(layout) if opts.bus_auth else None
+        if auth is None:
+            launcher.env[INSECURE_BUS_ENV] = "1"
         # With the driver on the real node, NATS is its StatefulSet there (started once the
         # node is up, see realnats); the authenticated bus keeps the stack's own server.
         nats_on_node = real is not None and real.nats_image is not None
@@ -342,7 +349,7 @@ def up(opts: UpOptions, *, progress: Progress = print) -> state.StackState:
         if jaeger_binary is not None:
             backend = tracing.jaeger(binary=jaeger_binary, state_dir=layout.root)
             launcher.start([backend])
-            launcher.env = tracing.otlp_env(backend.ports)
+            launcher.env.update(tracing.otlp_env(backend.ports))
         launcher.start(
             [
                 comp.apiserver(
@@ -785,13 +792,13 @@ def _timed(work: Callable[[], T]) -> tuple[T, float]:
 
 
 def _apply_cluster_objects(layout: Layout, auth: busauth.BusAuth | None) -> dict[str, Path]:
-    """The local overlay, then every service's ServiceAccount and RBAC from the base (with
-    the bus-auth component's, with ``auth``); returns each API-calling service's own
-    kubeconfig (a token of its ServiceAccount), by kind."""
+    """The local overlay, then every service's ServiceAccount and RBAC from the base (the
+    bus-auth component's among them); returns each API-calling service's own kubeconfig (a
+    token of its ServiceAccount), by kind, the callout's too with ``auth``."""
     services.apply_cluster_objects(layout.kubeconfig)
+    found = accounts.service_kubeconfigs(layout, layout.kubeconfig)
     if auth is None:
-        return accounts.service_kubeconfigs(layout, layout.kubeconfig)
-    found = accounts.service_kubeconfigs(layout, layout.kubeconfig, tree=auth.kustomization)
+        return found
     found[busauth.KIND] = accounts.service_kubeconfig(
         layout, layout.kubeconfig, busauth.KIND, account=busauth.CALLOUT_ACCOUNT
     )

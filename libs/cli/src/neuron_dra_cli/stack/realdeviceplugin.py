@@ -80,8 +80,9 @@ class PluginSetup:
     apiserver_port: int
     hardware: Path
     http_port: int
-    #: On the authenticated bus: the plugin presents its projected bus token and NATS's CA.
-    bus_auth: bool = False
+    #: On the authenticated bus: the plugin presents its projected bus token and NATS's CA;
+    #: False (``--insecure-bus``): it is told the bus is open.
+    bus_auth: bool = True
 
 
 def _host(path: Path) -> dict[str, str]:
@@ -100,6 +101,7 @@ def kustomization(setup: PluginSetup, *, folder: Path, component: Path = COMPONE
         # No kube-proxy on the stack: the apiserver's own address.
         "KUBERNETES_SERVICE_HOST": "127.0.0.1",
         "KUBERNETES_SERVICE_PORT": str(setup.apiserver_port),
+        **({} if setup.bus_auth else {"NEURON_DRA_INSECURE_BUS": "1"}),
     }
     patch = {
         "apiVersion": "apps/v1",

@@ -12,17 +12,18 @@ on this machine, never a second copy of the pod specs:
   services' Deployments, one replica each here, run there and serve them all; the stack
   starts no process of those services);
 - the network: all on the host's network, so NATS and the apiserver (on the host's
-  loopback: NATS as the overlay's StatefulSet on the same node, see ``realnats``, or the
-  stack's process on the authenticated bus) are reached at the stack's own addresses, and
-  each HTTP port is a free one;
+  loopback: NATS the stack's process on the authenticated bus, or with ``--insecure-bus``
+  the overlay's StatefulSet on the same node, see ``realnats``) are reached at the stack's
+  own addresses, and each HTTP port is a free one;
 - the paths: the real kubelet's root, its node's CDI folder (containerd reads it) and the
   node's simulated hardware, all under the node's folder.
 
-On the authenticated bus (``--bus-auth``) the kustomization lists the ``bus-auth`` component
-too, as a cluster's overlay would: the kubelet projects each pod's ServiceAccount token for
-the bus and the CA of the Secret ``neuron-dra-nats-tls``, which the stack makes from its PKI
-(see :func:`nats_tls_secret`). The pods dial NATS at the host's loopback, which its
-certificate names.
+The bus is authenticated as on a cluster (the base lists the ``bus-auth`` component): the
+kubelet projects each pod's ServiceAccount token for the bus and the CA of the Secret
+``neuron-dra-nats-tls``, which the stack makes from its PKI (see :func:`nats_tls_secret`).
+The pods dial NATS at the host's loopback, which its certificate names. With
+``--insecure-bus`` the kustomization takes the token and the CA out again and tells each
+service that the bus is open.
 
 Each real node is a trn2.48xlarge with simulated hardware, whose device nodes are
 character devices (see :func:`write_hardware`).
@@ -46,7 +47,7 @@ from neuron_dra_common.hardware.simulate import SimNode, write_node
 
 from neuron_dra_cli import imagebuild
 from neuron_dra_cli.errors import CliError
-from neuron_dra_cli.stack import busauth, kubectl, process, realconfig, realnodes
+from neuron_dra_cli.stack import kubectl, process, realconfig, realnodes
 from neuron_dra_cli.stack.layout import Layout
 from neuron_dra_cli.stack.pki import Pki
 from neuron_dra_cli.toolbuild import ContainerdBinaries
@@ -100,6 +101,8 @@ DEPLOYMENTS: Final = tuple(SERVICES)
 #: The stack's processes the Deployments take the place of.
 SERVICE_KINDS: Final = frozenset(container for container, _ in SERVICES.values())
 INSTANCE_TYPE: Final = "trn2.48xlarge"
+#: Where the base mounts each service's bus token and NATS's CA.
+BUS_MOUNT: Final = "/var/run/secrets/neuron-dra/bus"
 #: The Secret the bus-auth component reads NATS's certificate and its CA from.
 NATS_TLS_SECRET: Final = "neuron-dra-nats-tls"
 #: Linux's "local/experimental use" character major (Documentation/admin-guide/devices.txt):
@@ -150,8 +153,8 @@ class NodeSetup:
     probe_port: int
     probe_state: Path  # the health probe's state folder on the node
     alertmanager_url: str
-    #: The authenticated bus: the kustomization lists the bus-auth component.
-    bus_auth: bool = False
+    #: The authenticated bus (the base's); False: ``--insecure-bus``, the open one.
+    bus_auth: bool = True
 
 
 def _env(pairs: Mapping[str, str]) -> list[dict[str, str]]:
@@ -317,7 +320,7 @@ def kustomization(setup: NodeSetup, *, folder: Path, overlay: Path = LOCAL_OVERL
             ],
         },
     )  # fmt: skip
-    doc = {
+    doc: dict[str, Any] = {
         "apiVersion": "kustomize.config.k8s.io/v1beta1",
         "kind": "Kustomization",
         # kustomize takes a base only by a relative path.
@@ -342,10 +345,42 @@ def kustomization(setup: NodeSetup, *, folder: Path, overlay: Path = LOCAL_OVERL
             ),
         ],
     }  # fmt: skip
-    if setup.bus_auth:
-        # The projected bus token and NATS's CA in each agent, as on a cluster.
-        doc["components"] = [os.path.relpath(busauth.COMPONENT.resolve(), folder.resolve())]
+    if not setup.bus_auth:
+        # The base gives each its projected bus token and NATS's CA; the open bus has neither.
+        workloads = [
+            ("DaemonSet", DISCOVERY, "discovery"),
+            ("DaemonSet", PLUGIN, "kubelet-plugin"),
+            ("DaemonSet", HEALTH_PROBE, "health-probe"),
+            *(("Deployment", name, container) for name, (container, _) in SERVICES.items()),
+        ]
+        doc["patches"] += [
+            {"target": {"kind": kind, "name": name}, "patch": _open_bus(kind, name, container)}
+            for kind, name, container in workloads
+        ]
     return json.dumps(doc, indent=2) + "\n"
+
+
+def _open_bus(kind: str, name: str, container: str) -> str:
+    """``--insecure-bus``: workload ``name`` without the bus token and CA the base mounts,
+    told that the bus is open (``NEURON_DRA_INSECURE_BUS``)."""
+    return workload_patch(
+        kind,
+        name,
+        {
+            "containers": [
+                {
+                    "name": container,
+                    "env": [
+                        {"name": "NEURON_DRA_NATS_TOKEN_FILE", "$patch": "delete"},
+                        {"name": "NEURON_DRA_NATS_TLS_CA", "$patch": "delete"},
+                        {"name": "NEURON_DRA_INSECURE_BUS", "value": "1"},
+                    ],
+                    "volumeMounts": [{"mountPath": BUS_MOUNT, "$patch": "delete"}],
+                }
+            ],
+            "volumes": [{"name": "bus-token", "$patch": "delete"}],
+        },
+    )
 
 
 def _wanted(obj: dict[str, Any]) -> bool:

@@ -17,8 +17,9 @@ machine needs, in a kustomization of its own beside the overlay:
   rendered StatefulSet).
 
 It starts once the real node is Ready and before any service: nothing of the stack uses the
-bus before then. The authenticated bus (``--bus-auth``) keeps the stack's own server: its
-configuration is the stack's, made with the auth callout's keys.
+bus before then. Only on the open bus (``--insecure-bus``): the authenticated one (the
+default) keeps the stack's own server, whose configuration is the stack's, made with the auth
+callout's keys; here the StatefulSet runs with nats.conf alone.
 """
 
 from __future__ import annotations
@@ -51,6 +52,21 @@ def kustomization(*, folder: Path, port: int, monitor_port: int) -> str:
             "nodeSelector": {realconfig.REAL_NODE_LABEL: "true"},
             "hostNetwork": True,
             "dnsPolicy": "ClusterFirstWithHostNet",
+            # The open bus (--insecure-bus): nats.conf alone (the arguments below), without
+            # the callout's keys and the certificate the base's auth.conf reads.
+            "containers": [
+                {
+                    "name": "nats",
+                    "env": [
+                        {"name": "NEURON_DRA_BUS_AUTH_ISSUER", "$patch": "delete"},
+                        {"name": "NEURON_DRA_BUS_AUTH_PASSWORD", "$patch": "delete"},
+                    ],
+                    "volumeMounts": [{"mountPath": "/etc/nats-tls", "$patch": "delete"}],
+                }
+            ],
+            "volumes": [{"name": "tls", "$patch": "delete"}],
+            # It keeps its streams in the global account, where an open server has them.
+            "initContainers": [{"name": "streams-to-account", "$patch": "delete"}],
         },
     )
     ports = [
@@ -60,6 +76,13 @@ def kustomization(*, folder: Path, port: int, monitor_port: int) -> str:
         {"op": "replace", "path": "/spec/template/spec/containers/0/ports",
          "value": [{"name": "client", "containerPort": port},
                    {"name": "monitor", "containerPort": monitor_port}]},
+        # The probes ask the monitoring port on the loopback (the overlay's URL is the last
+        # argument of each), here the stack's.
+        *({"op": "replace", "path": f"/spec/template/spec/containers/0/{probe}/exec/command/3",
+           "value": f"http://127.0.0.1:{monitor_port}/healthz{query}"}
+          for probe, query in (("startupProbe", "?js-enabled-only=true"),
+                               ("livenessProbe", "?js-enabled-only=true"),
+                               ("readinessProbe", ""))),
     ]  # fmt: skip
     doc = {
         "apiVersion": "kustomize.config.k8s.io/v1beta1",

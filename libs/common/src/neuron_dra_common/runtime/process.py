@@ -24,7 +24,7 @@ import uvloop
 
 from neuron_dra_common.errors import SetupError
 from neuron_dra_common.runtime.http import HealthServer, HttpLimits
-from neuron_dra_common.settings import ServiceSettings, SettingsError, load
+from neuron_dra_common.settings import ServiceSettings, SettingsError, env_name, load
 from neuron_dra_common.telemetry.logs import configure_logging
 from neuron_dra_common.telemetry.metrics import publish_build_info
 from neuron_dra_common.telemetry.tracing import configure_tracing, shutdown_tracing
@@ -214,6 +214,18 @@ def run(build: Callable[[], Awaitable[Service]], *, name: str, settings: Service
     ``build`` is async because wiring usually connects to NATS or the apiserver first.
     """
     configure_logging(service=name, level=settings.log_level)
+    refusal = settings.bus_refusal()
+    if refusal:
+        log.error(f"cannot start: {refusal}", extra={"error": refusal})
+        return 2
+    missing = settings.missing_bus_credentials()
+    if settings.insecure_bus and missing:
+        log.warning(
+            f"INSECURE BUS: {env_name('insecure_bus')} is set: connecting to NATS without "
+            f"{' and '.join(missing)}: whoever reaches the server may read and write every "
+            "event. For debugging only",
+            extra={"insecure_bus": True, "missing": missing},
+        )
     configure_tracing(service=name, otlp_endpoint=settings.otlp_endpoint)
     publish_build_info(name)
 
