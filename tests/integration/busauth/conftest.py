@@ -62,6 +62,8 @@ class AuthenticatedBus:
     stack: KubeStack
     namespace: str
     tokens: Path
+    #: The callout's process (a test may pause it, as a callout slower than its clients).
+    callout: subprocess.Popen[bytes]
 
     @property
     def url(self) -> str:
@@ -219,7 +221,12 @@ def _authenticated_bus(
     try:
         _wait_ready(http_port, proc, log)
         yield AuthenticatedBus(
-            server=server, callout_log=log, stack=kube_stack, namespace=namespace, tokens=tokens
+            server=server,
+            callout_log=log,
+            stack=kube_stack,
+            namespace=namespace,
+            tokens=tokens,
+            callout=proc,
         )
     finally:
         _stop(proc)

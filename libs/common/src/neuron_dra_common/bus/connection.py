@@ -20,9 +20,35 @@ from neuron_dra_common.bus.reconcile import Change, reconcile
 from neuron_dra_common.bus.runner import ConsumerRunner, Handler, RunnerOptions
 from neuron_dra_common.telemetry.tracing import INSTRUMENTATION
 
-__all__ = ["Bus"]
+__all__ = ["Bus", "lost_connections", "on_connection_lost"]
 
 log = logging.getLogger(__name__)
+
+#: Connections of this process that the server ended for good (``"<client>: <error>"``).
+_LOST: list[str] = []
+_LOST_LISTENERS: list[Callable[[str], None]] = []
+
+
+def lost_connections(*, forget: bool = False) -> list[str]:
+    """The connections the server ended for good since the last ``forget``.
+
+    nats-py reconnects after a dropped socket, but ends a connection for good when the
+    server refuses it with an error (an auth callout that answered too late after a server
+    restart, a granted user whose time ran out): nothing on that client works again, so the
+    process must start its service anew (:func:`neuron_dra_common.runtime.process.run`).
+    """
+    lost = list(_LOST)
+    if forget:
+        _LOST.clear()
+    return lost
+
+
+def on_connection_lost(listener: Callable[[str], None] | None) -> None:
+    """Call ``listener`` with the reason when the server ends a connection for good
+    (None: nobody)."""
+    _LOST_LISTENERS.clear()
+    if listener is not None:
+        _LOST_LISTENERS.append(listener)
 
 
 class Bus:
@@ -42,6 +68,7 @@ class Bus:
         limits: IntakeLimits | None = None,
     ) -> None:
         self.nc = nc
+        self.closing = False
         #: What every consumer built on this bus accepts (runners, followers, responders).
         self.limits = limits or IntakeLimits()
         self.js: JetStreamContext = nc.jetstream()
@@ -87,6 +114,20 @@ class Bus:
         async def on_reconnected() -> None:
             log.info("nats reconnected", extra={"client": name, "url": str(nc.connected_url)})
 
+        bus: Bus | None = None
+
+        async def on_closed() -> None:
+            if bus is not None and bus.closing:
+                return
+            reason = f"{name}: {nc.last_error!r}"
+            log.error(
+                "nats ended this client's connection for good; the service starts again",
+                extra={"client": name, "error": repr(nc.last_error)},
+            )
+            _LOST.append(reason)
+            for listener in list(_LOST_LISTENERS):
+                listener(reason)
+
         async def on_error(exc: Exception) -> None:
             text = str(exc)
             if (
@@ -112,10 +153,12 @@ class Bus:
             disconnected_cb=on_disconnected,
             reconnected_cb=on_reconnected,
             error_cb=on_error,
+            closed_cb=on_closed,
             inbox_prefix=inbox,
             **auth,
         )
-        return cls(nc, limits=limits)
+        bus = cls(nc, limits=limits)
+        return bus
 
     @property
     def connected(self) -> bool:
@@ -164,6 +207,7 @@ class Bus:
 
     async def close(self) -> None:
         """Drain: flush what was published, finish subscriptions, then close."""
+        self.closing = True
         if self.nc.is_closed:
             return
         try:

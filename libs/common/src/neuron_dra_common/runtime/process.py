@@ -18,6 +18,7 @@ import signal
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from types import ModuleType
 from typing import TypeVar
 
 import uvloop
@@ -73,6 +74,8 @@ class Service:
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._stop_requested = asyncio.Event()
         self._stopping = False
+        #: A signal asked this service to stop (it must not start again by itself).
+        self.stop_asked = False
         self._failed: list[str] = []
         self.http.add_liveness("tasks", lambda: not self._failed)
 
@@ -99,6 +102,12 @@ class Service:
         self._shutdown.append(callback)
 
     def request_stop(self) -> None:
+        self.stop_asked = True
+        self._stop_requested.set()
+
+    def _bus_lost(self, reason: str) -> None:
+        if not self._stopping:
+            log.error("the bus ended a connection: stopping", extra={"lost": reason})
         self._stop_requested.set()
 
     def _task_done(self, task: asyncio.Task[None]) -> None:
@@ -119,6 +128,9 @@ class Service:
         loop = asyncio.get_running_loop()
         for sig in _SIGNALS:
             loop.add_signal_handler(sig, self._signalled, sig)
+        connection = _bus_connection_module()
+        if connection is not None:
+            connection.on_connection_lost(self._bus_lost)
         try:
             await self.http.start()
             for spec in self._specs:
@@ -135,12 +147,15 @@ class Service:
         finally:
             for sig in _SIGNALS:
                 loop.remove_signal_handler(sig)
+            if connection is not None:
+                connection.on_connection_lost(None)
         code = 1 if self._failed else 0
         log.info("service stopped", extra={"service": self.name, "exit_code": code})
         return code
 
     def _signalled(self, sig: signal.Signals) -> None:
         log.info("shutdown requested", extra={"signal": sig.name})
+        self.stop_asked = True
         self._stop_requested.set()
 
     async def _stop_all(self, deadline: float) -> None:
@@ -204,6 +219,22 @@ async def _close_kube_clients() -> None:
         await kube.close_open_clients()
 
 
+#: Waits before a service whose bus connection the server ended starts again (doubling).
+_RESTART_FIRST_WAIT = 0.5
+_RESTART_LAST_WAIT = 30.0
+
+
+def _bus_connection_module() -> ModuleType | None:
+    """The bus's connection module if this process loaded it (a service without the bus does
+    not pay for importing the NATS client)."""
+    return sys.modules.get("neuron_dra_common.bus.connection")
+
+
+def _lost_bus_connections() -> list[str]:
+    connection = _bus_connection_module()
+    return connection.lost_connections(forget=True) if connection is not None else []
+
+
 async def _call(start: Callable[[], Awaitable[None]]) -> None:
     await start()
 
@@ -229,18 +260,37 @@ def run(build: Callable[[], Awaitable[Service]], *, name: str, settings: Service
     configure_tracing(service=name, otlp_endpoint=settings.otlp_endpoint)
     publish_build_info(name)
 
-    async def main() -> int:
+    async def once() -> tuple[int, bool]:
+        """The exit code, and whether to start again (a bus connection lost, no stop asked)."""
         try:
-            try:
-                service = await _build_unless_stopped(build)
-            except SetupError as exc:
-                # A kubeconfig, proxy or path the settings name that cannot be used: one line
-                # that says which and why, not a traceback.
-                log.error(f"cannot start: {exc}", extra={"error": str(exc)})
-                return 2
-            if service is None:
-                return 0
-            return await service.run()
+            service = await _build_unless_stopped(build)
+        except SetupError as exc:
+            # A kubeconfig, proxy or path the settings name that cannot be used: one line
+            # that says which and why, not a traceback.
+            log.error(f"cannot start: {exc}", extra={"error": str(exc)})
+            return 2, False
+        if service is None:
+            return 0, False
+        code = await service.run()
+        lost = _lost_bus_connections()
+        return code, bool(lost) and not service.stop_asked
+
+    async def main() -> int:
+        backoff = _RESTART_FIRST_WAIT
+        try:
+            while True:
+                code, again = await once()
+                if not again:
+                    return code
+                # The server ended a bus connection for good: what ran on it is gone, so the
+                # service starts again in this process, as a restarted container would.
+                log.warning(
+                    "starting the service again: the bus ended its connection",
+                    extra={"service": name, "after_seconds": backoff},
+                )
+                await _close_kube_clients()
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, _RESTART_LAST_WAIT)
         finally:
             await _close_kube_clients()
             shutdown_tracing()
