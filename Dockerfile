@@ -53,8 +53,8 @@ COPY services/device-plugin/pyproject.toml services/device-plugin/
 RUN --mount=type=cache,target=/var/cache/uv,sharing=locked \
     uv sync --frozen --no-dev --all-packages --no-install-workspace
 # The workspace's packages, installed as wheels (no editable links to /src). --no-dev leaves
-# out the dev group, and with it the CLI's `dev` extra (the local stack's kubectl,
-# nats-server, and the cryptography package of its PKI): `neuron-dra dev` says so and stops.
+# out the dev group, and with it the CLI's `dev` extra (the local stack's kubectl and
+# nats-server): `neuron-dra dev` says so and stops.
 COPY libs libs
 COPY protos protos
 COPY services services

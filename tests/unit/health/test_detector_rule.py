@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import msgspec
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from neuron_dra_health_monitor.detector import Detector, DetectorRules
@@ -168,3 +169,24 @@ def test_lost_exactly_when_silent_long_enough_never_because_the_bus_was(
         assert kinds == ["lost", "recovered"] * (len(kinds) // 2) + ["lost"] * (len(kinds) % 2)
         if name not in silent_nodes:
             assert kinds == [], (name, fleet.verdicts)
+
+
+def test_after_a_reconnect_a_node_late_to_the_bus_is_waited_for_the_reconnect_grace() -> None:
+    """A NATS restart: the detector is back at once, one node's agent only 10 s later (it
+    waited for the auth callout). Within the reconnect grace that node is not lost; without
+    the grace (one window) it is, and a node silent past the grace still is."""
+    for grace, lost in ((15.0, []), (0.0, ["n0"])):
+        fleet = Fleet(8, rules=msgspec.structs.replace(RULES, reconnect_grace=grace))
+        fleet.run(5)
+        fleet.detector.resume(now=fleet.now, reconnected=True)
+        fleet.up.discard("n0")
+        fleet.run(10)
+        fleet.up.add("n0")
+        fleet.run(10)
+        assert [node for _, kind, node in fleet.verdicts if kind == "lost"] == lost, grace
+    fleet = Fleet(8, rules=msgspec.structs.replace(RULES, reconnect_grace=15.0))
+    fleet.run(5)
+    fleet.detector.resume(now=fleet.now, reconnected=True)
+    fleet.up.discard("n0")
+    fleet.run(25)
+    assert [node for _, kind, node in fleet.verdicts if kind == "lost"] == ["n0"]

@@ -78,6 +78,9 @@ class DetectorRules(msgspec.Struct, frozen=True, kw_only=True):
     quiet_min_nodes: int = 4
     #: seconds a node whose agent said goodbye may stay silent (0: no grace, the usual rule)
     restart_grace: float = 30.0
+    #: seconds to judge nobody after the detector is back on the bus (at least one window):
+    #: agents reconnecting to a restarted server may wait for the auth callout meanwhile
+    reconnect_grace: float = 0.0
 
 
 class Verdict(msgspec.Struct, frozen=True, kw_only=True):
@@ -128,10 +131,14 @@ class Detector:
 
     # --- inputs --------------------------------------------------------------------------
 
-    def resume(self, *, now: float) -> None:
+    def resume(self, *, now: float, reconnected: bool = False) -> None:
         """Judge nobody for one full window from ``now`` (after a start, a reconnect, a
-        takeover, or a silence of the whole fleet), then judge again."""
-        self._judging_from = now + self._longest_window()
+        takeover, or a silence of the whole fleet), then judge again; ``reconnected`` (back on
+        the bus after losing it): for ``reconnect_grace`` if that is longer."""
+        wait = self._longest_window()
+        if reconnected:
+            wait = max(wait, self.rules.reconnect_grace)
+        self._judging_from = now + wait
         for state in self.nodes.values():
             # Silence before ``now`` was the detector's blindness, not the node's.
             state.last = max(state.last, now)

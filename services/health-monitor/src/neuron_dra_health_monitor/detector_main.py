@@ -29,6 +29,7 @@ def rules(settings: DetectorSettings) -> DetectorRules:
         flap_seconds=settings.flap_seconds,
         stable_seconds=settings.stable_seconds,
         restart_grace=settings.restart_grace_seconds,
+        reconnect_grace=settings.reconnect_grace_seconds,
     )
 
 

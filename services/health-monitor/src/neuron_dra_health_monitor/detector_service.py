@@ -129,8 +129,11 @@ class FailureDetector:
         if self._blind:
             # Back on the bus: heartbeats sent meanwhile were not heard; wait for fresh ones.
             self._blind = False
-            self.detector.resume(now=now)
-            log.info("bus back: judging again after one window")
+            self.detector.resume(now=now, reconnected=True)
+            log.info(
+                "bus back: judging again after the reconnect grace",
+                extra={"seconds": self.detector.rules.reconnect_grace},
+            )
         verdicts = self._unsent + self.detector.judge(now=now)
         self._unsent = []
         for verdict in verdicts:

@@ -54,6 +54,16 @@ class DetectorSettings(LeaderElectedSettings, frozen=True, kw_only=True):
             "update or a restart) may stay silent before it is lost; 0: no grace",
         ),
     ] = 30.0
+    reconnect_grace_seconds: Annotated[
+        float,
+        msgspec.Meta(
+            ge=0,
+            le=120,
+            description="Seconds the detector judges nobody once it is back on the bus after "
+            "losing it (at least one window): agents reconnecting to a restarted NATS server "
+            "may wait for the auth callout, up to the server's 10 s authorization timeout",
+        ),
+    ] = 15.0
     tick_seconds: Annotated[
         float, msgspec.Meta(gt=0, le=5, description="Seconds between judgements")
     ] = 0.25
