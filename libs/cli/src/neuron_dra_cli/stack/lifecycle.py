@@ -270,6 +270,11 @@ def up(opts: UpOptions, *, progress: Progress = print) -> state.StackState:
     bins = kubebuild.ensure_binaries(
         opts.k8s_version, progress=lambda m: progress("  " + m), kubelet=opts.real_nodes > 0
     )
+    # Nodes of the fleet on a kubelet release of their own (``kubeletVersion``).
+    node_binaries = {
+        v: kubebuild.ensure_node_binary(v, progress=lambda m: progress("  " + m))
+        for v in sorted({n.kubelet_version for n in opts.fleet.nodes if n.kubelet_version})
+    }
     real = _real_node_inputs(opts, progress) if opts.real_nodes > 0 else None
     jaeger_binary = None
     if opts.tracing:
@@ -440,7 +445,7 @@ def up(opts: UpOptions, *, progress: Progress = print) -> state.StackState:
             node_component(
                 fleet=opts.fleet,
                 node=n,
-                binary=bins.hollow_node,
+                binary=node_binaries.get(n.kubelet_version, bins.hollow_node),
                 layout=layout,
                 kubeconfig=write_kubeconfig(
                     layout.component_kubeconfig(f"node-{n.name}"),
