@@ -321,7 +321,15 @@ def ensure_node_binary(version: str, *, progress: Progress = print) -> Path:
     ``NODE_RELEASES``), building it alone when it is missing: a simulated node of that
     kubelet release, to join a stack of a supported one."""
     wanted = version.strip().removeprefix("v")
-    release = NODE_RELEASES.get(wanted) or resolve_version(wanted)
+    release = NODE_RELEASES.get(wanted)
+    if release is None:
+        try:
+            release = resolve_version(wanted)
+        except KubeBuildError:
+            known = ", ".join(sorted({*SUPPORTED, *NODE_RELEASES}, key=_version_key, reverse=True))
+            raise KubeBuildError(
+                f"no simulated node of Kubernetes {version!r}; known releases: {known}"
+            ) from None
     bdir = paths.cache_dir() / "kube" / release.version / "bin"
     _build(release, bdir, (_HOLLOW_NODE,), progress)
     return bdir / _HOLLOW_NODE.name
