@@ -12,6 +12,11 @@ setting.
 
 from __future__ import annotations
 
+import json
+import ssl
+import urllib.error
+import urllib.request
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -48,6 +53,37 @@ def node_events(kcheck: Actuate, node: str) -> list[dict[str, Any]]:
         f"involvedObject.kind=Node,involvedObject.name={node},reason=KubeletDRARegression",
     )["items"]
     return items
+
+
+def own_kubeconfig(kcheck: Actuate) -> Path:
+    """The old node's plugin's kubeconfig from `dev up`: a token bound to a pod on its node,
+    which the admission policy neuron-dra-kubelet-plugin-nodes asks for."""
+    return kcheck.layout.component_kubeconfig(f"kubelet-plugin-{OLD}")
+
+
+def patch_condition(
+    kubeconfig: Path, node: str, condition: dict[str, str]
+) -> tuple[int, dict[str, Any]]:
+    """As the kubelet plugin writes NeuronHealth, with the token ``kubeconfig`` names: a
+    strategic merge patch of nodes/status; the API server's status and answer."""
+    config = json.loads(kubeconfig.read_text())
+    cluster = config["clusters"][0]["cluster"]
+    token = Path(config["users"][0]["user"]["tokenFile"]).read_text().strip()
+    request = urllib.request.Request(
+        f"{cluster['server']}/api/v1/nodes/{node}/status",
+        data=json.dumps({"status": {"conditions": [condition]}}).encode(),
+        method="PATCH",
+        headers={
+            "Authorization": f"Bearer {token}",
+            "Content-Type": "application/strategic-merge-patch+json",
+        },
+    )
+    tls = ssl.create_default_context(cafile=cluster["certificate-authority"])
+    try:
+        with urllib.request.urlopen(request, context=tls, timeout=30) as answer:
+            return answer.status, json.loads(answer.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
 
 
 def prepare_failures(kcheck: Actuate, pod: str) -> list[str]:
@@ -133,7 +169,9 @@ def test_the_setting_serves_a_kubelet_with_the_regression_and_keeps_warning(
 ) -> None:
     stack = kcheck.stack
     kcheck.kill_plugin(OLD)
-    kcheck.start_plugin(OLD, env={SETTING: "true"})
+    kcheck.start_plugin(
+        OLD, env={SETTING: "true", "NEURON_DRA_KUBECONFIG": str(own_kubeconfig(kcheck))}
+    )
     kcheck.wait_plugin_ready(OLD)
     # The waiting pod's claim is prepared at the kubelet's next try.
     kcheck.wait_running("on-old-kubelet", timeout=120)
@@ -150,3 +188,27 @@ def test_the_setting_serves_a_kubelet_with_the_regression_and_keeps_warning(
     assert "claims are prepared anyway, as the setting allows" in kcheck.log(OLD).read_text()
     stack.kubectl("delete", "-f", str(EXAMPLE_POD), "--wait=false")
     stack.wait_for("the claim unprepared", lambda: kcheck.cdi_specs(OLD) == {}, timeout=90)
+
+
+def test_the_kubelet_plugin_may_write_only_its_own_nodes_neuron_health(kcheck: Actuate) -> None:
+    """RBAC lets the plugin's ServiceAccount patch any Node's status; the admission policy
+    keeps a plugin to the NeuronHealth condition of the node its pod-bound token names."""
+    own = own_kubeconfig(kcheck)
+    current = conditions(kcheck, OLD)["NeuronHealth"]
+    same = {k: current[k] for k in ("type", "status", "reason", "message")}
+    status, answer = patch_condition(own, OLD, same)
+    assert status == 200, answer
+    forged = {**same, "reason": "Forged"}
+    status, answer = patch_condition(own, FIXED, forged)
+    assert status == 403
+    assert f"may write only Node {OLD}, not Node {FIXED}" in answer["message"]
+    ready = {"type": "Ready", "status": "False", "reason": "Forged", "message": "test"}
+    status, answer = patch_condition(own, OLD, ready)
+    assert status == 403
+    assert "may change only the NeuronHealth conditions" in answer["message"]
+    # A token of the plugin's account bound to no pod names no node.
+    status, answer = patch_condition(kcheck.plugin_kubeconfig, OLD, forged)
+    assert status == 403
+    assert "this token names no node" in answer["message"]
+    assert conditions(kcheck, OLD)["NeuronHealth"]["reason"] == "KubeletDRARegression"
+    assert conditions(kcheck, FIXED)["NeuronHealth"]["reason"] == "NeuronHasNoError"

@@ -385,6 +385,9 @@ def up(opts: UpOptions, *, progress: Progress = print) -> state.StackState:
                 healthprobe.KIND,
                 [n.name for n in opts.fleet.nodes if n.managed],
             )
+            found |= accounts.node_agent_kubeconfigs(
+                layout, layout.kubeconfig, plugin.KIND, [n.name for n in opts.fleet.nodes if n.dra]
+            )
             if plugin_nodes:
                 found |= deviceplugin.device_plugin_kubeconfigs(
                     layout, layout.kubeconfig, [n.name for n in opts.fleet.nodes if n.device_plugin]
@@ -502,7 +505,7 @@ def up(opts: UpOptions, *, progress: Progress = print) -> state.StackState:
                 layout=layout,
                 nats_url=current.nats_url,
                 kubeconfig=layout.kubeconfig,
-                plugin_kubeconfig=own_kubeconfigs[plugin.KIND],
+                kubeconfigs=own_kubeconfigs,
             ),
             *(
                 deviceplugin.device_plugin_components(
