@@ -6,7 +6,7 @@ TokenRequest API (``kubectl create token``), kept in a file its kubeconfig names
 ``tokenFile``, as a pod's projected token is. So the stack exercises the manifests' RBAC and
 admission policies, never admin rights.
 
-A node agent (the health probe, the device plugin, the kubelet plugin) is held to its own node by admission
+A node agent (the health probe, the device plugin) is held to its own node by admission
 policies keyed on the node a pod-bound token names (``authentication.kubernetes.io/node-name``,
 which the API server takes from the pod's ``spec.nodeName``). On a cluster the kubelet gives
 the agent's pod such a token; on the stack, where the agent is a process, each agent gets a
@@ -64,7 +64,7 @@ ACCOUNTS: Final = {
 #: The agents that run on each node: a token of theirs is bound to a pod on that node
 #: (:func:`node_agent_kubeconfigs`), never a plain one. (The device plugin's account is
 #: in ``deploy/kustomize/components/device-plugin``, applied by ``stack.deviceplugin``.)
-NODE_AGENTS: Final = frozenset({"health-probe", "device-plugin", "kubelet-plugin"})
+NODE_AGENTS: Final = frozenset({"health-probe", "device-plugin"})
 
 #: Tokens outlive any local stack; a cluster's kubelet rotates a pod's token instead.
 TOKEN_DURATION: Final = "8760h"

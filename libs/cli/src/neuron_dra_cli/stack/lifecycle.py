@@ -372,6 +372,8 @@ def up(opts: UpOptions, *, progress: Progress = print) -> state.StackState:
         plugin_nodes = any(n.device_plugin for n in opts.fleet.nodes)
         with_extender = opts.real_node_device_plugin or plugin_nodes
 
+        warned = kubebuild.NODE_RELEASES
+
         def apply_objects() -> dict[str, Path]:
             found = _apply_cluster_objects(layout, auth)
             if with_extender:
@@ -385,8 +387,14 @@ def up(opts: UpOptions, *, progress: Progress = print) -> state.StackState:
                 healthprobe.KIND,
                 [n.name for n in opts.fleet.nodes if n.managed],
             )
+            # The kubelet plugin writes its Node only on a kubelet it warns about
+            # (kubeletcheck): those nodes' plugins get a token bound to a pod there, which its
+            # admission policy asks for; the others keep a plain one (no pod for their kubelets).
             found |= accounts.node_agent_kubeconfigs(
-                layout, layout.kubeconfig, plugin.KIND, [n.name for n in opts.fleet.nodes if n.dra]
+                layout,
+                layout.kubeconfig,
+                plugin.KIND,
+                [n.name for n in opts.fleet.nodes if n.dra and n.kubelet_version in warned],
             )
             if plugin_nodes:
                 found |= deviceplugin.device_plugin_kubeconfigs(
@@ -505,6 +513,7 @@ def up(opts: UpOptions, *, progress: Progress = print) -> state.StackState:
                 layout=layout,
                 nats_url=current.nats_url,
                 kubeconfig=layout.kubeconfig,
+                plugin_kubeconfig=own_kubeconfigs[plugin.KIND],
                 kubeconfigs=own_kubeconfigs,
             ),
             *(

@@ -6,9 +6,13 @@ simulated hardware, and writes CDI specs under ``<state>/nodes/<name>/cdi``.
 
 API access: as on a cluster, the plugin runs as the ``neuron-dra-kubelet-plugin``
 ServiceAccount bound to the ClusterRole in ``deploy/kustomize/base/kubelet-plugin``, with a
-token of that account bound to a pod on its node (``stack.accounts.node_agent_kubeconfigs``),
-so the local stack exercises the DaemonSet's least-privilege RBAC and the admission policy
-that keeps a plugin to its own Node, rather than admin rights.
+token of that account (``stack.accounts``), so the local stack exercises the DaemonSet's
+least-privilege RBAC rather than admin rights. On a node whose kubelet the plugin warns about
+(a fleet group's ``kubeletVersion`` of ``kubebuild.NODE_RELEASES``), where it writes its Node's
+``NeuronHealth``, the token is bound to a pod on that node
+(``stack.accounts.node_agent_kubeconfigs``), as the admission policy
+``neuron-dra-kubelet-plugin-nodes`` asks; elsewhere it writes no Node and a plain token saves
+the simulated kubelets a pod each.
 """
 
 from __future__ import annotations
@@ -120,9 +124,7 @@ def plugin_components(
     ``services.product_components``); ``kubeconfig`` is the admin one, used only to bind the
     plugins' own identity to the DaemonSet's ClusterRole, unless ``plugin_kubeconfig`` is
     what :func:`apply_plugin_rbac` returned already. ``kubeconfigs`` by component name (a
-    token bound to a pod on the plugin's node, ``accounts.node_agent_kubeconfigs``, which the
-    admission policy ``neuron-dra-kubelet-plugin-nodes`` needs for its Node's condition) come
-    first.
+    token bound to a pod on the plugin's node, see above) come first.
     """
     found = dict(kubeconfigs or {})
     nodes = [n for n in fleet.nodes if n.dra]
