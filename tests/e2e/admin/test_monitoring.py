@@ -22,9 +22,11 @@ MONITOR = EXAMPLES / "monitoring" / "neuron-monitor.yaml"
 NS = "neuron-monitor"
 NODE = "trn2-48xl-0"
 
+# Verbatim from the API server; the field path is its own (it names neither ``spec.spec`` nor
+# ``exactly``).
 REFUSED = (
     'The ResourceClaimTemplate "all-neurons-admin" is invalid: '
-    "spec.spec.devices.requests[0].exactly.adminAccess: Forbidden: admin access to devices "
+    "spec.devices.requests[0].adminAccess: Forbidden: admin access to devices "
     "requires the `resource.kubernetes.io/admin-access: true` label on the containing namespace"
 )
 
@@ -95,7 +97,7 @@ def test_the_monitor_sees_every_device_and_takes_none(actuate: Actuate) -> None:
         assert second_held.isdisjoint(job_held)
 
         # topology show names the jobs as holders, never the monitor.
-        shown = neuron_dra("topology", "show", NODE, "--state-dir", str(stack.state_dir))
+        shown = neuron_dra("topology", "show", NODE, "--kubeconfig", str(stack.kubeconfig))
         assert shown.returncode == 0, shown.stderr
         assert "default/job" in shown.stdout
         assert "default/second-job" in shown.stdout
