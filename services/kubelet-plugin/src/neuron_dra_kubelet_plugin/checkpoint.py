@@ -118,8 +118,9 @@ class PreparedDevice(msgspec.Struct, frozen=True, kw_only=True, rename="camel", 
 
     ``admin_access``: allocated with ``adminAccess: true`` (a monitoring claim), which holds
     nothing: the device stays available to other claims, and other claims' devices to it.
-    Omitted when false, so an entry of an ordinary claim is written as before the field
-    existed, and a release that does not know it reads every entry.
+    Omitted when false, so an entry of an ordinary claim is written byte for byte as before
+    the field existed. A release without the field still reads every entry, but counts an
+    admin-access device as held (after a downgrade, until the monitor's claim is unprepared).
     """
 
     request_names: tuple[str, ...]
