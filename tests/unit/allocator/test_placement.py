@@ -32,6 +32,7 @@ def fleet(servers: int, *, modes: tuple[int, ...] = (1, 2, 3, 4), order: int = 0
             node_id=i,
             modes=modes,
             server_id_2=f"us{u}-pair{i // 2}",
+            server_id=f"{u:016x}",
         )
     return f
 
@@ -48,6 +49,8 @@ def test_four_node_units_take_whole_ultraservers_with_mode_1() -> None:
     assert [g.index for g in d.allocation.grants] == [0, 1]
     assert all(g.mode == 1 for g in d.allocation.grants)
     assert d.allocation.grants[0].nodes == ("us0-n0", "us0-n1", "us0-n2", "us0-n3")
+    # NEURON_RT_ULTRASERVER_SERVER_ID: the driver's id of the UltraServer, not its CR's name.
+    assert [g.server_id for g in d.allocation.grants] == [f"{0:016x}", f"{1:016x}"]
 
 
 def test_two_node_units_prefer_vertical_pairs_then_horizontal() -> None:

@@ -124,6 +124,8 @@ class _Node:
 class _UltraServer:
     id: str
     instance_type: str
+    #: the driver's id of the whole UltraServer (trn2u ``server_id_4``, Trn3 ``reservation_id``)
+    server_id: str = ""
     nodes: dict[int, _Node] = field(default_factory=dict)
     key: tuple[str, int, tuple[int, ...]] | None = None
 
@@ -176,8 +178,10 @@ class Fleet:
         node_id: int,
         modes: Iterable[int] = (),
         server_id_2: str = "",
+        server_id: str = "",
     ) -> None:
-        """Add a node or update where it sits; its health is kept."""
+        """Add a node or update where it sits; its health is kept. ``server_id`` is the
+        driver's id of the whole UltraServer, ``server_id_2`` of the node's vertical pair."""
         if not 0 <= node_id <= 3:
             raise PlacementError(f"Node {name}: node_id_4 {node_id} is not one of 0, 1, 2, 3")
         old = self._node_server.get(name)
@@ -199,6 +203,7 @@ class Fleet:
                 f"node {other.name}"
             )
         us.instance_type = instance_type
+        us.server_id = server_id or us.server_id
         us.nodes[node_id] = _Node(
             name, node_id, tuple(sorted(set(modes))), server_id_2, healthy, reason
         )
@@ -221,6 +226,19 @@ class Fleet:
         node = self._find(name)
         node.healthy, node.reason = healthy, reason
         self._rebucket(self._servers[self._node_server[name]])
+
+    def server_id(self, ultraserver: str, *, size: int, first: str = "") -> str:
+        """What ``NEURON_RT_ULTRASERVER_SERVER_ID`` carries for a ``size``-node unit of
+        ``ultraserver`` whose first node is ``first``: the driver's server id for that size
+        (a pair's ``server_id_2``, else the whole UltraServer's), or the UltraServer's name
+        where the driver's id is not known."""
+        us = self._servers.get(ultraserver)
+        if us is None:
+            return ultraserver
+        pair = ""
+        if size == 2 and first in self._node_server:
+            pair = self._find(first).server_id_2
+        return pair or us.server_id or ultraserver
 
     def _find(self, name: str) -> _Node:
         us = self._servers[self._node_server[name]]
@@ -291,7 +309,6 @@ class Fleet:
         for index, (us_id, unit, mode) in enumerate(chosen):
             us = self._servers[us_id]
             members = [us.nodes[i] for i in _bits(unit)]
-            server_id = members[0].server_id_2 if request.size == 2 else us_id
             grants.append(
                 UltraServerGrant(
                     ultraserver=us_id,
@@ -299,7 +316,7 @@ class Fleet:
                     nodes=tuple(n.name for n in members),
                     node_ids=tuple(n.node_id for n in members),
                     mode=mode,
-                    server_id=server_id or us_id,
+                    server_id=self.server_id(us_id, size=request.size, first=members[0].name),
                 )
             )
         return Decision(granted=True, allocation=self._record(request, tuple(grants)))
