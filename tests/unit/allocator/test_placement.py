@@ -121,6 +121,20 @@ def test_instance_type_and_exclusion() -> None:
     assert d.allocation.grants[0].ultraserver == "us1"
 
 
+def test_any_name_of_an_instance_type_finds_its_ultraservers() -> None:
+    # AWS's operator guide asks for a "Trn3pds" instance type; the catalog calls it
+    # trn3.48xlarge. Whatever name the nodes report and the workload gives, they match.
+    f = Fleet()
+    for i in range(4):
+        f.upsert_node(f"n{i}", ultraserver="us0", instance_type="trn3pds.48xlarge", node_id=i)
+    for n, name in enumerate(("trn3pds.48xlarge", "Trn3pds", "trn3.48xlarge")):
+        d = f.place(req(f"w{n}", 1, instance_type=name))
+        assert d.granted, (name, d.reason)
+    refused = f.place(req("other", 1, instance_type="trn2u.48xlarge"))
+    assert not refused.granted
+    assert "trn2u.48xlarge" in refused.reason
+
+
 def test_repeated_request_returns_the_same_allocation() -> None:
     f = fleet(3)
     first = f.place(req("a", 2, 2))

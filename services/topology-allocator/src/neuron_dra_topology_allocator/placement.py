@@ -30,6 +30,7 @@ from typing import Final
 
 import msgspec
 from neuron_dra_common.events import UltraServerGrant, UltraServerRefusal
+from neuron_dra_common.topology import UnknownInstanceType, instance_spec
 from neuron_dra_common.ultraserver import (
     MODE_FOUR_NODE,
     MODE_SINGLE_NODE,
@@ -73,6 +74,20 @@ class PlacementError(ValueError):
 class Strategy(enum.StrEnum):
     BEST_FIT = "best-fit"
     FIRST_FIT = "first-fit"
+
+
+def catalog_name(instance_type: str) -> str:
+    """The catalog's name of an instance type, so that its other names match it (a workload
+    written for ``trn3pds.48xlarge`` or ``Trn3pds`` finds ``trn3.48xlarge`` nodes and the other
+    way round); a name the catalog does not know is kept as given.
+
+    >>> catalog_name("Trn3pds")
+    'trn3.48xlarge'
+    """
+    try:
+        return instance_spec(instance_type).name
+    except UnknownInstanceType:
+        return instance_type
 
 
 class Request(msgspec.Struct, frozen=True, kw_only=True):
@@ -193,7 +208,7 @@ class Fleet:
                 self.remove_node(name)
         us = self._servers.get(ultraserver)
         if us is None:
-            us = _UltraServer(id=ultraserver, instance_type=instance_type)
+            us = _UltraServer(id=ultraserver, instance_type=catalog_name(instance_type))
             self._servers[ultraserver] = us
             bisect.insort(self._ids, ultraserver)
         other = us.nodes.get(node_id)
@@ -202,7 +217,7 @@ class Fleet:
                 f"Node {name}: UltraServer {ultraserver} node id {node_id} is already "
                 f"node {other.name}"
             )
-        us.instance_type = instance_type
+        us.instance_type = catalog_name(instance_type)
         us.server_id = server_id or us.server_id
         us.nodes[node_id] = _Node(
             name, node_id, tuple(sorted(set(modes))), server_id_2, healthy, reason
@@ -301,6 +316,10 @@ class Fleet:
         held = self._allocations.get(request.uid)
         if held is not None:
             return Decision(granted=True, allocation=held)
+        if request.instance_type:
+            request = msgspec.structs.replace(
+                request, instance_type=catalog_name(request.instance_type)
+            )
         pick = self._best_fit if strategy is Strategy.BEST_FIT else self._first_fit
         chosen = pick(request)
         if len(chosen) < request.count:
