@@ -349,15 +349,20 @@ class Fleet:
             grants=grants,
         )
         self._allocations[request.uid] = allocation
-        touched = set()
         for grant in grants:
             for node in grant.nodes:
                 self._holder[node] = request.uid
-            touched.add(grant.ultraserver)
+        self._rebucket_holding(allocation)
+        return allocation
+
+    def _rebucket_holding(self, allocation: Allocation) -> None:
+        # Where the nodes sit, not only what the grants say: a recorded grant may name nodes
+        # of another UltraServer, whose free nodes must not be offered again.
+        touched = {g.ultraserver for g in allocation.grants}
+        touched.update(self._node_server[n] for n in allocation.nodes if n in self._node_server)
         for us_id in sorted(touched):
             if us_id in self._servers:
                 self._rebucket(self._servers[us_id])
-        return allocation
 
     def _best_fit(self, request: Request) -> list[tuple[str, int, int]]:
         chosen: list[tuple[str, int, int]] = []
@@ -496,9 +501,7 @@ class Fleet:
         for node in allocation.nodes:
             if self._holder.get(node) == uid:
                 del self._holder[node]
-        for us_id in sorted({g.ultraserver for g in allocation.grants}):
-            if us_id in self._servers:
-                self._rebucket(self._servers[us_id])
+        self._rebucket_holding(allocation)
         return allocation
 
     def adopt(self, request: Request, grants: tuple[UltraServerGrant, ...]) -> Decision:
