@@ -4,6 +4,7 @@ each container sees, checked against what each node's driver shows in sysfs."""
 
 from __future__ import annotations
 
+import textwrap
 from typing import Any
 
 import pytest
@@ -31,7 +32,10 @@ def test_trn3_ultraservers_are_discovered_as_their_driver_shows_them(trn3_stack:
     stack = trn3_stack
     nodes = stack.get_json("nodes", "-l", f"node.kubernetes.io/instance-type={INSTANCE}")
     assert len(nodes["items"]) == 8
-    for nus in stack.get_json("nus", "-n", NS)["items"]:
+    # The guide's "List discovered UltraServers".
+    listed = stack.kubectl("get", "neuronultraservers", "-n", NS).stdout
+    assert listed.count(INSTANCE) == 2, listed
+    for nus in stack.get_json("neuronultraservers", "-n", NS)["items"]:
         assert nus["spec"]["instanceType"] == INSTANCE
         assert nus["status"]["availableConfigurations"] == [1, 2, 4]
         members = {t["nodeName"]: t["nodeId"] for t in nus["spec"]["topology"]}
@@ -73,9 +77,13 @@ def test_the_operator_guide_runs_on_trn3_ultraservers(trn3_stack: KubeStack) -> 
     assert {a["mode"] for a in status["allocations"]} == {1}  # the driver's 4-node mode
     nodes = {n["nodeName"] for a in status["allocations"] for n in a["nodes"]}
     assert len(nodes) == 8
+    # The guide's "Check allocation status" and "Inspect a specific UltraServer".
+    shown = stack.get_json("neuronultraserverworkload", "my-training-job")["status"]
+    assert shown["allocatedUltraServers"] == status["allocatedUltraServers"]
     for name in status["allocatedUltraServers"]:
-        nus = stack.get_json("nus", "-n", NS, name)
+        nus = stack.get_json("neuronultraserver", name, "-n", NS)
         assert nus["status"]["state"] == "FullyAllocated"
+        assert nus["status"]["allocations"][0]["workloadRef"] == "default/my-training-job"
 
     stack.kubectl("apply", "-f", str(EXAMPLES / "deployment.yaml"))
 
@@ -101,7 +109,8 @@ def test_the_operator_guide_runs_on_trn3_ultraservers(trn3_stack: KubeStack) -> 
         assert env["NEURON_GLOBAL_TOPOID0_HOST"] == status["topology0Host"]
     assert sorted(ranks) == list(range(8))
 
-    stack.kubectl("delete", "nusw", "my-training-job", "--timeout=120s")
+    # The guide's cleanup: the cascade takes the template and releases the UltraServers.
+    stack.kubectl("delete", "neuronultraserverworkload", "my-training-job", "--timeout=120s")
     assert (
         stack.kubectl(
             "get", "resourceclaimtemplates", "my-training-job-rct", check=False
@@ -115,3 +124,25 @@ def test_the_operator_guide_runs_on_trn3_ultraservers(trn3_stack: KubeStack) -> 
             return bool(stack.get_json("nus", "-n", NS, n)["status"]["state"] == "Available")
 
         stack.wait_for(f"{name} Available", available, timeout=60)
+
+
+@pytest.mark.parametrize("name", ["Trn3pds", "trn3.48xlarge"])
+def test_a_workload_may_name_trn3_by_its_other_names(trn3_stack: KubeStack, name: str) -> None:
+    stack = trn3_stack
+    manifest = textwrap.dedent(
+        f"""\
+        apiVersion: neuron.aws.com/v1beta1
+        kind: NeuronUltraServerWorkload
+        metadata:
+          name: other-name
+        spec:
+          instanceType: {name}
+          topologySize: 2
+          serverCount: 1
+        """
+    )
+    stack.kubectl("apply", "-f", "-", input=manifest)
+    status = wait_state(stack, "other-name", "Allocated")
+    assert status["totalNodesAllocated"] == 2
+    assert {a["mode"] for a in status["allocations"]} == {3}  # a vertical pair
+    stack.kubectl("delete", "neuronultraserverworkload", "other-name", "--timeout=120s")
