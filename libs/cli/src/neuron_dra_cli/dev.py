@@ -132,6 +132,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "token. Not with --real-node-driver",
     )
     p.add_argument(
+        "--no-efa",
+        dest="efa",
+        action="store_false",
+        help="leave out the simulated EFA DRA driver (dra.net, DeviceClass "
+        "efa.networking.k8s.aws) that otherwise serves the EFA interfaces of every trn2 and "
+        "trn2u node, as on a cluster without AWS's EFA driver (see neuron_dra_cli.stack.efa)",
+    )
+    p.add_argument(
         "--no-agent-zygote",
         dest="agent_zygote",
         action="store_false",
@@ -238,6 +246,7 @@ def cmd_up(args: argparse.Namespace) -> int:
             real_node_driver=args.real_node_driver,
             real_node_device_plugin=args.real_node_device_plugin,
             agent_zygote=args.agent_zygote,
+            efa=args.efa,
         ),
         progress=_progress,
     )
