@@ -132,12 +132,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "token. Not with --real-node-driver",
     )
     p.add_argument(
-        "--no-efa",
-        dest="efa",
-        action="store_false",
-        help="leave out the simulated EFA DRA driver (dra.net, DeviceClass "
-        "efa.networking.k8s.aws) that otherwise serves the EFA interfaces of every trn2 and "
-        "trn2u node, as on a cluster without AWS's EFA driver (see neuron_dra_cli.stack.efa)",
+        "--efa",
+        action="store_true",
+        help="also run the simulated EFA DRA driver (dra.net, DeviceClass "
+        "efa.networking.k8s.aws): the EFA interfaces of every trn2 and trn2u node, as on a "
+        "cluster where AWS's EFA driver is installed beside the Neuron driver (see "
+        "neuron_dra_cli.stack.efa)",
     )
     p.add_argument(
         "--no-agent-zygote",

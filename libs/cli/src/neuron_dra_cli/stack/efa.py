@@ -5,7 +5,8 @@ Neuron driver on EKS; AWS's UltraServer guide requires it for workloads of more 
 UltraServer. The stack runs a stand-in (``neuron_dra_kubelet_plugin.efasim``) that publishes
 each Neuron node's EFA interfaces (16 on trn2.48xlarge and trn2u.48xlarge, AWS's figure) and
 prepares them through the node's hollow kubelet, writing CDI specs beside the Neuron plugin's.
-``neuron-dra dev up --no-efa`` leaves it out, as a cluster without the EFA driver would be.
+``neuron-dra dev up --efa`` starts it, as AWS's driver is installed on a cluster (a Helm chart
+of its own); without it the stack is a cluster without EFA.
 
 API access: the admin kubeconfig. It stands in for a driver of its own vendor, whose
 ServiceAccount and RBAC are not the Neuron driver's to ship.

@@ -86,7 +86,7 @@ class UpOptions:
     #: their code once, rather than start each as a ``python -m`` of its own.
     agent_zygote: bool = True
     #: The simulated EFA DRA driver on the nodes with EFA interfaces (``stack.efa``).
-    efa: bool = True
+    efa: bool = False
 
 
 def _running(c: state.ComponentState) -> process.Running:
