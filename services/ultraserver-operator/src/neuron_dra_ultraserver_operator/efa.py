@@ -21,10 +21,10 @@ import logging
 from typing import Any, Final
 
 from neuron_dra_common.efa import EFA_DEVICE_CLASS
-from neuron_dra_common.kube import ApiException, KubeClient, Resource, apply_status
+from neuron_dra_common.kube import ApiException, KubeClient, apply_status
 
 from neuron_dra_ultraserver_operator.model import FIELD_MANAGER, Workload
-from neuron_dra_ultraserver_operator.resources import NUSW
+from neuron_dra_ultraserver_operator.resources import DEVICE_CLASSES, NUSW
 
 __all__ = ["CONDITION", "EfaCheck", "efa_condition"]
 
@@ -35,9 +35,6 @@ MISSING: Final = "EFADriverNotInstalled"
 _MANAGER: Final = f"{FIELD_MANAGER}-efa"
 #: Seconds until a workload without EFA is looked at again (the driver may be installed).
 RECHECK_SECONDS: Final = 15.0
-DEVICE_CLASSES: Final = Resource(
-    group="resource.k8s.io", version="v1", plural="deviceclasses", kind="DeviceClass"
-)
 
 Obj = dict[str, Any]
 
