@@ -11,7 +11,7 @@ from neuron_dra_common import cdi
 from neuron_dra_common.efa import EFA_CDI_KIND, efa_interfaces, slice_devices
 from neuron_dra_common.topology import catalog_instance_types, device_attributes, instance_spec
 from neuron_dra_kubelet_plugin.claims import ClaimRef, ResourceClaim, claim_from_api
-from neuron_dra_kubelet_plugin.efasim import EfaPreparer, SimNode
+from neuron_dra_kubelet_plugin.efasim import EfaPreparer, SimNode, load_nodes
 from neuron_dra_kubelet_plugin.plan import PrepareError
 from neuron_dra_ultraserver_operator.efa import efa_condition
 from neuron_dra_ultraserver_operator.model import workload_from_api
@@ -121,3 +121,13 @@ def test_efa_condition_names_the_field_and_the_device_class() -> None:
     assert "spec.serverCount 2" in cond["message"]
     assert "efa.networking.k8s.aws" in cond["message"]
     assert efa_condition(wl, installed=True, now="2026-01-01T00:00:00Z")["status"] == "True"
+
+
+def test_a_nodes_file_with_an_unknown_instance_type_is_refused_naming_it(tmp_path: Path) -> None:
+    path = tmp_path / "nodes.json"
+    path.write_text(
+        '[{"name": "a", "instanceType": "trn9.1xlarge", "kubeletRoot": "/k", '
+        '"cdiRoot": "/c", "devRoot": "/d"}]'
+    )
+    with pytest.raises(ValueError, match=r"\$\[0\]\.instanceType: instance type 'trn9.1xlarge'"):
+        load_nodes(path)

@@ -41,6 +41,7 @@ from neuron_dra_common.efa import (
     slice_devices,
 )
 from neuron_dra_common.settings import ServiceSettings
+from neuron_dra_common.topology import UnknownInstanceType
 
 from neuron_dra_kubelet_plugin.checkpoint import PreparedDevice
 from neuron_dra_kubelet_plugin.claims import ClaimRef, parent_request
@@ -141,14 +142,14 @@ class EfaPreparer:
         for name, names in requests.items():
             iface = self._interfaces[name]
             cdi_name = cdi.claim_device_name(ref.uid, name)
-            node = f"/dev/infiniband/{iface.uverbs}"
+            path = f"/dev/infiniband/{iface.uverbs}"
             devices.append(
                 cdi.Device(
                     name=cdi_name,
                     container_edits=cdi.ContainerEdits(
                         device_nodes=(
                             cdi.DeviceNode(
-                                path=node,
+                                path=path,
                                 host_path=f"{self._node.dev_root}/infiniband/{iface.uverbs}",
                             ),
                         )
@@ -176,16 +177,22 @@ class EfaPreparer:
 def load_nodes(path: Path) -> tuple[SimNode, ...]:
     """The nodes file, a JSON list of :class:`SimNode`; a bad one names its field."""
     try:
-        return msgspec.json.decode(path.read_bytes(), type=tuple[SimNode, ...])
+        nodes = msgspec.json.decode(path.read_bytes(), type=tuple[SimNode, ...])
     except (OSError, msgspec.DecodeError) as exc:
         raise ValueError(f"nodes file {path}: {exc}") from None
+    for i, node in enumerate(nodes):
+        try:
+            efa_interfaces(node.instance_type)
+        except UnknownInstanceType as exc:
+            raise ValueError(f"nodes file {path}: $[{i}].instanceType: {exc}") from None
+    return nodes
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Serve every node of the nodes file until stopped."""
     from neuron_dra_common.settings import SettingsError, load
 
-    prog = f"python -m {__name__}" if __name__ != "__main__" else "efasim"
+    prog = "python -m neuron_dra_kubelet_plugin.efasim"
     try:
         settings = load(EfaSimSettings, argv=sys.argv[1:] if argv is None else argv, prog=prog)
         nodes = load_nodes(Path(settings.nodes_file))
