@@ -59,8 +59,9 @@ class Api:
         self.failing: set[str] = set()
         #: field manager -> the status fields and condition types its last apply sent
         self.status_owners: dict[str, tuple[set[str], set[str]]] = {}
-        #: whether the EFA DeviceClass (efa.networking.k8s.aws) exists
-        self.efa_installed = True
+        #: whether the EFA DeviceClass (efa.networking.k8s.aws) exists; ``None``: reading
+        #: it is forbidden (403)
+        self.efa_installed: bool | None = True
 
     def run_pods(self, template: str, nodes: list[str]) -> None:
         """One pod using ``template`` on each of ``nodes`` (what a Deployment would run),
@@ -173,6 +174,8 @@ class Api:
                 raise ApiException(409, "already exists")
             self.templates[name] = body
         elif method == "GET" and "deviceclasses" in parts:
+            if self.efa_installed is None:
+                raise ApiException(403, "forbidden")
             if not self.efa_installed:
                 raise ApiException(404, "not found")
         elif method == "GET" and "nodes" in parts:

@@ -50,3 +50,13 @@ def test_one_ultraserver_needs_no_efa() -> None:
     assert "EFAReady" not in _conditions(world)
     assert not any(e["reason"] == "EFADriverNotInstalled" for e in world.api.events)
     assert not any("deviceclasses" in path for _, path in world.api.calls)
+
+
+def test_a_device_class_it_may_not_read_leaves_the_workload_as_it_was() -> None:
+    # An operator deployed with older RBAC (no grant on deviceclasses) still allocates.
+    world = World(3, size=4, count=2, strategy="NoOp")
+    world.api.efa_installed = None
+    world.reconcile()
+    assert world.status["state"] == "Allocated"
+    assert "EFAReady" not in _conditions(world)
+    assert not any(e["reason"] == "EFADriverNotInstalled" for e in world.api.events)

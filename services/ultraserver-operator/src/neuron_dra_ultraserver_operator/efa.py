@@ -21,7 +21,7 @@ import logging
 from typing import Any, Final
 
 from neuron_dra_common.efa import EFA_DEVICE_CLASS
-from neuron_dra_common.kube import ApiException, KubeClient, apply_status
+from neuron_dra_common.kube import UNANSWERED, ApiException, KubeClient, apply_status
 
 from neuron_dra_ultraserver_operator.model import FIELD_MANAGER, Workload
 from neuron_dra_ultraserver_operator.resources import DEVICE_CLASSES, NUSW
@@ -83,22 +83,36 @@ class EfaCheck:
     def __init__(self, client: KubeClient) -> None:
         self._client = client
 
-    async def installed(self) -> bool:
+    async def installed(self) -> bool | None:
+        """Whether the DeviceClass exists; ``None`` when the API did not say (no grant to
+        read it, an error): the check is advice and never holds a reconcile up."""
         try:
             await self._client.get(DEVICE_CLASSES, EFA_DEVICE_CLASS)
         except ApiException as exc:
             if exc.status == 404:
                 return False
-            raise
+            log.warning(
+                f"cannot tell whether DeviceClass {EFA_DEVICE_CLASS} exists",
+                extra={"status": exc.status, "error": str(exc)},
+            )
+            return None
+        except UNANSWERED as exc:
+            log.warning(
+                f"cannot tell whether DeviceClass {EFA_DEVICE_CLASS} exists",
+                extra={"error": repr(exc)},
+            )
+            return None
         return True
 
     async def check(self, workload: Workload, *, now: str) -> bool | None:
         """Write the workload's ``EFAReady`` condition when it changes (with an Event when
         EFA is missing); return whether EFA is installed, ``None`` for a workload that does
-        not need it."""
+        not need it or when the API did not say."""
         if workload.spec.server_count <= 1 or workload.metadata.deletion_timestamp:
             return None
         installed = await self.installed()
+        if installed is None:
+            return None
         cond = efa_condition(workload, installed=installed, now=now)
         shown = [c for c in workload.reported.get("conditions") or () if c.get("type") == CONDITION]
         if shown and all(shown[0].get(k) == cond[k] for k in ("status", "reason", "message")):
