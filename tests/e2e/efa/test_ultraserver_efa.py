@@ -6,6 +6,7 @@ the workload says so in its `EFAReady` condition and an Event, and says again wh
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,8 +26,11 @@ def _condition(stack: KubeStack, name: str) -> dict[str, Any] | None:
 
 
 def test_two_ultraserver_workload_pods_get_every_efa_of_their_node(us_stack: KubeStack) -> None:
-    stack = us_stack
-    stack.kubectl("apply", "-f", str(EXAMPLES / "ultraserver" / "workload.yaml"))
+    guide_with_efa(us_stack, EXAMPLES / "ultraserver" / "workload.yaml")
+
+
+def guide_with_efa(stack: KubeStack, workload: Path) -> None:
+    stack.kubectl("apply", "-f", str(workload))
     try:
         status = wait_state(stack, "my-training-job", "Allocated")
         nodes = {n["nodeName"] for a in status["allocations"] for n in a["nodes"]}
@@ -59,7 +63,7 @@ def test_two_ultraserver_workload_pods_get_every_efa_of_their_node(us_stack: Kub
             }
             efa = stack.get_json("resourceclaim", names["efa-claim"])
             results = efa["status"]["allocation"]["devices"]["results"]
-            # allocationMode: All takes every EFA interface of the node: 16 on trn2u.48xlarge.
+            # allocationMode: All takes every EFA interface of the node: 16 on trn2u and Trn3.
             assert len(results) == 16
             assert {(r["driver"], r["pool"]) for r in results} == {(EFA_DRIVER_NAME, node)}
         shown_env = neuron_dra(

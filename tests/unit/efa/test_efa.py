@@ -22,19 +22,38 @@ def test_every_interface_carries_the_group_ids_of_its_neuron_device(instance: st
     devices = slice_devices(instance)
     assert len(devices) == 16  # AWS: vpc.amazonaws.com/efa: 16 on trn2.48xlarge
     for iface, device in zip(efa_interfaces(instance), devices, strict=True):
+        assert iface.neuron_device is not None
         want = device_attributes(instance, iface.neuron_device)
         for size in (1, 4, 8, 16):
             key = f"resource.aws.com/devicegroup{size}_id"
             assert device["attributes"][key] == {"string": want[key]}  # type: ignore[index]
 
 
-def test_only_instances_with_an_efa_map_have_interfaces() -> None:
+def test_every_instance_with_efa_has_its_count_and_only_a_map_aligns_them() -> None:
     for name in catalog_instance_types():
-        assert bool(efa_interfaces(name)) == (instance_spec(name).efa_map is not None)
+        spec = instance_spec(name)
+        interfaces = efa_interfaces(name)
+        if spec.efa_map is None:
+            assert len(interfaces) == spec.efa_count, name
+        else:
+            assert len(interfaces) == len(set(spec.efa_map)), name
+        names = [i.name for i in interfaces]
+        assert len(set(names)) == len(names), name
+        aligned = [
+            d for d in slice_devices(name)
+            if "resource.aws.com/devicegroup1_id" in d["attributes"]  # type: ignore[operator]
+        ]  # fmt: skip
+        assert len(aligned) == (len(interfaces) if spec.efa_map is not None else 0), name
+
+
+def test_trn3_has_sixteen_interfaces_without_group_ids() -> None:
+    # AWS publishes 16 EFA for Trn3 but no Neuron-to-EFA map: all 16, none aligned.
+    assert len(efa_interfaces("trn3pds.48xlarge")) == 16
+    assert [i.uverbs for i in efa_interfaces("trn3.48xlarge")][-1] == "uverbs15"
 
 
 def test_four_aligned_interfaces_share_one_group4_id_per_torus_row() -> None:
-    by_group: dict[str, list[int]] = {}
+    by_group: dict[str, list[int | None]] = {}
     for iface, device in zip(
         efa_interfaces("trn2.48xlarge"), slice_devices("trn2.48xlarge"), strict=True
     ):

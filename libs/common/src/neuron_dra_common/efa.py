@@ -12,7 +12,10 @@ devices and the EFA interfaces beside them with ``matchAttribute`` (EKS user gui
 
 This module knows those names and builds the interfaces of an instance type from the catalog:
 one per entry of the EFA map (16 on trn2.48xlarge and trn2u.48xlarge, AWS's published count).
-Instance types whose map AWS does not publish get none. The local stack's simulated EFA
+An instance type with EFA whose map AWS does not publish (Trn3, trn1) gets its published number
+of interfaces, at the simulator's own PCI addresses and without ``devicegroup`` attributes: a
+claim may take them all (AWS's ``efa-claim-template``) but cannot align them with Neuron
+devices, as on such an instance on EKS. Instances without EFA get none. The local stack's simulated EFA
 driver publishes exactly these; nothing else in the product uses them but the UltraServer
 operator's check that the DeviceClass exists. No I/O.
 """
@@ -57,7 +60,8 @@ class EfaInterface(msgspec.Struct, frozen=True, kw_only=True):
     pci_address: str
     rdma_device: str
     uverbs: str
-    neuron_device: int
+    #: ``None`` where AWS does not publish the instance's Neuron-to-EFA map.
+    neuron_device: int | None
 
 
 def _rdma_name(pci_address: str) -> str:
@@ -68,32 +72,41 @@ def _rdma_name(pci_address: str) -> str:
 
 
 def efa_interfaces(instance: InstanceSpec | str) -> tuple[EfaInterface, ...]:
-    """The EFA interfaces of ``instance``, one per distinct address of its EFA map.
+    """The EFA interfaces of ``instance``: one per distinct address of its EFA map, or its
+    published number where AWS publishes no map.
 
     >>> [i.name for i in efa_interfaces("trn2.48xlarge")][:2]
     ['pci-0000-c9-00-0', 'pci-0000-b4-00-0']
+    >>> len(efa_interfaces("trn3.48xlarge")), efa_interfaces("trn3.48xlarge")[0].neuron_device
+    (16, None)
     >>> efa_interfaces("inf2.48xlarge")
     ()
     """
     spec = instance if isinstance(instance, InstanceSpec) else instance_spec(instance)
     if spec.efa_map is None:
-        return ()
+        # The simulator's own addresses, one PCI bus per interface from 0x10.
+        return tuple(
+            _interface(f"0000:{0x10 + i:02x}:00.0", index=i, neuron_device=None)
+            for i in range(spec.efa_count)
+        )
     seen: dict[str, EfaInterface] = {}
     for device, address in enumerate(spec.efa_map):
-        if address in seen:
-            continue  # two Neuron devices share one interface: it is published once
-        seen[address] = EfaInterface(
-            name="pci-" + address.replace(":", "-").replace(".", "-"),
-            pci_address=address,
-            rdma_device=_rdma_name(address),
-            uverbs=f"uverbs{len(seen)}",
-            neuron_device=device,
-        )
+        if address not in seen:  # two Neuron devices share one interface: published once
+            seen[address] = _interface(address, index=len(seen), neuron_device=device)
     return tuple(seen.values())
 
 
+def _interface(address: str, *, index: int, neuron_device: int | None) -> EfaInterface:
+    return EfaInterface(
+        name="pci-" + address.replace(":", "-").replace(".", "-"),
+        pci_address=address,
+        rdma_device=_rdma_name(address),
+        uverbs=f"uverbs{index}",
+        neuron_device=neuron_device,
+    )
+
+
 def _attributes(spec: InstanceSpec, iface: EfaInterface) -> dict[str, dict[str, object]]:
-    assert spec.efa_map is not None
     attrs: dict[str, dict[str, object]] = {
         "pciAddress": {"string": iface.pci_address},
         "pciDevice": {"string": EFA_PCI_DEVICE},
@@ -102,6 +115,8 @@ def _attributes(spec: InstanceSpec, iface: EfaInterface) -> dict[str, dict[str, 
         "rdmaDevice": {"string": iface.rdma_device},
         "resource.kubernetes.io/pcieRoot": {"string": "pci0000:" + iface.pci_address[5:7]},
     }
+    if spec.efa_map is None or iface.neuron_device is None:
+        return attrs
     for n in DEVICEGROUP_SIZES:
         value = devicegroup_id(spec.efa_map, device=iface.neuron_device, size=n)
         attrs[devicegroup_attribute(n)] = {"string": value}
