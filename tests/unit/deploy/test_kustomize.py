@@ -183,6 +183,7 @@ def test_operator_rules_are_what_it_calls(base: list[dict[str, Any]]) -> None:
         ("resource.k8s.io", "resourceslices", ()): {"list", "watch"},
         ("resource.k8s.io", "resourceclaimtemplates", ()): {"get", "create", "patch", "delete"},
         ("resource.k8s.io", "resourceclaims", ()): {"list"},
+        ("resource.k8s.io", "deviceclasses", ("efa.networking.k8s.aws",)): {"get"},
         ("", "pods", ()): {"list", "delete"},
         ("", "events", ()): {"create"},
         ("", "namespaces", ("neuron-dra-driver",)): {"patch"},
@@ -231,6 +232,7 @@ def test_operator_uses_only_the_resources_granted() -> None:
             "PODS",
             "EVENTS",
             "NAMESPACES",
+            "DEVICE_CLASSES",
         ):
             if f"{const}," in text or f"{const})" in text or f"{const}.path" in text:
                 used.add(const)
@@ -247,6 +249,7 @@ def test_operator_uses_only_the_resources_granted() -> None:
         "PODS",
         "EVENTS",
         "NAMESPACES",
+        "DEVICE_CLASSES",
     }
 
 

@@ -35,6 +35,7 @@ from neuron_dra_cli.stack import (
     busauth,
     bytecode,
     deviceplugin,
+    efa,
     healthprobe,
     kubectl,
     plugin,
@@ -84,6 +85,8 @@ class UpOptions:
     #: Fork the Python services from the agent zygote (``stack.zygote``), which imports
     #: their code once, rather than start each as a ``python -m`` of its own.
     agent_zygote: bool = True
+    #: The simulated EFA DRA driver on the nodes with EFA interfaces (``stack.efa``).
+    efa: bool = False
 
 
 def _running(c: state.ComponentState) -> process.Running:
@@ -545,6 +548,10 @@ def up(opts: UpOptions, *, progress: Progress = print) -> state.StackState:
             ),
             *extender,
         ]
+        if opts.efa and (
+            sim := efa.efa_component(fleet=opts.fleet, layout=layout, kubeconfig=layout.kubeconfig)
+        ):
+            agents.append(sim)
         if real is not None and real.image is not None and opts.real_node_driver:
             # Their Deployments run on the real node instead (realdriver.SERVICES).
             agents = [a for a in agents if a.kind not in realdriver.SERVICE_KINDS]
