@@ -9,7 +9,7 @@ inside that very notification; in 1.34.0 and 1.34.1 that call waits for a lock g
 holds. The connection is then stuck for good: every later ``NodePrepareResources`` and
 ``NodeUnprepareResources`` on it hangs until it times out, so new pods wait in
 ContainerCreating and deleted ones in Terminating, until the kubelet is restarted. 1.34.2
-reconnects from another goroutine (kubernetes#133934).
+reconnects from another goroutine (kubernetes#133926, in 1.34 as #133934).
 
 On such a node the plugin says so once per kubelet version: a log line, a Warning Event
 ``KubeletDRARegression`` on the Node, and the Node's ``NeuronHealth`` condition (``True``,
