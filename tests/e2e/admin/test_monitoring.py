@@ -87,6 +87,22 @@ def test_the_monitor_sees_every_device_and_takes_none(actuate: Actuate) -> None:
             for node, pod in pods.items()
         }
 
+        # The audit stream says the monitor's claim holds none of what it was prepared with.
+        monitor_claim = actuate.claim_of(pods[NODE]["metadata"]["name"], NS)["metadata"]["name"]
+        told = stack.wait_for(
+            "the monitor's ClaimPrepared on the audit stream",
+            lambda: [
+                line
+                for line in neuron_dra(
+                    "events", "--claim", f"{NS}/{monitor_claim}", "--state-dir",
+                    str(stack.state_dir), timeout=60,
+                ).stdout.splitlines()
+                if "prepared on" in line
+            ],
+        )  # fmt: skip
+        count = instance_spec(managed[NODE].instance_type).devices
+        assert f"(admin access to {count}, holding none of them)" in told[0], told
+
         # The job kept its devices and runs on; a new job still gets devices the monitor sees.
         assert actuate.pod("job")["status"]["phase"] == "Running"
         assert actuate.cdi_specs(NODE)[job_uid] == job_spec
