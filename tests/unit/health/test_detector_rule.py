@@ -84,6 +84,32 @@ def test_the_whole_fleet_going_quiet_is_blamed_on_the_bus() -> None:
     assert fleet.verdicts == []
 
 
+def test_a_fleet_beating_out_of_step_going_quiet_is_blamed_on_the_bus() -> None:
+    """Agents beat at their own moments within the second: when the bus stops carrying
+    heartbeats (its stream's server killed, a new leader not yet elected) each node's
+    deadline passes at a different tick, a few nodes at a time, yet none is lost; a node
+    going silent alone among them still is."""
+    detector = Detector(RULES)
+    detector.resume(now=0.0)
+    names = [f"n{i}" for i in range(30)]
+    verdicts = []
+
+    def run(start: float, end: float, *, beating: list[str], silent: tuple[float, float]) -> None:
+        for step in range(int(start * 4) + 1, int(end * 4) + 1):
+            now = step / 4
+            for i, name in enumerate(names):
+                at = now - (now - i / 30) % 1.0  # this node's last beat moment, i/30 s in
+                if name in beating and now - 0.25 < at <= now and not silent[0] < at < silent[1]:
+                    detector.heard(name, now=at, interval=1.0, sequence=int(at), boot_id="b")
+            verdicts.extend(detector.judge(now=now))
+
+    # Heard until 10 s, then nothing for 8 s (a leader election), then heard again.
+    run(0, 30, beating=names, silent=(10, 18))
+    assert verdicts == []
+    run(30, 40, beating=names[1:], silent=(0, 0))
+    assert [(v.kind, v.node) for v in verdicts] == [("lost", "n0")]
+
+
 def test_a_fleet_of_two_going_quiet_together_is_not_declared_lost() -> None:
     fleet = Fleet(2)
     fleet.run(5)

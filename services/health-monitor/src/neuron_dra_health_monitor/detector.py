@@ -21,7 +21,9 @@ What the detector cannot see is never taken for a dead node. After :meth:`Detect
 full window of fresh heartbeats has had time to arrive; and when most of the fleet goes
 quiet at once (more than ``quiet_fraction`` of at least ``quiet_min_nodes``, or every node of
 two or more: the bus, not the nodes, is the likely cause) it declares nobody and starts that
-wait again, as the node lifecycle controller stops evicting in a full disruption. A node
+wait again, as the node lifecycle controller stops evicting in a full disruption. "At once"
+is within one heartbeat interval (agents beat out of step), and that wait runs again from
+the first heartbeat the bus carries after it (the stream's new leader elected, say). A node
 within its restart grace is expected to be silent: it is neither quiet nor counted among the
 nodes heard, so nodes restarting during a bus outage do not hide the outage. Nodes it
 declared lost before a restart are restored with :meth:`Detector.restore` and stay lost until
@@ -128,6 +130,8 @@ class Detector:
         self._heard: list[Verdict] = []
         #: when the last heartbeat of any node arrived (proof that the bus carries them)
         self._heard_at = float("-inf")
+        #: the fleet went quiet at once and the bus was blamed: until a heartbeat comes
+        self._bus_blamed = False
 
     # --- inputs --------------------------------------------------------------------------
 
@@ -185,6 +189,11 @@ class Detector:
         same_process = boot_id == state.boot_id and instance == state.instance
         if same_process and 0 < sequence <= state.sequence:
             return
+        if self._bus_blamed:
+            # The bus carries heartbeats again: the others' may trail this one by up to an
+            # interval (and a publish retried across the outage), so the window starts here.
+            self._bus_blamed = False
+            self.resume(now=now)
         gap = now - state.last
         # A goodbye from another process than the one that said it before: that one came
         # back unheard and is leaving in its turn; the grace starts again.
@@ -239,14 +248,18 @@ class Detector:
             if not s.lost and not self._awaited(s, now=now, alone=alone)
         }
         quiet = [name for name, s in judged.items() if self._quiet(s, now=now)]
+        # "At once" is within one heartbeat: agents beat out of step, so when the bus stops
+        # carrying heartbeats the fleet goes quiet over one interval, not in one judgement.
+        lagging = sum(1 for s in judged.values() if self._lagging(s, now=now))
         alive = len(judged)
         waiting = up - alive
         rules = self.rules
-        everyone = alive >= 1 and alive + waiting >= 2 and len(quiet) == alive
-        most = alive >= rules.quiet_min_nodes and len(quiet) > rules.quiet_fraction * alive
-        if everyone or most:
+        everyone = alive >= 1 and alive + waiting >= 2 and lagging == alive
+        most = alive >= rules.quiet_min_nodes and lagging > rules.quiet_fraction * alive
+        if quiet and (everyone or most):
             # Most of the fleet at once: the bus or this process stalled, not the nodes.
             self.resume(now=now)
+            self._bus_blamed = True
             return out
         for name in quiet:
             out += self._lose(name, now=now)
@@ -292,6 +305,11 @@ class Detector:
     def _quiet(self, state: NodeState, *, now: float) -> bool:
         """Silent past its deadline (a node :meth:`_awaited` is not judged at all)."""
         return now - state.last > self.window(state)
+
+    def _lagging(self, state: NodeState, *, now: float) -> bool:
+        """Quiet, or will be before its next heartbeat is due (silent past its deadline less
+        one interval)."""
+        return now - state.last > self.window(state) - state.interval
 
     def _restarting(self, name: str, state: NodeState, *, now: float) -> None:
         state.stopping_since = now
