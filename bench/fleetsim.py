@@ -108,8 +108,6 @@ class FleetSim:
         #: When each node's newest heartbeat was acknowledged by the server (perf_counter).
         self.last_beat: dict[str, float] = {}
         self.beats_sent = 0
-        self.claims_sent = 0
-        self.lease_writes = 0
         #: Failed batches by loop (each is tried again at the loop's next period).
         self.errors: dict[str, int] = {}
         self.last_error: BaseException | None = None
@@ -158,7 +156,6 @@ class FleetSim:
         await self.kube.patch(
             LEASES, name, {"spec": {"renewTime": _micro_now()}}, namespace="kube-node-lease"
         )
-        self.lease_writes += 1
 
     async def _status(self, name: str) -> None:
         await self.kube.patch_status(NODES, name, _ready_status())
@@ -203,7 +200,6 @@ class FleetSim:
             events.append(ClaimUnprepared(node=name, claim=claim, devices=("neurondevice0",)))
         if events:
             await self.publisher.publish_many(events)
-            self.claims_sent += len(events) // 2
 
     def silence(self, name: str) -> float:
         """Stop ``name``'s heartbeats; return when the server acknowledged its last one."""

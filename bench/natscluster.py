@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
 import subprocess
 import time
 import urllib.request
@@ -106,14 +105,6 @@ def _healthy(server: NatsServer) -> bool:
         return False
 
 
-def kill(server: NatsServer) -> None:
-    """SIGKILL one server (its store stays)."""
-    if server.proc is not None:
-        server.proc.send_signal(signal.SIGKILL)
-        server.proc.wait(10)
-        server.proc = None
-
-
 @contextmanager
 def nats_cluster(root: Path) -> Iterator[NatsCluster]:
     """Three servers under ``root``, each healthy (JetStream's meta group formed)."""
@@ -167,4 +158,5 @@ def nats_cluster(root: Path) -> Iterator[NatsCluster]:
                 try:
                     s.proc.wait(15)
                 except subprocess.TimeoutExpired:
-                    kill(s)
+                    s.proc.kill()
+                    s.proc.wait(10)

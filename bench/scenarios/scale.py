@@ -414,6 +414,13 @@ class Run:
             name: peak_rss_mib(pid) for name, pid in {**self.pids, **self.servers()}.items()
         } | {name: peak_rss_mib(pid) for name, pid in self.cluster.pids.items()}
         self.m.store_mib = {k: v / MIB for k, v in self.cluster.store_bytes().items()}
+        log = self.root / "failure-detector.log"
+        declared = log.read_text().count('"message":"node lost"') if log.exists() else 0
+        self.m.notes.append(
+            f"the detector declared {declared} nodes lost in the whole run, of which "
+            f"{self.sizes.lost} were silenced by the bench (the others: heartbeats the "
+            "simulated fleet sent late)"
+        )
 
     async def _bare(self, bodies: list[list[Obj]]) -> None:
         before = apiserver_writes(await self.metrics.text(), only=("resourceslices",))
@@ -771,7 +778,6 @@ class ScaleReport(msgspec.Struct, kw_only=True):
     """Every N's table, then the services' memory against N; one JSON line per N."""
 
     runs: list[Measured] = msgspec.field(default_factory=list)
-    failed: list[str] = msgspec.field(default_factory=list)
 
     def table(self) -> str:
         parts = [one_report(m)[0].table() for m in self.runs]
@@ -786,7 +792,6 @@ class ScaleReport(msgspec.Struct, kw_only=True):
                     f"  {name}: {per_k:+.1f} MiB per 1,000 nodes, exponent {exponent:.2f}{flag}"
                 )
             parts.append("== peak RSS against N\n" + "\n".join(rows))
-        parts += self.failed
         return "\n\n".join(parts)
 
     def json_line(self) -> str:
