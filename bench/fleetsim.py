@@ -20,7 +20,9 @@ as when its discovery or the whole instance dies) and resumed.
 from __future__ import annotations
 
 import asyncio
+import json
 import secrets
+import sys
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
@@ -42,6 +44,7 @@ __all__ = [
     "HEARTBEAT_SECONDS",
     "LEASE_SECONDS",
     "STATUS_SECONDS",
+    "Agents",
     "FleetSim",
     "batches",
 ]
@@ -99,8 +102,10 @@ def _ready_status() -> Obj:
 class FleetSim:
     """The fleet's kubelets and agents. ``nodes``: name -> labels."""
 
-    def __init__(self, *, kube: KubeClient, publisher: Publisher, nodes: dict[str, dict[str, str]]):
-        self.kube = kube
+    def __init__(
+        self, *, kube: KubeClient | None, publisher: Publisher, nodes: dict[str, dict[str, str]]
+    ):
+        self._kube = kube
         self.publisher = publisher
         self.nodes = nodes
         self.names = list(nodes)
@@ -124,6 +129,11 @@ class FleetSim:
 
         await asyncio.gather(*(one(n) for n in names))
 
+    def kube(self) -> KubeClient:
+        if self._kube is None:
+            raise RuntimeError("this fleet plays the agents only: no apiserver client")
+        return self._kube
+
     # -- kubelet ------------------------------------------------------------------------------
 
     async def register(self) -> dict[str, str]:
@@ -131,12 +141,12 @@ class FleetSim:
         uids: dict[str, str] = {}
 
         async def one(name: str) -> None:
-            made = await self.kube.create(
+            made = await self.kube().create(
                 NODES, {"metadata": {"name": name, "labels": self.nodes[name]}}
             )
             uids[name] = str(made["metadata"]["uid"])
-            await self.kube.patch_status(NODES, name, _ready_status())
-            await self.kube.create(
+            await self.kube().patch_status(NODES, name, _ready_status())
+            await self.kube().create(
                 LEASES,
                 {
                     "metadata": {"name": name, "namespace": "kube-node-lease"},
@@ -153,12 +163,12 @@ class FleetSim:
         return uids
 
     async def _renew(self, name: str) -> None:
-        await self.kube.patch(
+        await self.kube().patch(
             LEASES, name, {"spec": {"renewTime": _micro_now()}}, namespace="kube-node-lease"
         )
 
     async def _status(self, name: str) -> None:
-        await self.kube.patch_status(NODES, name, _ready_status())
+        await self.kube().patch_status(NODES, name, _ready_status())
 
     # -- discovery and the kubelet plugin -----------------------------------------------------
 
@@ -211,14 +221,18 @@ class FleetSim:
 
     # -- the loops ----------------------------------------------------------------------------
 
-    def start(self) -> None:
-        """Start the periodic loops (after :meth:`register`)."""
-        self._tasks = [
-            asyncio.create_task(self._every(LEASE_SECONDS, self._lease_batch), name="leases"),
-            asyncio.create_task(self._every(STATUS_SECONDS, self._status_batch), name="status"),
-            asyncio.create_task(self._every(HEARTBEAT_SECONDS, self.beat), name="heartbeats"),
-            asyncio.create_task(self._claim_loop(), name="claims"),
-        ]
+    def start(self, *, kubelets: bool = True, agents: bool = True) -> None:
+        """Start the periodic loops: the kubelets' (after :meth:`register`), the agents'."""
+        if kubelets:
+            self._tasks += [
+                asyncio.create_task(self._every(LEASE_SECONDS, self._lease_batch), name="leases"),
+                asyncio.create_task(self._every(STATUS_SECONDS, self._status_batch), name="status"),
+            ]
+        if agents:
+            self._tasks += [
+                asyncio.create_task(self._every(HEARTBEAT_SECONDS, self.beat), name="heartbeats"),
+                asyncio.create_task(self._claim_loop(), name="claims"),
+            ]
 
     async def _lease_batch(self, names: list[str]) -> None:
         await self._bounded(self._renew, names)
@@ -273,3 +287,105 @@ class FleetSim:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+
+
+# -- the agents in a process of their own --------------------------------------------------------
+
+
+class Agents:
+    """The fleet's agents (heartbeats, claim events) in a child process (``python -m
+    bench.fleetsim``), so that the bench's own work (publishing every inventory, watching
+    every slice) never delays a heartbeat, as it would not on real nodes. Commands go to its
+    stdin and answers come back on its stdout, one line each."""
+
+    def __init__(self, proc: asyncio.subprocess.Process) -> None:
+        self._proc = proc
+        self._lock = asyncio.Lock()
+
+    @property
+    def pid(self) -> int:
+        return self._proc.pid
+
+    @classmethod
+    async def start(cls, urls: Sequence[str], names: Sequence[str]) -> Agents:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "bench.fleetsim",
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+        )
+        agents = cls(proc)
+        answer = await agents._ask({"urls": list(urls), "names": list(names)})
+        if answer.get("ready") is not True:
+            raise RuntimeError(f"the simulated agents did not start: {answer}")
+        return agents
+
+    async def _ask(self, command: dict[str, Any]) -> dict[str, Any]:
+        assert self._proc.stdin is not None
+        assert self._proc.stdout is not None
+        async with self._lock:
+            self._proc.stdin.write(json.dumps(command).encode() + b"\n")
+            await self._proc.stdin.drain()
+            line = await asyncio.wait_for(self._proc.stdout.readline(), 120.0)
+        if not line:
+            raise RuntimeError("the simulated agents' process exited")
+        answer: dict[str, Any] = json.loads(line)
+        return answer
+
+    async def silence(self, name: str) -> float:
+        """Stop ``name``'s heartbeats; when the server acknowledged its last one (the
+        machine's monotonic clock, as ``time.perf_counter`` reads it here)."""
+        return float((await self._ask({"silence": name}))["acked"])
+
+    async def resume(self, name: str) -> None:
+        await self._ask({"resume": name})
+
+    async def stats(self) -> tuple[int, str]:
+        """Heartbeats sent so far, and the failed batches (empty: none)."""
+        answer = await self._ask({"stats": True})
+        return int(answer["beats"]), str(answer["failed"])
+
+    async def stop(self) -> None:
+        if self._proc.returncode is None:
+            self._proc.terminate()
+            await self._proc.wait()
+
+
+async def _serve() -> None:
+    from neuron_dra_common.bus import Bus
+
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader()
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+    spec = json.loads(await reader.readline())
+    bus = await Bus.connect(spec["urls"], name="bench-scale-agents")
+    fleet = FleetSim(
+        kube=None,
+        publisher=bus.publisher(source="/bench/scale"),
+        nodes={name: {} for name in spec["names"]},
+    )
+    fleet.start(kubelets=False)
+
+    def say(answer: dict[str, Any]) -> None:
+        sys.stdout.write(json.dumps(answer) + "\n")
+        sys.stdout.flush()
+
+    say({"ready": True})
+    try:
+        while line := await reader.readline():
+            command = json.loads(line)
+            if "silence" in command:
+                say({"acked": fleet.silence(command["silence"])})
+            elif "resume" in command:
+                fleet.resume(command["resume"])
+                say({"resumed": True})
+            else:
+                say({"beats": fleet.beats_sent, "failed": fleet.failed()})
+    finally:
+        await fleet.stop()
+        await bus.close()
+
+
+if __name__ == "__main__":
+    asyncio.run(_serve())

@@ -76,7 +76,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from bench import baseline_env
 from bench.control_plane import ControlPlane, control_plane
-from bench.fleetsim import FleetSim
+from bench.fleetsim import Agents, FleetSim
 from bench.harness import Figure, Report, cpu_seconds, percentile
 from bench.natscluster import NatsCluster, nats_cluster
 from bench.scenarios.ultraserver import NAMESPACE, VERSION, workload_body
@@ -368,7 +368,25 @@ class Run:
         )
         t0 = time.perf_counter()
         uids = await fleet.register()
-        fleet.start()
+        fleet.start(agents=False)
+        agents = await Agents.start(self.cluster.urls, list(labels))
+        try:
+            await self._measure(fleet, agents, labels, hardware, where, uids, t0)
+        finally:
+            await agents.stop()
+            await fleet.stop()
+
+    async def _measure(
+        self,
+        fleet: FleetSim,
+        agents: Agents,
+        labels: dict[str, dict[str, str]],
+        hardware: NodeHardware,
+        where: dict[str, UltraServerInfo],
+        uids: dict[str, str],
+        t0: float,
+    ) -> None:
+        n = self.sizes.nodes
         self.m.notes.append(f"{n} Nodes and Leases made in {time.perf_counter() - t0:.1f} s")
         hw = {name: msgspec.structs.replace(hardware, ultraserver=where[name]) for name in labels}
         bodies = [_slices(name, hw[name], labels[name], uids[name]) for name in labels]
@@ -388,7 +406,8 @@ class Run:
             )
             for name in labels
         ]
-        await self._cold(fleet, inventories, sum(len(b) for b in bodies))
+        total = sum(len(b) for b in bodies)
+        await self._cold(fleet, inventories, total)
         await self._wait_ultraservers(n // 4)
 
         health = BusEvents(self.bus, stream=HEALTH.name, subject=f"{HEALTH.subjects[0]}")
@@ -399,17 +418,17 @@ class Run:
         ]
         try:
             await asyncio.sleep(1.0)  # the followers are at the streams' ends
-            await self._steady(fleet)
+            await self._steady(agents)
             await self._faults(taints, list(labels))
             await self._workloads()
-            await self._lost(fleet, health, list(labels))
-            if fleet.failed():
-                self.m.notes.append(f"the simulated fleet: {fleet.failed()}")
+            await self._lost(agents, health, list(labels))
+            failed = " ".join(x for x in (fleet.failed(), (await agents.stats())[1]) if x)
+            if failed:
+                self.m.notes.append(f"the simulated fleet: {failed}")
         finally:
             for task in followers:
                 task.cancel()
             await asyncio.gather(*followers, return_exceptions=True)
-            await fleet.stop()
         self.m.rss_mib = {
             name: peak_rss_mib(pid) for name, pid in {**self.pids, **self.servers()}.items()
         } | {name: peak_rss_mib(pid) for name, pid in self.cluster.pids.items()}
@@ -497,15 +516,20 @@ class Run:
                 raise RuntimeError(f"{len(available)} of {count} NeuronUltraServers Available")
             await asyncio.sleep(1.0)
 
-    async def _steady(self, fleet: FleetSim) -> None:
-        pids = {**self.pids, **self.servers(), **self.cluster.pids}
-        beats0 = fleet.beats_sent
+    async def _steady(self, agents: Agents) -> None:
+        pids = {
+            **self.pids,
+            **self.servers(),
+            **self.cluster.pids,
+            "bench (the simulated agents)": agents.pid,
+        }
+        beats0 = (await agents.stats())[0]
         cpu0, t0, own0 = cpu_seconds(pids), time.perf_counter(), time.process_time()
         await asyncio.sleep(self.sizes.steady_seconds)
         cpu1, t1, own1 = cpu_seconds(pids), time.perf_counter(), time.process_time()
         self.m.steady_cores = {k: (cpu1[k] - cpu0[k]) / (t1 - t0) for k in pids}
-        self.m.steady_cores["bench (the simulated fleet)"] = (own1 - own0) / (t1 - t0)
-        self.m.heartbeats_per_s = (fleet.beats_sent - beats0) / (t1 - t0)
+        self.m.steady_cores["bench (the simulated kubelets)"] = (own1 - own0) / (t1 - t0)
+        self.m.heartbeats_per_s = ((await agents.stats())[0] - beats0) / (t1 - t0)
 
     async def _faults(self, taints: BusEvents, names: list[str]) -> None:
         publisher = self.bus.publisher(source="/bench/scale/probe")
@@ -615,7 +639,7 @@ class Run:
             await asyncio.sleep(0.5)
         raise RuntimeError("the workloads were not deleted within 5 minutes")
 
-    async def _lost(self, fleet: FleetSim, health: BusEvents, names: list[str]) -> None:
+    async def _lost(self, agents: Agents, health: BusEvents, names: list[str]) -> None:
         picked = [names[(k * 104729 + 13) % len(names)] for k in range(self.sizes.lost)]
         waits = []
         for node in picked:
@@ -624,13 +648,13 @@ class Run:
                 return isinstance(e, NodeLost) and e.node == node
 
             future = health.expect(f"{node} lost", lost)
-            last = fleet.silence(node)
+            last = await agents.silence(node)
             waits.append((node, last, future))
             await asyncio.sleep(0.3)
         for _node, last, future in waits:
             self.m.lost_s.append(await asyncio.wait_for(future, 60.0) - last)
         for node in picked:
-            fleet.resume(node)
+            await agents.resume(node)
 
 
 # --- the report ------------------------------------------------------------------------------

@@ -5,6 +5,8 @@ node once it is silenced."""
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -14,7 +16,7 @@ from neuron_dra_common.bus import Bus
 from neuron_dra_common.bus.declarations import HEARTBEAT
 from neuron_dra_common.events import NodeHeartbeat, decode
 
-from bench.fleetsim import FleetSim
+from bench.fleetsim import Agents, FleetSim
 from bench.natscluster import NatsCluster, nats_cluster
 
 
@@ -50,7 +52,7 @@ async def test_the_fleet_beats_for_every_node_but_a_silenced_one(cluster: NatsCl
         await bus.reconcile(replicas=3)
         names = ["node-a", "node-b", "node-c"]
         fleet = FleetSim(
-            kube=None,  # type: ignore[arg-type]  # no kubelet part in this test
+            kube=None,  # no kubelet part in this test
             publisher=bus.publisher(source="/test/scale"),
             nodes={n: {} for n in names},
         )
@@ -80,3 +82,34 @@ async def test_the_fleet_beats_for_every_node_but_a_silenced_one(cluster: NatsCl
     finally:
         await reader.close()
         await bus.close()
+
+
+async def test_the_agents_process_beats_every_second_and_stops_a_silenced_node(
+    cluster: NatsCluster,
+) -> None:
+    bus = await Bus.connect(cluster.urls, name="test-scale")
+    await bus.reconcile(replicas=3)
+    await bus.close()
+    agents = await Agents.start(cluster.urls, ["node-a", "node-b"])
+    reader = await nats.connect(cluster.urls[0])
+    try:
+        await asyncio.sleep(2.5)
+        acked = await agents.silence("node-b")
+        assert 0 < acked <= time.perf_counter()
+        await asyncio.sleep(2.0)
+        beats, failed = await agents.stats()
+        assert failed == ""
+        assert beats >= 6
+        js = reader.jetstream()
+        last = {}
+        for name in ("node-a", "node-b"):
+            stored = await js.get_last_msg(HEARTBEAT.name, f"neuron.heartbeat.{name}")
+            assert stored.data is not None
+            event = decode(stored.data)
+            assert isinstance(event, NodeHeartbeat)
+            last[name] = event.sequence
+        # node-b's heartbeats stopped about two beats before node-a's.
+        assert last["node-a"] - last["node-b"] >= 1
+    finally:
+        await reader.close()
+        await agents.stop()
