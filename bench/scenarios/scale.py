@@ -8,9 +8,10 @@ For each N (``--nodes``, several allowed; ``--quick``: 100), afresh:
   eks overlay's ``nats.conf`` (``bench.natscluster``), every stream with three copies
   (``NEURON_DRA_STREAM_REPLICAS=3``, as the overlay sets it); the local overlay's cluster
   objects (namespace, DeviceClass, CRDs) applied with kubectl.
-* **fleet**: N trn2u.48xlarge nodes, N/4 UltraServers, played by one asyncio process
-  (``bench.fleetsim``): Nodes and Leases as their kubelets keep them, inventories, a
-  heartbeat per node per second and a trickle of claim events as their agents send them.
+* **fleet**: N trn2u.48xlarge nodes, N/4 UltraServers (``bench.fleetsim``): the bench
+  keeps their Nodes and Leases as their kubelets would and publishes their inventories; one
+  child process sends a heartbeat per node per second and a trickle of claim events as their
+  agents would.
 * **services**: the slice publisher, the failure detector, the topology allocator, the
   UltraServer operator and the audit service, each ``python -m`` as ``dev up`` starts them,
   with the settings it gives them.
