@@ -64,6 +64,10 @@ class ControlPlane:
             time.sleep(0.2)
         return running
 
+    def pids(self) -> dict[str, int]:
+        """Every component still running, by name."""
+        return {name: running.pid for name, running in self._running}
+
     def stop(self, running: process.Running) -> None:
         """SIGTERM (then SIGKILL) one component this control plane started."""
         process.stop([running])

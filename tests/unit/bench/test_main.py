@@ -16,7 +16,7 @@ def test_help_lists_every_scenario_and_quick(capsys: pytest.CaptureFixture[str])
         main(["--help"])
     assert exited.value.code == 0
     out = capsys.readouterr().out
-    assert "{allocator,bus,extender,prepare,recovery,slices,ultraserver}" in out
+    assert "{allocator,bus,extender,prepare,recovery,scale,slices,ultraserver}" in out
     assert "--quick" in out
 
 

@@ -1,0 +1,864 @@
+"""Fleet scale: N simulated trn2u nodes on the real control plane and a three-server NATS
+cluster, with the product's cluster services as processes, measured end to end.
+
+For each N (``--nodes``, several allowed; ``--quick``: 100), afresh:
+
+* **servers**: etcd, kube-apiserver, kube-controller-manager and kube-scheduler from the
+  cached Kubernetes build (``bench.control_plane``); three NATS servers configured from the
+  eks overlay's ``nats.conf`` (``bench.natscluster``), every stream with three copies
+  (``NEURON_DRA_STREAM_REPLICAS=3``, as the overlay sets it); the local overlay's cluster
+  objects (namespace, DeviceClass, CRDs) applied with kubectl.
+* **fleet**: N trn2u.48xlarge nodes, N/4 UltraServers (``bench.fleetsim``): the bench
+  keeps their Nodes and Leases as their kubelets would and publishes their inventories; one
+  child process sends a heartbeat per node per second and a trickle of claim events as their
+  agents would.
+* **services**: the slice publisher, the failure detector, the topology allocator, the
+  UltraServer operator and the audit service, each ``python -m`` as ``dev up`` starts them,
+  with the settings it gives them.
+
+Then, timed:
+
+1. **slices from cold**: before the publisher starts, a bare kubernetes-asyncio loop writes
+   every node's slices (``bench/bare/slices_bare.py``, 16 in flight), and they are deleted;
+   then every NodeInventory is published and the publisher writes the same slices. Wall
+   time, the apiserver's slice writes (its ``apiserver_request_total``), the publisher's CPU
+   and peak RSS.
+2. **device fault -> taint**: an uncorrectable DeviceHealthChanged on one device of one node,
+   until the publisher's DeviceTaintChanged (published once the pool carrying the taint is
+   written); then the repair.
+3. **workloads**: min(100, N/4) NeuronUltraServerWorkloads of one 4-node UltraServer each,
+   created at once, until each is ``Allocated``; apiserver writes per workload (every
+   mutating request but Leases and Node status, less the workload's own create).
+4. **silent node -> lost**: the heartbeats of several nodes stop (a little apart), until the
+   detector's NodeLost, timed from the server's ack of each node's last heartbeat.
+5. **steady state**: each service's CPU per second while only the fleet's own traffic flows;
+   then each service's peak RSS (``VmHWM``).
+
+What differs from the stack: the bus is open (``NEURON_DRA_INSECURE_BUS=1``, no auth callout
+and no TLS, between the NATS servers neither); every service uses the admin kubeconfig rather
+than its own ServiceAccount; the alert subscriber and Alertmanager do not run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import os
+import ssl
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import msgspec
+from neuron_dra_cli.stack import components as comp
+from neuron_dra_cli.stack import process, services
+from neuron_dra_cli.stack.fleet import node_labels, parse_fleet
+from neuron_dra_common.bus import Bus
+from neuron_dra_common.bus.declarations import HEALTH, TAINTS
+from neuron_dra_common.events import (
+    AnyEvent,
+    DeviceHealthChanged,
+    DeviceTaintChanged,
+    NodeInventory,
+    NodeLost,
+)
+from neuron_dra_common.hardware.model import NodeHardware, UltraServerInfo
+from neuron_dra_common.kube import RESOURCE_SLICES, KubeClient, connect
+from neuron_dra_common.ultraserver import GROUP
+from neuron_dra_common.ultraserver import NAMESPACE as US_NAMESPACE
+from neuron_dra_ultraserver_operator.resources import NAMESPACES, NUS, NUSW
+from prometheus_client.parser import text_string_to_metric_families
+
+from bench import baseline_env
+from bench.control_plane import ControlPlane, control_plane
+from bench.fleetsim import Agents, FleetSim
+from bench.harness import Figure, Report, cpu_seconds, percentile
+from bench.natscluster import NatsCluster, nats_cluster
+from bench.scenarios.ultraserver import NAMESPACE, VERSION, workload_body
+from bench.watch import BusEvents
+
+Obj = dict[str, Any]
+
+INSTANCE_TYPE = "trn2u.48xlarge"
+QUICK_NODES = 100
+#: The issue's goals, judged at GOAL_NODES.
+GOAL_NODES = 10_000
+GOAL_LOST_P99_S = 5.0
+GOAL_DETECTOR_CORES = 0.5
+GOAL_SLICES_RATIO = 1.2
+GOAL_WORKLOADS_S = 30.0
+GOAL_RSS_MIB = 1024.0
+WORKLOADS = 100
+WORKERS = 16
+MIB = 1024 * 1024
+#: The cluster services, by the name their process runs under here.
+SERVICES = (
+    "slice-publisher",
+    "failure-detector",
+    "topology-allocator",
+    "ultraserver-operator",
+    "audit",
+)
+_MUTATING = ("POST", "PUT", "PATCH", "DELETE")
+
+
+@dataclass(frozen=True)
+class Sizes:
+    nodes: int
+    faults: int
+    lost: int
+    workloads: int
+    steady_seconds: float
+
+    @classmethod
+    def of(cls, nodes: int, *, quick: bool) -> Sizes:
+        if nodes < 4 or nodes % 4:
+            raise ValueError(f"--nodes: {nodes} is not a positive multiple of 4 (UltraServers)")
+        return cls(
+            nodes=nodes,
+            faults=5 if quick else 20,
+            lost=5 if quick else 10,
+            workloads=min(WORKLOADS, nodes // 4),
+            steady_seconds=5.0 if quick else 20.0,
+        )
+
+
+# --- pure pieces (unit tested) ---------------------------------------------------------------
+
+
+def apiserver_writes(
+    metrics: str, *, only: Sequence[str] = (), skip: Sequence[tuple[str, str]] = ()
+) -> float:
+    """Mutating requests the apiserver answered, from its ``apiserver_request_total``:
+    those on the resources in ``only`` (all when empty), less ``(resource, subresource)``
+    pairs in ``skip`` (``""``: the object itself)."""
+    total = 0.0
+    for family in text_string_to_metric_families(metrics):
+        if family.name != "apiserver_request":
+            continue
+        for sample in family.samples:
+            labels = sample.labels
+            if not sample.name.endswith("_total") or labels.get("verb") not in _MUTATING:
+                continue
+            resource, sub = labels.get("resource", ""), labels.get("subresource", "")
+            if (only and resource not in only) or (resource, sub) in skip:
+                continue
+            total += sample.value
+    return total
+
+
+def peak_rss_mib(pid: int) -> float:
+    """The process's peak resident set (``VmHWM``), MiB; 0 when it is gone."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024.0
+    except OSError:
+        pass
+    return 0.0
+
+
+def slope(points: Mapping[int, float]) -> tuple[float, float]:
+    """Across the smallest and largest N: (MiB per 1,000 nodes, growth exponent), where an
+    exponent of 1 is linear growth (``log(m2/m1) / log(n2/n1)``)."""
+    if len(points) < 2:
+        return float("nan"), float("nan")
+    lo, hi = min(points), max(points)
+    per_k = (points[hi] - points[lo]) * 1000.0 / (hi - lo)
+    if points[lo] <= 0 or points[hi] <= 0:
+        return per_k, float("nan")
+    return per_k, math.log(points[hi] / points[lo]) / math.log(hi / lo)
+
+
+def verdict(met: bool) -> str:
+    return "met" if met else "NOT MET"
+
+
+# --- one N -----------------------------------------------------------------------------------
+
+
+@dataclass
+class Measured:
+    """What one N gave."""
+
+    sizes: Sizes
+    slices_s: float = 0.0
+    bare_s: float = 0.0
+    slice_writes: float = 0.0
+    bare_writes: float = 0.0
+    publisher_cpu_s: float = 0.0
+    taint_s: list[float] = field(default_factory=list)
+    lost_s: list[float] = field(default_factory=list)
+    allocated_s: list[float] = field(default_factory=list)
+    writes_per_workload: float = 0.0
+    steady_cores: dict[str, float] = field(default_factory=dict)
+    rss_mib: dict[str, float] = field(default_factory=dict)
+    heartbeats_per_s: float = 0.0
+    store_mib: dict[str, float] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
+class Metrics:
+    """The apiserver's ``/metrics``, read with the admin's client certificate."""
+
+    def __init__(self, plane: ControlPlane) -> None:
+        pair = plane.pki.client("admin", user="kubernetes-admin", groups=("system:masters",))
+        context = ssl.create_default_context(cafile=str(plane.pki.ca.cert))
+        context.load_cert_chain(str(pair.cert), str(pair.key))
+        self._context = context
+        self._url = f"{plane.server}/metrics"
+
+    async def text(self) -> str:
+        async with (
+            aiohttp.ClientSession() as session,
+            session.get(self._url, ssl=self._context) as answer,
+        ):
+            answer.raise_for_status()
+            return await answer.text()
+
+
+def _fleet(n: int) -> tuple[dict[str, dict[str, str]], dict[str, UltraServerInfo]]:
+    """name -> labels, and name -> its UltraServer, of N trn2u nodes (N/4 UltraServers)."""
+    fleet = parse_fleet(
+        f"ultraServers:\n  - instanceType: {INSTANCE_TYPE}\n    count: {n // 4}\n",
+        source="bench",
+    )
+    labels: dict[str, dict[str, str]] = {}
+    where: dict[str, UltraServerInfo] = {}
+    for spec in fleet.nodes:
+        us = spec.ultraserver
+        if us is None:
+            continue
+        labels[spec.name] = node_labels(fleet, spec)
+        where[spec.name] = UltraServerInfo(
+            server_id_2=us.server_id_2,
+            server_id_4=us.server_id_4,
+            node_id_2=us.node_id_2,
+            node_id_4=us.node_id_4,
+            supported_modes=(1, 2, 3, 4),
+        )
+    return labels, where
+
+
+def _hardware() -> NodeHardware:
+    from neuron_dra_common.hardware.node import read_node
+    from neuron_dra_common.hardware.simulate import write_node
+
+    with tempfile.TemporaryDirectory() as tmp:
+        sim = write_node(Path(tmp), instance_type=INSTANCE_TYPE, node_name="bench")
+        return read_node(sim.root, neuron_ls_command=sim.neuron_ls_command)
+
+
+def _slices(name: str, hardware: NodeHardware, labels: dict[str, str], uid: str) -> list[Obj]:
+    """The ResourceSlices the publisher writes for one node (the bare loop's bodies)."""
+    from neuron_dra_slice_publisher.pool import NodeRef, render_slice
+    from neuron_dra_slice_publisher.slices import NodeDeviceMode, build_pool
+
+    content = build_pool(
+        node=name,
+        hardware=hardware,
+        labels=labels,
+        mode=NodeDeviceMode.COUNTERS,
+        dra_driver_version="0.1.0",
+    )
+    owner = NodeRef(name=name, uid=uid)
+    return [
+        render_slice(s, owner=owner, index=i, generation=1, count=len(content.slices))
+        for i, s in enumerate(content.slices)
+    ]
+
+
+def _service_components(
+    plane: ControlPlane, cluster: NatsCluster, root: Path
+) -> list[comp.Component]:
+    """The cluster services with the environment ``dev up`` gives them (stack.services,
+    stack.ultraserver, stack.health, stack.alerting), on the NATS cluster."""
+    from neuron_dra_cli.stack.alerting import audit_file
+    from neuron_dra_cli.stack.health import health_components
+    from neuron_dra_cli.stack.ultraserver import ultraserver_components
+
+    urls = ",".join(cluster.urls)
+    shared = {
+        "NEURON_DRA_INSECURE_BUS": "1",
+        "NEURON_DRA_STREAM_REPLICAS": "3",
+        "NEURON_DRA_LOG_LEVEL": "warning",
+    }
+    items = [
+        comp.python_service(
+            name="slice-publisher",
+            kind="slice-publisher",
+            module="neuron_dra_slice_publisher",
+            env={
+                "NEURON_DRA_KUBECONFIG": str(plane.admin),
+                "NEURON_DRA_NATS_SERVERS": urls,
+                "NEURON_DRA_IDENTITY": "local",
+                "NEURON_DRA_LEASE_SECONDS": "6",
+            },
+        ),
+        *health_components(nats_url=urls, kubeconfig=plane.admin),
+        *ultraserver_components(nats_url=urls, kubeconfig=plane.admin),
+        comp.python_service(
+            name="audit",
+            kind="audit",
+            module="neuron_dra_audit",
+            env={
+                "NEURON_DRA_NATS_SERVERS": urls,
+                "NEURON_DRA_AUDIT_FILE": str(audit_file(root)),
+                "NEURON_DRA_STDOUT": "false",
+            },
+        ),
+    ]
+    return [
+        comp.Component(
+            name=c.name,
+            kind=c.kind,
+            argv=c.argv,
+            ports=c.ports,
+            ready=c.ready,
+            env={**c.env, **shared},
+            module=c.module,
+        )
+        for c in items
+    ]
+
+
+class Run:
+    """One N: the servers are up; this drives the fleet and takes the figures."""
+
+    def __init__(self, *, plane: ControlPlane, cluster: NatsCluster, root: Path, sizes: Sizes):
+        self.plane = plane
+        self.cluster = cluster
+        self.root = root
+        self.sizes = sizes
+        self.m = Measured(sizes=sizes)
+        self.metrics = Metrics(plane)
+        self.pids: dict[str, int] = {}
+        self.kube: KubeClient
+        self.bus: Bus
+
+    def servers(self) -> dict[str, int]:
+        return self.plane.pids()
+
+    async def go(self) -> Measured:
+        self.kube = await connect(kubeconfig=self.plane.admin)
+        self.bus = await Bus.connect(self.cluster.urls, name="bench-scale")
+        try:
+            await self._go()
+        finally:
+            await self.bus.close()
+            await self.kube.close()
+        return self.m
+
+    async def _go(self) -> None:
+        n = self.sizes.nodes
+        labels, where = _fleet(n)
+        hardware = _hardware()
+        await self.kube.create(NAMESPACES, {"metadata": {"name": NAMESPACE}})
+        # As every node's discovery does when it starts, before its first publish.
+        await self.bus.reconcile(replicas=3)
+        fleet = FleetSim(
+            kube=self.kube,
+            publisher=self.bus.publisher(source="/bench/scale"),
+            nodes=labels,
+        )
+        t0 = time.perf_counter()
+        uids = await fleet.register()
+        fleet.start(agents=False)
+        agents = await Agents.start(self.cluster.urls, list(labels))
+        try:
+            await self._measure(fleet, agents, labels, hardware, where, uids, t0)
+        finally:
+            await agents.stop()
+            await fleet.stop()
+
+    async def _measure(
+        self,
+        fleet: FleetSim,
+        agents: Agents,
+        labels: dict[str, dict[str, str]],
+        hardware: NodeHardware,
+        where: dict[str, UltraServerInfo],
+        uids: dict[str, str],
+        t0: float,
+    ) -> None:
+        n = self.sizes.nodes
+        self.m.notes.append(f"{n} Nodes and Leases made in {time.perf_counter() - t0:.1f} s")
+        hw = {name: msgspec.structs.replace(hardware, ultraserver=where[name]) for name in labels}
+        bodies = [_slices(name, hw[name], labels[name], uids[name]) for name in labels]
+        await self._bare(bodies)
+
+        loop = asyncio.get_running_loop()
+        for c in _service_components(self.plane, self.cluster, self.root):
+            running = await loop.run_in_executor(None, self.plane.start, c)
+            self.pids[c.name] = running.pid
+        inventories = [
+            NodeInventory(
+                node=name,
+                boot_id="bench",
+                generation=1,
+                hardware=hw[name],
+                dra_driver_version="0.1.0",
+            )
+            for name in labels
+        ]
+        total = sum(len(b) for b in bodies)
+        await self._cold(fleet, inventories, total)
+        await self._wait_ultraservers(n // 4)
+
+        health = BusEvents(self.bus, stream=HEALTH.name, subject=f"{HEALTH.subjects[0]}")
+        taints = BusEvents(self.bus, stream=TAINTS.name, subject=f"{TAINTS.subjects[0]}")
+        followers = [
+            asyncio.create_task(health.follower.run(), name="health"),
+            asyncio.create_task(taints.follower.run(), name="taints"),
+        ]
+        try:
+            await asyncio.sleep(1.0)  # the followers are at the streams' ends
+            await self._steady(agents)
+            await self._faults(taints, list(labels))
+            await self._workloads()
+            await self._lost(agents, health, list(labels))
+            failed = " ".join(x for x in (fleet.failed(), (await agents.stats())[1]) if x)
+            if failed:
+                self.m.notes.append(f"the simulated fleet: {failed}")
+        finally:
+            for task in followers:
+                task.cancel()
+            await asyncio.gather(*followers, return_exceptions=True)
+        self.m.rss_mib = {
+            name: peak_rss_mib(pid) for name, pid in {**self.pids, **self.servers()}.items()
+        } | {name: peak_rss_mib(pid) for name, pid in self.cluster.pids.items()}
+        self.m.store_mib = {k: v / MIB for k, v in self.cluster.store_bytes().items()}
+        log = self.root / "failure-detector.log"
+        declared = log.read_text().count('"message":"node lost"') if log.exists() else 0
+        self.m.notes.append(
+            f"the detector declared {declared} nodes lost in the whole run, of which "
+            f"{self.sizes.lost} were silenced by the bench (the others: heartbeats the "
+            "simulated fleet sent late)"
+        )
+
+    async def _bare(self, bodies: list[list[Obj]]) -> None:
+        before = apiserver_writes(await self.metrics.text(), only=("resourceslices",))
+        out = await baseline_env.run_script(
+            "slices_bare.py",
+            {
+                "kubeconfig": str(self.plane.admin),
+                "path": f"/apis/{RESOURCE_SLICES.api_version}/{RESOURCE_SLICES.plural}",
+                "workers": WORKERS,
+                "change_gap": 0.0,
+                "pools": bodies,
+                "changes": [],
+                "servers": self.servers(),
+            },
+        )
+        self.m.bare_s = float(out["seconds"])
+        after = apiserver_writes(await self.metrics.text(), only=("resourceslices",))
+        self.m.bare_writes = after - before
+        written, _ = await self.kube.list(RESOURCE_SLICES)
+        slots = asyncio.Semaphore(WORKERS)
+
+        async def delete(name: str) -> None:
+            async with slots:
+                await self.kube.delete(RESOURCE_SLICES, name)
+
+        await asyncio.gather(*(delete(str(o["metadata"]["name"])) for o in written))
+        for _ in range(1200):
+            if not (await self.kube.list(RESOURCE_SLICES))[0]:
+                return
+            await asyncio.sleep(0.25)
+        raise RuntimeError("the bare loop's slices were not deleted within 5 minutes")
+
+    async def _cold(self, fleet: FleetSim, inventories: list[NodeInventory], total: int) -> None:
+        """Publish every inventory; wait until the publisher wrote ``total`` slices."""
+        _, version = await self.kube.list(RESOURCE_SLICES)
+        before = apiserver_writes(await self.metrics.text(), only=("resourceslices",))
+        cpu0 = cpu_seconds({"p": self.pids["slice-publisher"]})["p"]
+        seen: set[str] = set()
+        t0 = time.perf_counter()
+        await fleet.publish_inventories(inventories)
+        deadline = t0 + 600.0
+        done_at = 0.0
+        while not done_at:
+            async for event in self.kube.watch(RESOURCE_SLICES, resource_version=version):
+                obj = event.get("object") or {}
+                if event.get("type") == "ERROR":
+                    raise RuntimeError(f"slice watch failed: {obj}")
+                version = str(obj["metadata"]["resourceVersion"])
+                if event.get("type") == "ADDED":
+                    seen.add(str(obj["metadata"]["name"]))
+                if len(seen) >= total:
+                    done_at = time.perf_counter()
+                    break
+            if time.perf_counter() > deadline:
+                raise RuntimeError(f"{len(seen)} of {total} slices written within 600 s")
+        self.m.slices_s = done_at - t0
+        self.m.publisher_cpu_s = cpu_seconds({"p": self.pids["slice-publisher"]})["p"] - cpu0
+        after = apiserver_writes(await self.metrics.text(), only=("resourceslices",))
+        self.m.slice_writes = after - before
+
+    async def _wait_ultraservers(self, count: int) -> None:
+        deadline = time.monotonic() + 120.0 + count * 0.2
+        while True:
+            nus, _ = await self.kube.list(NUS, namespace=US_NAMESPACE)
+            available = [
+                o
+                for o in nus
+                if (o.get("status") or {}).get("state") == "Available"
+                and (o.get("status") or {}).get("healthyNodeCount") == 4
+            ]
+            if len(available) >= count:
+                return
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{len(available)} of {count} NeuronUltraServers Available")
+            await asyncio.sleep(1.0)
+
+    async def _steady(self, agents: Agents) -> None:
+        pids = {
+            **self.pids,
+            **self.servers(),
+            **self.cluster.pids,
+            "bench (the simulated agents)": agents.pid,
+        }
+        beats0 = (await agents.stats())[0]
+        cpu0, t0, own0 = cpu_seconds(pids), time.perf_counter(), time.process_time()
+        await asyncio.sleep(self.sizes.steady_seconds)
+        cpu1, t1, own1 = cpu_seconds(pids), time.perf_counter(), time.process_time()
+        self.m.steady_cores = {k: (cpu1[k] - cpu0[k]) / (t1 - t0) for k in pids}
+        self.m.steady_cores["bench (the simulated kubelets)"] = (own1 - own0) / (t1 - t0)
+        self.m.heartbeats_per_s = ((await agents.stats())[0] - beats0) / (t1 - t0)
+
+    async def _faults(self, taints: BusEvents, names: list[str]) -> None:
+        publisher = self.bus.publisher(source="/bench/scale/probe")
+        device = "neurondevice3"
+        for k in range(self.sizes.faults):
+            node = names[(k * 7919) % len(names)]
+
+            def tainted(e: AnyEvent, node: str = node) -> bool:
+                return (
+                    isinstance(e, DeviceTaintChanged)
+                    and e.node == node
+                    and e.device == device
+                    and bool(e.taints)
+                )
+
+            def cleared(e: AnyEvent, node: str = node) -> bool:
+                return (
+                    isinstance(e, DeviceTaintChanged)
+                    and e.node == node
+                    and e.device == device
+                    and not e.taints
+                )
+
+            seen = taints.expect(f"{node} {device} tainted", tainted)
+            t0 = time.perf_counter()
+            await publisher.publish(
+                DeviceHealthChanged(
+                    node=node,
+                    device=device,
+                    health="Unhealthy",
+                    previous="Healthy",
+                    error_type="SRAM_UNCORRECTABLE_ERROR",
+                    severity="uncorrectable",
+                    evidence="bench",
+                    action="reload-driver-or-reboot",
+                    observed_at=datetime.now(UTC),
+                )
+            )
+            self.m.taint_s.append(await asyncio.wait_for(seen, 60.0) - t0)
+            gone = taints.expect(f"{node} {device} repaired", cleared)
+            await publisher.publish(
+                DeviceHealthChanged(
+                    node=node,
+                    device=device,
+                    health="Healthy",
+                    previous="Unhealthy",
+                    observed_at=datetime.now(UTC),
+                )
+            )
+            await asyncio.wait_for(gone, 60.0)
+
+    async def _workloads(self) -> None:
+        count = self.sizes.workloads
+        nusw = msgspec.structs.replace(NUSW, version=VERSION)
+        names = [f"scale-{i:03d}" for i in range(count)]
+        _, version = await self.kube.list(nusw, namespace=NAMESPACE)
+        skip = (("leases", ""), ("nodes", "status"))
+        before = apiserver_writes(await self.metrics.text(), skip=skip)
+        allocated: dict[str, float] = {}
+        started: dict[str, float] = {}
+
+        async def create(name: str) -> None:
+            started[name] = time.perf_counter()
+            await self.kube.create(
+                nusw,
+                workload_body(name, size=4, count=1, group=GROUP),
+                namespace=NAMESPACE,
+            )
+
+        async def watch() -> None:
+            nonlocal version
+            while len(allocated) < count:
+                async for event in self.kube.watch(
+                    nusw, namespace=NAMESPACE, resource_version=version
+                ):
+                    obj = event.get("object") or {}
+                    version = str((obj.get("metadata") or {}).get("resourceVersion") or version)
+                    name = str((obj.get("metadata") or {}).get("name"))
+                    state = (obj.get("status") or {}).get("state")
+                    if state == "Allocated" and name not in allocated:
+                        allocated[name] = time.perf_counter()
+                    if len(allocated) >= count:
+                        return
+
+        watching = asyncio.create_task(watch())
+        await asyncio.sleep(0.2)
+        await asyncio.gather(*(create(name) for name in names))
+        try:
+            await asyncio.wait_for(watching, 300.0)
+        except TimeoutError:
+            raise RuntimeError(
+                f"{len(allocated)} of {count} workloads Allocated within 300 s"
+            ) from None
+        after = apiserver_writes(await self.metrics.text(), skip=skip)
+        # The bench's own writes in that time: the creates, and the fleet's status posts.
+        self.m.writes_per_workload = (after - before - count) / count
+        self.m.allocated_s = [allocated[n] - started[n] for n in names]
+        self.m.notes.append(
+            f"{count} workloads: all Allocated {max(allocated.values()) - min(started.values()):.1f}"
+            " s after the first create"
+        )
+        for name in names:
+            await self.kube.delete(nusw, name, namespace=NAMESPACE)
+        for _ in range(600):
+            if not (await self.kube.list(nusw, namespace=NAMESPACE))[0]:
+                return
+            await asyncio.sleep(0.5)
+        raise RuntimeError("the workloads were not deleted within 5 minutes")
+
+    async def _lost(self, agents: Agents, health: BusEvents, names: list[str]) -> None:
+        picked = [names[(k * 104729 + 13) % len(names)] for k in range(self.sizes.lost)]
+        waits = []
+        for node in picked:
+
+            def lost(e: AnyEvent, node: str = node) -> bool:
+                return isinstance(e, NodeLost) and e.node == node
+
+            future = health.expect(f"{node} lost", lost)
+            last = await agents.silence(node)
+            waits.append((node, last, future))
+            await asyncio.sleep(0.3)
+        for _node, last, future in waits:
+            self.m.lost_s.append(await asyncio.wait_for(future, 60.0) - last)
+        for node in picked:
+            await agents.resume(node)
+
+
+# --- the report ------------------------------------------------------------------------------
+
+
+def figures(m: Measured) -> list[Figure]:
+    s = m.sizes
+    out = [
+        Figure(
+            name="slices from cold",
+            unit="s",
+            value=m.slices_s,
+            baseline=m.bare_s,
+            baseline_name="bare write loop",
+            higher_is_better=False,
+        ),
+        Figure(
+            name="slice writes",
+            unit="writes",
+            value=m.slice_writes,
+            baseline=m.bare_writes,
+            baseline_name="bare write loop",
+            higher_is_better=False,
+        ),
+        Figure(
+            name="publisher CPU, cold",
+            unit="s",
+            value=m.publisher_cpu_s,
+            baseline=m.slices_s,
+            baseline_name="wall time",
+            higher_is_better=False,
+        ),
+        Figure(
+            name=f"device fault -> taint p99 ({s.faults})",
+            unit="ms",
+            value=percentile(m.taint_s, 99) * 1000.0,
+            baseline=percentile(m.taint_s, 50) * 1000.0,
+            baseline_name="its p50",
+            higher_is_better=False,
+        ),
+        Figure(
+            name=f"silent node -> lost p99 ({s.lost})",
+            unit="s",
+            value=percentile(m.lost_s, 99),
+            baseline=GOAL_LOST_P99_S,
+            baseline_name="goal",
+            higher_is_better=False,
+        ),
+        Figure(
+            name="detector CPU, steady",
+            unit="cores",
+            value=m.steady_cores.get("failure-detector", 0.0),
+            baseline=GOAL_DETECTOR_CORES,
+            baseline_name="goal",
+            higher_is_better=False,
+        ),
+        Figure(
+            name=f"{s.workloads} workloads -> Allocated p50",
+            unit="s",
+            value=percentile(m.allocated_s, 50),
+            baseline=GOAL_WORKLOADS_S,
+            baseline_name="goal for all",
+            higher_is_better=False,
+        ),
+        Figure(
+            name=f"{s.workloads} workloads -> Allocated p99",
+            unit="s",
+            value=percentile(m.allocated_s, 99),
+            baseline=GOAL_WORKLOADS_S,
+            baseline_name="goal for all",
+            higher_is_better=False,
+        ),
+        Figure(
+            name="apiserver writes per workload",
+            unit="writes",
+            value=m.writes_per_workload,
+            baseline=m.writes_per_workload,
+            baseline_name="(no baseline)",
+            higher_is_better=False,
+        ),
+    ]
+    out += [
+        Figure(
+            name=f"{name} peak RSS",
+            unit="MiB",
+            value=m.rss_mib.get(name, 0.0),
+            baseline=GOAL_RSS_MIB,
+            baseline_name="goal",
+            higher_is_better=False,
+        )
+        for name in SERVICES
+    ]
+    return out
+
+
+def goals(m: Measured) -> dict[str, bool]:
+    """The issue's goals (set for 10,000 nodes), judged on this run's figures."""
+    ratio = m.slices_s / m.bare_s if m.bare_s else float("inf")
+    return {
+        "lost node p99 <= 5 s": bool(m.lost_s) and percentile(m.lost_s, 99) <= GOAL_LOST_P99_S,
+        "detector under half a core": m.steady_cores.get("failure-detector", 0.0)
+        < GOAL_DETECTOR_CORES,
+        "slices cold <= 1.2 x bare": ratio <= GOAL_SLICES_RATIO,
+        "all workloads Allocated <= 30 s": bool(m.allocated_s)
+        and max(m.allocated_s) <= GOAL_WORKLOADS_S,
+        "no service over 1 GiB": all(m.rss_mib.get(s, 0.0) <= GOAL_RSS_MIB for s in SERVICES),
+    }
+
+
+def one_report(m: Measured) -> tuple[Report, str]:
+    """The table and the JSON line of one N."""
+    n = m.sizes.nodes
+    report = Report(name=f"scale ({n:,} trn2u nodes, {n // 4:,} UltraServers)")
+    report.figures = figures(m)
+    judged = "" if n >= GOAL_NODES else f" (the goals are set for {GOAL_NODES:,}; judged at {n:,})"
+    report.notes.append("goals" + judged + ":")
+    report.notes += [f"  {name}: {verdict(ok)}" for name, ok in goals(m).items()]
+    report.notes.append(
+        "steady CPU (cores): "
+        + ", ".join(f"{k} {v:.2f}" for k, v in sorted(m.steady_cores.items()) if v >= 0.005)
+    )
+    report.notes.append(
+        "peak RSS (MiB): " + ", ".join(f"{k} {v:.0f}" for k, v in sorted(m.rss_mib.items()))
+    )
+    report.notes.append(
+        f"heartbeats stored: {m.heartbeats_per_s:,.0f}/s (wanted {n:,}/s); JetStream store: "
+        + ", ".join(f"{k} {v:.1f} MiB" for k, v in sorted(m.store_mib.items()))
+    )
+    report.notes += m.notes
+    line = json.loads(report.json_line())
+    line.update(
+        {
+            "nodes": n,
+            "rss_mib": {k: round(v, 1) for k, v in m.rss_mib.items()},
+            "steady_cores": {k: round(v, 3) for k, v in m.steady_cores.items()},
+            "heartbeats_per_s": round(m.heartbeats_per_s, 1),
+            "store_mib": {k: round(v, 1) for k, v in m.store_mib.items()},
+            "goals": {k: verdict(v) for k, v in goals(m).items()},
+        }
+    )
+    return report, json.dumps(line, separators=(",", ":"))
+
+
+class ScaleReport(msgspec.Struct, kw_only=True):
+    """Every N's table, then the services' memory against N; one JSON line per N."""
+
+    runs: list[Measured] = msgspec.field(default_factory=list)
+
+    def table(self) -> str:
+        parts = [one_report(m)[0].table() for m in self.runs]
+        if len(self.runs) >= 2:
+            rows = []
+            for name in (*SERVICES, "nats-0", "kube-apiserver", "etcd"):
+                per_k, exponent = slope(
+                    {m.sizes.nodes: m.rss_mib.get(name, 0.0) for m in self.runs}
+                )
+                flag = "  faster than linear" if exponent > 1.1 else ""
+                rows.append(
+                    f"  {name}: {per_k:+.1f} MiB per 1,000 nodes, exponent {exponent:.2f}{flag}"
+                )
+            parts.append("== peak RSS against N\n" + "\n".join(rows))
+        return "\n\n".join(parts)
+
+    def json_line(self) -> str:
+        return "\n".join(one_report(m)[1] for m in self.runs)
+
+
+def measure(sizes: Sizes) -> Measured:
+    """Everything of one N, from fresh servers to their stop."""
+    with tempfile.TemporaryDirectory(prefix=f"bench-scale-{sizes.nodes}-") as tmp:
+        root = Path(tmp)
+        with control_plane(root) as plane, nats_cluster(root / "nats") as cluster:
+            plane.start(
+                comp.controller_manager(
+                    binary=plane.binaries.kube_controller_manager,
+                    pki=plane.pki,
+                    kubeconfig=plane.kubeconfig(
+                        "kube-controller-manager", user="system:kube-controller-manager"
+                    ),
+                    port=process.free_port(),
+                )
+            )
+            plane.start(
+                comp.scheduler(
+                    binary=plane.binaries.kube_scheduler,
+                    kubeconfig=plane.kubeconfig("kube-scheduler", user="system:kube-scheduler"),
+                    port=process.free_port(),
+                )
+            )
+            services.apply_cluster_objects(plane.admin)
+            return asyncio.run(Run(plane=plane, cluster=cluster, root=root, sizes=sizes).go())
+
+
+def run(*, quick: bool, nodes: Sequence[int] = ()) -> ScaleReport:
+    counts = list(nodes) or ([QUICK_NODES] if quick else [1000])
+    report = ScaleReport()
+    for n in counts:
+        sizes = Sizes.of(n, quick=quick)
+        t0 = time.monotonic()
+        m = measure(sizes)
+        m.notes.append(
+            f"run of {n:,} nodes took {time.monotonic() - t0:.0f} s; load average at the end "
+            f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs"
+        )
+        report.runs.append(m)
+    return report
