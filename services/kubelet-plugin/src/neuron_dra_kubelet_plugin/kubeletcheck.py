@@ -33,7 +33,6 @@ import asyncio
 import contextlib
 import logging
 import re
-from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any, Final, Protocol
 
@@ -42,6 +41,7 @@ from neuron_dra_common.kube import NODES, Resource
 
 from neuron_dra_kubelet_plugin.checkpoint import PreparedDevice
 from neuron_dra_kubelet_plugin.claims import ClaimRef
+from neuron_dra_kubelet_plugin.kubeevents import EventWriter
 from neuron_dra_kubelet_plugin.plan import PrepareError
 from neuron_dra_kubelet_plugin.preparer import ClaimSource, FailureReporter, Preparer
 
@@ -150,24 +150,13 @@ def verdict_for(node: str, kubelet_version: str, *, allow: bool) -> Verdict:
     return Verdict(node=node, kubelet_version=kubelet_version, affected=affected, allowed=allow)
 
 
-class NodeApi(Protocol):
+class NodeApi(EventWriter, Protocol):
     """The API calls the check makes (``KubeClient`` has them)."""
 
     async def get(self, resource: Resource, name: str) -> dict[str, Any]: ...
 
     async def patch_status(
         self, resource: Resource, name: str, patch: Any, *, kind: Any = ...
-    ) -> Any: ...
-
-    async def post_event(
-        self,
-        involved: Mapping[str, str],
-        *,
-        reason: str,
-        message: str,
-        component: str,
-        warning: bool = False,
-        host: str = "",
     ) -> Any: ...
 
 
