@@ -3,17 +3,24 @@
 Every step is one thing a user or the world does to a running local stack, drawn from a
 seeded random generator (the same seed and stack draw the same steps): a pod asking for 1, 4,
 8 or 16 connected trn2 devices created or deleted; a ``NeuronUltraServerWorkload`` of 1, 2 or
-4 nodes with a random failure strategy created or deleted; one neuron-dra process killed
+4 nodes with a random failure strategy created or deleted with its pods (one per node, on the
+ResourceClaimTemplate the operator generates, so that the plugin's UltraServer path prepares
+them); one neuron-dra process killed
 (SIGKILL or SIGTERM) and started again after up to two seconds, as Kubernetes restarts a
 container; a device of any node failing (an uncorrectable SRAM, HBM or NeuronCore error, or a
 repairable HBM error, as ``neuron-dra dev fault`` makes them) or a failed one repaired; and,
 with ``servers``, NATS or the apiserver killed and started again.
 
 After every step the invariants (``chaos.invariants``) are checked on what the apiserver
-shows; a check the apiserver cannot answer (it is being restarted) is counted as skipped.
-When the churn time is over the faults stop, every failed device is repaired, and the run
-waits until the stack converged: every component up, every pod whose claim is allocated
-Running, every workload ``Allocated`` or ``Pending``, and no device of ours tainted. Then,
+shows and on every node's kubelet plugin checkpoint and CDI specs (``chaos.observe``); a check
+the apiserver cannot answer (it is being restarted) is counted as skipped. A server's return
+must be followed by every component up within R2's bound, or the run fails. When the churn
+time is over the faults stop, every failed device is repaired, and the run waits until the
+stack converged: every component up, every node offering all its devices untainted, every
+workload ``Allocated`` with its pods' claims allocated, every churned pod's claim allocated
+unless no node has its devices free, every pod whose claim is allocated Running, and the
+topology allocator's free UltraServers exactly the fleet's minus those the workloads hold.
+Then,
 when asked, fuzzed messages go to the stack's consumers (``chaos.fuzz``) and a node's kubelet
 plugin is rolled once per prepare and unprepare step (``chaos.rollout``). Last, the audit file
 must reconcile with the claims prepared (``chaos.invariants``). The outcome judges the
@@ -432,6 +439,8 @@ class Driver:
         self.stack = Stack(options.state_dir)
         self.out = Outcome(seed=options.seed, seconds=options.seconds)
         self.serial = 0
+        #: Every invariant problem seen so far (each is a violation once).
+        self.seen: set[str] = set()
         #: (node, device) of every fault made and not yet repaired.
         self.faulted: set[tuple[str, int]] = set()
 
@@ -599,10 +608,12 @@ class Driver:
         plugins = [c for c in self.stack.components() if c.kind == "kubelet-plugin"]
         problems = devices_held_twice(claims) + nodes_held_twice(workloads)
         for problem in problems + node_files_problems(plugins):
+            if problem in self.seen:
+                continue  # the same one still there: named once, after the step that showed it
+            self.seen.add(problem)
             entry = f"{problem} (after {when})"
-            if entry not in self.out.violations:
-                self.out.violations.append(entry)
-                self.o.say(f"  VIOLATION {entry}")
+            self.out.violations.append(entry)
+            self.o.say(f"  VIOLATION {entry}")
 
     def unconverged(self) -> list[str]:
         problems = [f"{name} down" for name in self.stack.down()]

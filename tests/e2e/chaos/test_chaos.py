@@ -7,7 +7,7 @@ Last, a node's kubelet plugin is rolled once per prepare and unprepare step, the
 dying at that step: the old one finishes each time.
 
 Then each check is shown to fail when the thing it checks is broken on purpose, in short runs
-on the same stack (each about a minute): a node's pool deleted with its publisher stopped, an
+on the same stack (each about a minute): a node's pool deleted and another's last device dropped, their publisher stopped; an
 UltraServer taken in the allocator's view for a workload that does not exist, a device written
 twice into a node's checkpoint, and a component kept down past R2's bound after NATS returns.
 Each run exits 1 and names what broke; each test puts the stack back afterwards."""
@@ -136,14 +136,25 @@ def test_two_minutes_of_churn_and_kills_hold_nothing_twice_and_converge(
     assert any(s.startswith("device failed") for s in steps), steps
 
 
-def test_a_node_whose_pool_is_gone_fails_the_run_naming_it(chaos_stack: KubeStack) -> None:
-    node = "trn2-48xl-1"
+def test_a_node_whose_pool_or_device_is_gone_fails_the_run_naming_it(
+    chaos_stack: KubeStack,
+) -> None:
+    node, short = "trn2-48xl-1", "trn2-48xl-0"
     publisher = component(chaos_stack, "slice-publisher")
     process.kill_group(process.Running(pid=publisher.pid, start_ticks=publisher.start_ticks))
     kubectl.run(
         chaos_stack.kubeconfig,
         ("delete", "resourceslices", "--field-selector", f"spec.nodeName={node}"),
     )
+    # The other node's slice loses its last device, as a publisher dropping it would.
+    listed = kubectl.run(
+        chaos_stack.kubeconfig,
+        ("get", "resourceslices", "--field-selector", f"spec.nodeName={short}", "-o", "json"),
+    )
+    [piece] = json.loads(listed.stdout)["items"]
+    assert piece["spec"]["devices"][-1]["name"] == "neurondevice15"
+    piece["spec"]["devices"].pop()
+    kubectl.run(chaos_stack.kubeconfig, ("replace", "-f", "-"), input=json.dumps(piece))
     try:
         code, result, out = chaos(chaos_stack, *SHORT)
     finally:
@@ -155,6 +166,7 @@ def test_a_node_whose_pool_is_gone_fails_the_run_naming_it(chaos_stack: KubeStac
         f"node {node} offers no ResourceSlice pool (16 devices expected)"
         in (result["notConverged"])
     )
+    assert f"node {short} does not offer device neurondevice15" in result["notConverged"]
     assert f"NOT CONVERGED node {node} offers no ResourceSlice pool" in out
 
 
