@@ -7,10 +7,11 @@ Last, a node's kubelet plugin is rolled once per prepare and unprepare step, the
 dying at that step: the old one finishes each time.
 
 Then each check is shown to fail when the thing it checks is broken on purpose, in short runs
-on the same stack (each about a minute): a node's pool deleted and another's last device dropped, their publisher stopped; an
-UltraServer taken in the allocator's view for a workload that does not exist, a device written
-twice into a node's checkpoint, and a component kept down past R2's bound after NATS returns.
-Each run exits 1 and names what broke; each test puts the stack back afterwards."""
+on the same stack (each about a minute): a node's pool deleted and another's last device
+dropped, their publisher stopped; an UltraServer taken in the allocator's view for a workload
+that does not exist; a device written twice into a node's checkpoint; and a component kept down
+past R2's bound after NATS returns. Each run exits 1 and names what broke; each test puts the
+stack back afterwards."""
 
 from __future__ import annotations
 
