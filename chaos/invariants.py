@@ -374,6 +374,8 @@ def unallocated_claims(
     allocated. A pod being deleted is skipped.
     """
     by_name = {c["metadata"]["name"]: c for c in claims}
+    # Where each size fits first, found once per size: linear in the nodes, whatever the pods.
+    room: dict[int, tuple[str, list[int]] | None] = {}
     problems = []
     for pod in sorted(pods, key=lambda p: str(p["metadata"]["name"])):
         if pod["metadata"].get("deletionTimestamp"):
@@ -394,14 +396,16 @@ def unallocated_claims(
             if count is None:
                 problems.append(f"pod {name}'s claim {claim['metadata']['name']} is not allocated")
                 continue
-            fits = next(
-                (
-                    (node, group)
-                    for node, devices in sorted(free.items())
-                    if (group := _fits(devices, count))
-                ),
-                None,
-            )
+            if count not in room:
+                room[count] = next(
+                    (
+                        (node, group)
+                        for node, devices in sorted(free.items())
+                        if (group := _fits(devices, count))
+                    ),
+                    None,
+                )
+            fits = room[count]
             if fits is not None:
                 node, group = fits
                 problems.append(
