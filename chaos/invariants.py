@@ -65,8 +65,8 @@ def devices_held_twice(claims: Iterable[Obj]) -> list[str]:
     for claim in claims:
         allocation = (claim.get("status") or {}).get("allocation") or {}
         for result in (allocation.get("devices") or {}).get("results") or ():
-            if result.get("driver") != DRIVER_NAME:
-                continue
+            if result.get("driver") != DRIVER_NAME or result.get("adminAccess"):
+                continue  # another driver's, or a monitor's (admin access holds nothing)
             holders[(str(result.get("pool")), str(result.get("device")))].add(_name(claim))
     problems = [
         f"{pool}/{device} held by {' and '.join(sorted(names))}"
@@ -316,7 +316,7 @@ def _results(claim: Obj) -> list[Obj]:
     return [
         r
         for r in (allocation.get("devices") or {}).get("results") or ()
-        if r.get("driver") == DRIVER_NAME
+        if r.get("driver") == DRIVER_NAME and not r.get("adminAccess")
     ]
 
 

@@ -8,6 +8,7 @@ Both are one read per node or one request per check, so a check stays linear in 
 from __future__ import annotations
 
 import asyncio
+import logging
 import uuid
 from collections.abc import Iterable
 from pathlib import Path
@@ -41,7 +42,8 @@ def checkpoint_path(plugin: state.ComponentState) -> Path:
 
 
 def _checkpoint(plugin: state.ComponentState) -> dict[str, list[str]] | str:
-    """Claim UID -> devices of the plugin's checkpoint, or why it cannot be read."""
+    """Claim UID -> devices the claims of the plugin's checkpoint hold, or why it cannot be
+    read. A device allocated with admin access (a monitor's) holds nothing and is left out."""
     store = CheckpointStore(checkpoint_path(plugin))
     error = ""
     for _ in range(_READ_TRIES):
@@ -52,7 +54,10 @@ def _checkpoint(plugin: state.ComponentState) -> dict[str, list[str]] | str:
             continue
         finally:
             store.close()
-        return {uid: [d.device for d in entry.devices] for uid, entry in claims.items()}
+        return {
+            uid: [d.device for d in entry.devices if not getattr(d, "admin_access", False)]
+            for uid, entry in claims.items()
+        }
     return error
 
 
@@ -82,7 +87,11 @@ def node_files_problems(plugins: Iterable[state.ComponentState]) -> list[str]:
         if isinstance(held, str):
             problems.append(f"node {node}: checkpoint unreadable: {held}")
             held = {}
-        problems += held_on_node(node, held, _specs(Path(plugin.env["NEURON_DRA_CDI_ROOT"])))
+        specs = _specs(Path(plugin.env["NEURON_DRA_CDI_ROOT"]))
+        # An admin-access claim's spec injects devices other claims hold: not a second holder.
+        monitors = {uid for uid, devices in held.items() if not devices}
+        specs = {uid: nodes for uid, nodes in specs.items() if uid not in monitors}
+        problems += held_on_node(node, held, specs)
     return problems
 
 
@@ -116,4 +125,13 @@ def ask_allocator(nats_url: str, credentials: BusCredentials, servers: int) -> A
     """The allocator's answer to a request for one more whole UltraServer than the fleet's
     ``servers``: never granted, its refusal says how many whole UltraServers are free and why
     the others are not (which workloads hold their nodes). One request, whatever the fleet."""
-    return asyncio.run(_ask(nats_url, credentials, servers))
+    # The probe's own connection closing is expected: keep its warnings out of the run's output.
+    quiet = [logging.getLogger(name) for name in ("asyncio", "neuron_dra_common.bus.connection")]
+    levels = [q.level for q in quiet]
+    for q in quiet:
+        q.setLevel(logging.ERROR)
+    try:
+        return asyncio.run(_ask(nats_url, credentials, servers))
+    finally:
+        for q, level in zip(quiet, levels, strict=True):
+            q.setLevel(level)

@@ -44,6 +44,7 @@ from neuron_dra_kubelet_plugin.checkpoint import (
 )
 from neuron_dra_kubelet_plugin.faults import STEPS
 
+from chaos.invariants import offered_problems
 from chaos.observe import checkpoint_path
 from tests.fixtures.stack import REPO, KubeStack, start_stack, stop_stack
 
@@ -137,6 +138,20 @@ def test_two_minutes_of_churn_and_kills_hold_nothing_twice_and_converge(
     assert any(s.startswith("device failed") for s in steps), steps
 
 
+def pools_back(stack: KubeStack, within: float = 60.0) -> None:
+    """Wait until every node offers all its devices again."""
+    deadline = time.monotonic() + within
+    problems = ["not asked yet"]
+    while problems and time.monotonic() < deadline:
+        nodes = kubectl.run(stack.kubeconfig, ("get", "nodes", "-o", "json"))
+        slices = kubectl.run(stack.kubeconfig, ("get", "resourceslices", "-o", "json"))
+        problems = offered_problems(
+            json.loads(nodes.stdout)["items"], json.loads(slices.stdout)["items"]
+        )
+        time.sleep(1.0)
+    assert not problems, problems
+
+
 def test_a_node_whose_pool_or_device_is_gone_fails_the_run_naming_it(
     chaos_stack: KubeStack,
 ) -> None:
@@ -160,6 +175,12 @@ def test_a_node_whose_pool_or_device_is_gone_fails_the_run_naming_it(
         code, result, out = chaos(chaos_stack, *SHORT)
     finally:
         restart_component(chaos_stack.state_dir, name="slice-publisher")
+        # The publisher writes again a pool whose slices are gone (not one edited under it).
+        kubectl.run(
+            chaos_stack.kubeconfig,
+            ("delete", "resourceslices", "--field-selector", f"spec.nodeName={short}"),
+        )
+        pools_back(chaos_stack)
         settle(chaos_stack)
     assert code == 1, out
     assert result["goals"]["R1"] == "NOT MET"
@@ -256,10 +277,7 @@ def test_a_component_down_past_r2s_bound_after_nats_returns_fails_the_run(
     late.start()
     time.sleep(1.0)
     try:
-        code, result, out = chaos(
-            chaos_stack,
-            *("--minutes", "0.1", "--seed", str(SEED), "--no-servers", "--restart-first", "nats"),
-        )
+        code, result, out = chaos(chaos_stack, *SHORT, "--restart-first", "nats")
     finally:
         late.join()
         settle(chaos_stack)
