@@ -12,6 +12,8 @@ trap 'rm -f "$floor_needed"' EXIT
 pytest --collect-only -q "$@" --floor-needed-file="$floor_needed" >/dev/null
 if [ "$(cat "$floor_needed")" = "yes" ]; then
   neuron-dra dev build --k8s-version "$(python -c 'from neuron_dra_cli.kubebuild import FLOOR_VERSION; print(FLOOR_VERSION)')"
+  # The simulated node of kubelet 1.34.1, which the kubelet plugin warns about (tests/e2e/kubeletcheck).
+  python -c 'from neuron_dra_cli import kubebuild; [kubebuild.ensure_node_binary(v) for v in kubebuild.NODE_RELEASES]'
 fi
 
 echo "==> trace backend (Jaeger), Alertmanager and promtool (built or fetched once, same cache)"

@@ -32,6 +32,7 @@ def fleet(servers: int, *, modes: tuple[int, ...] = (1, 2, 3, 4), order: int = 0
             node_id=i,
             modes=modes,
             server_id_2=f"us{u}-pair{i // 2}",
+            server_id=f"{u:016x}",
         )
     return f
 
@@ -48,6 +49,8 @@ def test_four_node_units_take_whole_ultraservers_with_mode_1() -> None:
     assert [g.index for g in d.allocation.grants] == [0, 1]
     assert all(g.mode == 1 for g in d.allocation.grants)
     assert d.allocation.grants[0].nodes == ("us0-n0", "us0-n1", "us0-n2", "us0-n3")
+    # NEURON_RT_ULTRASERVER_SERVER_ID: the driver's id of the UltraServer, not its CR's name.
+    assert [g.server_id for g in d.allocation.grants] == [f"{0:016x}", f"{1:016x}"]
 
 
 def test_two_node_units_prefer_vertical_pairs_then_horizontal() -> None:
@@ -116,6 +119,20 @@ def test_instance_type_and_exclusion() -> None:
     d = f.place(req("b", 4, exclude=frozenset({"us0"})))
     assert d.allocation is not None
     assert d.allocation.grants[0].ultraserver == "us1"
+
+
+def test_any_name_of_an_instance_type_finds_its_ultraservers() -> None:
+    # AWS's operator guide asks for a "Trn3pds" instance type; the catalog calls it
+    # trn3.48xlarge. Whatever name the nodes report and the workload gives, they match.
+    f = Fleet()
+    for i in range(4):
+        f.upsert_node(f"n{i}", ultraserver="us0", instance_type="trn3pds.48xlarge", node_id=i)
+    for n, name in enumerate(("trn3pds.48xlarge", "Trn3pds", "trn3.48xlarge")):
+        d = f.place(req(f"w{n}", 1, instance_type=name))
+        assert d.granted, (name, d.reason)
+    refused = f.place(req("other", 1, instance_type="trn2u.48xlarge"))
+    assert not refused.granted
+    assert "trn2u.48xlarge" in refused.reason
 
 
 def test_repeated_request_returns_the_same_allocation() -> None:

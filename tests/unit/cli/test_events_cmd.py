@@ -76,6 +76,11 @@ def test_descriptions_say_what_happened() -> None:
         )
         == "Failed (was Allocating) NoCapacity"
     )
+    claim = ObjectRef(namespace="neuron-monitor", name="m")
+    held = ClaimPrepared(node="n1", claim=claim, devices=("d0", "d1"))
+    assert describe(held) == "prepared on n1: d0, d1"
+    watched = ClaimPrepared(node="n1", claim=claim, devices=("d0", "d1"), admin_access=("d0", "d1"))
+    assert describe(watched) == "prepared on n1: d0, d1 (admin access to 2, holding none of them)"
 
 
 def test_a_taint_change_shows_on_its_node_with_the_taints_and_why() -> None:

@@ -7,6 +7,7 @@ import select
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 
 def test_a_line_printed_reaches_a_pipe_before_the_command_ends() -> None:
@@ -35,3 +36,23 @@ def test_a_line_printed_reaches_a_pipe_before_the_command_ends() -> None:
         proc.kill()
     assert seen == b"Press Ctrl-C to stop everything.\n"
     assert running
+
+
+def test_a_reader_that_goes_away_ends_the_command_quietly(tmp_path: Path) -> None:
+    """``neuron-dra ... | head``: once the reader has gone, the command stops without a
+    traceback (the pipe's read end is closed before the command writes anything)."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "neuron_dra_cli", "dev", "status", "--state-dir", str(tmp_path)],
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+            timeout=60,
+            check=False,
+        )
+    finally:
+        os.close(write_end)
+    assert done.stderr == b""
+    assert done.returncode == 141

@@ -170,3 +170,12 @@ def test_tainted_devices_are_flagged_and_listed() -> None:
         {"key": "neuron.aws.com/hardware-error", "value": "DMA_ERROR", "effect": "NoExecute"}
     ]
     assert shown["chips"][0]["taints"] == []
+
+
+def test_a_monitoring_claim_holds_nothing() -> None:
+    monitor = claim("monitor", "n1", [f"neurondevice{i}" for i in range(16)])
+    for result in monitor["status"]["allocation"]["devices"]["results"]:
+        result["adminAccess"] = True
+    assert holders([claim("job", "n1", ["neurondevice3"]), monitor], "n1") == {
+        "neurondevice3": "default/job"
+    }

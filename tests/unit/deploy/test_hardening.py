@@ -104,6 +104,7 @@ def test_the_admission_policies_are_bound_wherever_the_driver_runs(tree: str) ->
         "neuron-dra-workload-claims",
         "neuron-dra-slice-publisher-drivers",
         "neuron-dra-health-probe-nodes",
+        "neuron-dra-kubelet-plugin-nodes",
         "neuron-dra-failure-detector-nodes",
         "neuron-dra-device-plugin-pods",
     }

@@ -103,6 +103,7 @@ def test_process_stack_overlay_is_cluster_objects_only() -> None:
         ("ValidatingAdmissionPolicy", "neuron-dra-device-plugin-pods"),
         ("ValidatingAdmissionPolicy", "neuron-dra-failure-detector-nodes"),
         ("ValidatingAdmissionPolicy", "neuron-dra-health-probe-nodes"),
+        ("ValidatingAdmissionPolicy", "neuron-dra-kubelet-plugin-nodes"),
         ("ValidatingAdmissionPolicy", "neuron-dra-operator-nodes"),
         ("ValidatingAdmissionPolicy", "neuron-dra-resourceslices"),
         ("ValidatingAdmissionPolicy", "neuron-dra-slice-publisher-drivers"),
@@ -110,6 +111,7 @@ def test_process_stack_overlay_is_cluster_objects_only() -> None:
         ("ValidatingAdmissionPolicyBinding", "neuron-dra-device-plugin-pods"),
         ("ValidatingAdmissionPolicyBinding", "neuron-dra-failure-detector-nodes"),
         ("ValidatingAdmissionPolicyBinding", "neuron-dra-health-probe-nodes"),
+        ("ValidatingAdmissionPolicyBinding", "neuron-dra-kubelet-plugin-nodes"),
         ("ValidatingAdmissionPolicyBinding", "neuron-dra-operator-nodes"),
         ("ValidatingAdmissionPolicyBinding", "neuron-dra-resourceslices"),
         ("ValidatingAdmissionPolicyBinding", "neuron-dra-slice-publisher-drivers"),
@@ -181,6 +183,7 @@ def test_operator_rules_are_what_it_calls(base: list[dict[str, Any]]) -> None:
         ("resource.k8s.io", "resourceslices", ()): {"list", "watch"},
         ("resource.k8s.io", "resourceclaimtemplates", ()): {"get", "create", "patch", "delete"},
         ("resource.k8s.io", "resourceclaims", ()): {"list"},
+        ("resource.k8s.io", "deviceclasses", ("efa.networking.k8s.aws",)): {"get"},
         ("", "pods", ()): {"list", "delete"},
         ("", "events", ()): {"create"},
         ("", "namespaces", ("neuron-dra-driver",)): {"patch"},
@@ -229,6 +232,7 @@ def test_operator_uses_only_the_resources_granted() -> None:
             "PODS",
             "EVENTS",
             "NAMESPACES",
+            "DEVICE_CLASSES",
         ):
             if f"{const}," in text or f"{const})" in text or f"{const}.path" in text:
                 used.add(const)
@@ -245,6 +249,7 @@ def test_operator_uses_only_the_resources_granted() -> None:
         "PODS",
         "EVENTS",
         "NAMESPACES",
+        "DEVICE_CLASSES",
     }
 
 

@@ -190,3 +190,13 @@ def test_unknown_instance_type_is_refused_naming_node_and_field() -> None:
 
 def test_same_inputs_give_the_same_content() -> None:
     assert pool("trn2.48xlarge") == pool("trn2.48xlarge")
+
+
+def test_devices_carry_the_instance_type_the_node_reports() -> None:
+    # AWS's UltraServer guide names Trn3 UltraServer nodes "Trn3pds"; the catalog's own name
+    # (trn3.48xlarge) would not match a selector written with the node's label value.
+    content = pool("Trn3pds.48xlarge", labels=US_LABELS, ultraserver_node=0)
+    chip = attrs(devices(content)["neurondevice0"])
+    assert chip["instanceType"] == "trn3pds.48xlarge"
+    assert chip["nodeInstanceType"] == "trn3pds.48xlarge"
+    assert devices(content)["neurondevice0"]["capacity"]["memory"] == {"value": str(144 * 1024**3)}

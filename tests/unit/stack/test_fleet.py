@@ -22,6 +22,21 @@ def test_default_fleet_has_the_promised_nodes() -> None:
     assert len({n.name for n in fleet.nodes}) == len(fleet.nodes)
 
 
+def test_trn3_fleets_name_their_nodes_as_the_ultraserver_guide_does() -> None:
+    fleet = load_fleet(REPO / "tests" / "fleets" / "trn3.yaml")
+    assert [n.name for n in fleet.nodes][:4] == [f"us0-trn3pds-48xl-{i}" for i in range(4)]
+    assert {n.instance_type for n in fleet.nodes} == {"trn3pds.48xlarge"}
+    assert len(fleet.nodes) == 8
+    lnc = {n.name: n.lnc for n in load_fleet(REPO / "tests" / "fleets" / "trn3-lnc.yaml").nodes}
+    assert lnc == {
+        "lnc2-trn2-0": None,
+        "lnc1-trn2-0": 1,
+        **{f"lnc1-trn3-{i}": 1 for i in range(4)},
+    }
+    with pytest.raises(FleetError, match=r"trn3pds.48xlarge nodes come in UltraServers"):
+        parse_fleet("nodes:\n  - instanceType: trn3pds.48xlarge\n", source="f.yaml")
+
+
 def test_ultraserver_members_get_node_ids_and_eks_labels() -> None:
     fleet = parse_fleet(
         "ultraServers:\n  - instanceType: trn2u.48xlarge\n    count: 2\n", source="f.yaml"

@@ -57,6 +57,11 @@ class Api:
         #: Nodes whose writes fail (the apiserver answers 500), as if the operator died
         #: before they were made
         self.failing: set[str] = set()
+        #: field manager -> the status fields and condition types its last apply sent
+        self.status_owners: dict[str, tuple[set[str], set[str]]] = {}
+        #: whether the EFA DeviceClass (efa.networking.k8s.aws) exists; ``None``: reading
+        #: it is forbidden (403)
+        self.efa_installed: bool | None = True
 
     def run_pods(self, template: str, nodes: list[str]) -> None:
         """One pod using ``template`` on each of ``nodes`` (what a Deployment would run),
@@ -119,7 +124,7 @@ class Api:
         **kw: Any,
     ) -> Obj:
         path = resource.path(namespace=namespace, name=name, subresource=subresource)
-        return await self.request("PATCH", path, body=patch)
+        return await self.request("PATCH", path, body=patch, manager=kw.get("field_manager", ""))
 
     async def create(
         self, resource: Any, body: Obj, *, namespace: str | None = None, **kw: Any
@@ -168,6 +173,11 @@ class Api:
             if name in self.templates:
                 raise ApiException(409, "already exists")
             self.templates[name] = body
+        elif method == "GET" and "deviceclasses" in parts:
+            if self.efa_installed is None:
+                raise ApiException(403, "forbidden")
+            if not self.efa_installed:
+                raise ApiException(404, "not found")
         elif method == "GET" and "nodes" in parts:
             return copy.deepcopy(self.nodes[parts[-1]])
         elif "nodes" in parts and parts[-1] in self.failing:
@@ -193,10 +203,29 @@ class Api:
             at = parts.index("neuronultraserverworkloads")
             wl = self.workloads[f"{parts[at - 1]}/{parts[at + 1]}"]
             if parts[-1] == "status":
-                wl["status"] = body["status"]
+                wl["status"] = self._applied(wl.get("status") or {}, body["status"], kw)
             else:
                 wl["metadata"]["finalizers"] = body["metadata"].get("finalizers", [])
         return body
+
+    def _applied(self, current: Obj, sent: Obj, kw: Mapping[str, Any]) -> Obj:
+        """A server-side apply of a status by one field manager: what it sends replaces what
+        it sent last time; what other managers sent stays (conditions are a map by type)."""
+        fields, types = self.status_owners.get(kw.get("manager", ""), (set(), set()))
+        out = {k: v for k, v in current.items() if k != "conditions" and k not in fields}
+        out |= {k: v for k, v in sent.items() if k != "conditions"}
+        mine = {c["type"]: c for c in sent.get("conditions") or ()}
+        conditions = [
+            mine.pop(c["type"], c)
+            for c in current.get("conditions") or ()
+            if c["type"] in mine or c["type"] not in types
+        ]
+        out["conditions"] = conditions + list(mine.values())
+        self.status_owners[kw.get("manager", "")] = (
+            {k for k in sent if k != "conditions"},
+            {c["type"] for c in sent.get("conditions") or ()},
+        )
+        return out
 
     def touch(self, node: str) -> None:
         """A write to the Node (any writer): a new resourceVersion."""

@@ -132,6 +132,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "token. Not with --real-node-driver",
     )
     p.add_argument(
+        "--efa",
+        action="store_true",
+        help="also run the simulated EFA DRA driver (dra.net, DeviceClass "
+        "efa.networking.k8s.aws): the EFA interfaces of every trn2 and trn2u node, as on a "
+        "cluster where AWS's EFA driver is installed beside the Neuron driver (see "
+        "neuron_dra_cli.stack.efa)",
+    )
+    p.add_argument(
         "--no-agent-zygote",
         dest="agent_zygote",
         action="store_false",
@@ -238,6 +246,7 @@ def cmd_up(args: argparse.Namespace) -> int:
             real_node_driver=args.real_node_driver,
             real_node_device_plugin=args.real_node_device_plugin,
             agent_zygote=args.agent_zygote,
+            efa=args.efa,
         ),
         progress=_progress,
     )

@@ -1,4 +1,4 @@
-"""``neuron-dra dev env POD``: what a pod's containers get from their Neuron claims.
+"""``neuron-dra dev env POD``: what a pod's containers get from their Neuron (and EFA) claims.
 
 For each container and each claim it uses, the CDI device ids the plugin answered, resolved
 against the CDI spec files the node's plugin wrote: the device nodes and the environment
@@ -16,6 +16,7 @@ from typing import Any
 
 from neuron_dra_common import cdi
 from neuron_dra_common.driver import ANNOTATION_REQUESTS
+from neuron_dra_common.efa import EFA_CDI_KIND
 
 from neuron_dra_cli import paths
 from neuron_dra_cli.errors import CliError
@@ -25,6 +26,8 @@ from neuron_dra_cli.stack.layout import Layout
 from neuron_dra_cli.stack.plugin import cdi_root
 
 __all__ = ["ContainerView", "as_json", "cmd_env", "register", "resolve"]
+
+_KINDS = (cdi.NEURON_CDI_KIND, EFA_CDI_KIND)
 
 
 @dataclass
@@ -94,25 +97,32 @@ def resolve(
                 continue
             meta = claim["metadata"]
             view.claims.append(f"{use['name']} (ResourceClaim {namespace}/{meta['name']})")
-            spec = cdi.read_claim_spec(spec_root, meta["uid"])
-            if spec is None:
+            # The Neuron plugin's spec, and the simulated EFA driver's where it prepared the
+            # claim's EFA interfaces (both write to the node's CDI root).
+            specs = [
+                spec
+                for kind in _KINDS
+                if (spec := cdi.read_claim_spec(spec_root, meta["uid"], kind)) is not None
+            ]
+            if not specs:
                 view.problems.append(
                     f"ResourceClaim {namespace}/{meta['name']}: no CDI spec in {spec_root} "
                     "(not prepared on this node, or not by neuron.aws.com)"
                 )
                 continue
-            for device in spec.devices:
-                if not _matches(device, use.get("request", "")):
-                    continue
-                view.cdi_ids.append(cdi.qualified_device_id(device.name, spec.kind))
-                for node in device.container_edits.device_nodes:
-                    view.device_nodes.append((node.path, node.host_path or node.path))
-                for entry in device.container_edits.env:
+            for spec in specs:
+                for device in spec.devices:
+                    if not _matches(device, use.get("request", "")):
+                        continue
+                    view.cdi_ids.append(cdi.qualified_device_id(device.name, spec.kind))
+                    for node in device.container_edits.device_nodes:
+                        view.device_nodes.append((node.path, node.host_path or node.path))
+                    for entry in device.container_edits.env:
+                        key, _, value = entry.partition("=")
+                        env[key] = value
+                for entry in spec.container_edits.env:
                     key, _, value = entry.partition("=")
                     env[key] = value
-            for entry in spec.container_edits.env:
-                key, _, value = entry.partition("=")
-                env[key] = value
         view.env = [f"{k}={v}" for k, v in sorted(env.items())]
         views.append(view)
     return views

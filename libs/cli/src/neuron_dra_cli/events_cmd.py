@@ -169,7 +169,10 @@ def describe(event: AnyEvent) -> str:
         case AllocationRequested():
             return f"requested {event.server_count} x {event.topology_size} nodes"
         case ClaimPrepared():
-            return f"prepared on {event.node}: {', '.join(event.devices)}"
+            text = f"prepared on {event.node}: {', '.join(event.devices)}"
+            if event.admin_access:
+                text += f" (admin access to {len(event.admin_access)}, holding none of them)"
+            return text
         case ClaimUnprepared():
             return f"unprepared on {event.node}: {', '.join(event.devices) or '-'}"
         case WorkloadStateChanged():

@@ -7,6 +7,10 @@ fake container runtime and the kubelet's DRA manager). They are built once per
 release into ``<cache>/kube/<version>/bin`` and reused from there. The real
 ``kubelet`` is built the same way, but only when a real node is asked for
 (``ensure_binaries(kubelet=True)``): few stacks need it and it takes minutes.
+
+A few older kubelets are kept too (``NODE_RELEASES``), for a simulated node only: their
+``hollow-node`` is built on its own (``ensure_node_binary``) and joins a control plane of
+a supported release, so that the product can be run against a kubelet it warns about.
 """
 
 from __future__ import annotations
@@ -70,6 +74,21 @@ SUPPORTED: dict[str, Release] = {
 }
 
 
+#: Kubelets the product warns about, built only as a simulated node (``hollow-node``) that
+#: joins a stack of a supported release. 1.34.1 has the DRA regression of kubernetes#133920
+#: (fixed in 1.34.2), which the kubelet plugin checks for (``kubelet_plugin.kubeletcheck``).
+NODE_RELEASES: dict[str, Release] = {
+    "1.34.1": Release(
+        version="1.34.1",
+        modfile="go.1.34.1.mod",
+        sumfile="go.1.34.1.sum",
+        tags=("k8s1_34",),
+        etcd_version="3.6.4",
+        build_date="2025-09-09T19:37:19Z",
+    ),
+}
+
+
 @dataclass(frozen=True)
 class KubeBinaries:
     version: str
@@ -90,6 +109,7 @@ class _Binary:
     own_sources: tuple[str, ...] = ()  # tools/kube folders whose files key the build
 
 
+_HOLLOW_NODE = _Binary("hollow-node", "./cmd/hollow-node", "hollow-node", ("cmd/hollow-node",))
 _BINARIES: tuple[_Binary, ...] = (
     _Binary("kube-apiserver", "k8s.io/kubernetes/cmd/kube-apiserver", "kube-apiserver"),
     _Binary(
@@ -99,7 +119,7 @@ _BINARIES: tuple[_Binary, ...] = (
     ),
     _Binary("kube-scheduler", "k8s.io/kubernetes/cmd/kube-scheduler", "kube-scheduler"),
     _Binary("etcd", "go.etcd.io/etcd/server/v3", "server"),
-    _Binary("hollow-node", "./cmd/hollow-node", "hollow-node", ("cmd/hollow-node",)),
+    _HOLLOW_NODE,
     _Binary("dra-test-driver", "k8s.io/kubernetes/test/e2e/dra/test-driver", "test-driver"),
 )
 _KUBELET = _Binary("kubelet", "k8s.io/kubernetes/cmd/kubelet", "kubelet")
@@ -192,14 +212,14 @@ def _wanted(*, kubelet: bool) -> tuple[_Binary, ...]:
 
 
 def _missing(
-    release: Release, bdir: Path, module_dir: Path, *, kubelet: bool = False
+    release: Release, bdir: Path, module_dir: Path, wanted: tuple[_Binary, ...]
 ) -> list[tuple[_Binary, str]]:
     try:
         keys = json.loads((bdir.parent / _KEYS_FILE).read_text())
     except (OSError, ValueError):
         keys = {}
     out = []
-    for b in _wanted(kubelet=kubelet):
+    for b in wanted:
         key = _build_key(release, b, module_dir)
         if keys.get(b.name) != key or not os.access(bdir / b.name, os.X_OK):
             out.append((b, key))
@@ -291,18 +311,40 @@ def ensure_binaries(
     """Return the cached binaries of ``version``, building whatever is missing (the real
     ``kubelet`` too when ``kubelet`` is true)."""
     release = resolve_version(version)
-    module_dir = paths.repo_root() / "tools" / "kube"
     bdir = paths.cache_dir() / "kube" / release.version / "bin"
-    result = _result(release, bdir)
-    if not _missing(release, bdir, module_dir, kubelet=kubelet):
-        return result
+    _build(release, bdir, _wanted(kubelet=kubelet), progress)
+    return _result(release, bdir)
 
+
+def ensure_node_binary(version: str, *, progress: Progress = print) -> Path:
+    """The cached ``hollow-node`` of ``version`` (a supported release or one of
+    ``NODE_RELEASES``), building it alone when it is missing: a simulated node of that
+    kubelet release, to join a stack of a supported one."""
+    wanted = version.strip().removeprefix("v")
+    release = NODE_RELEASES.get(wanted)
+    if release is None:
+        try:
+            release = resolve_version(wanted)
+        except KubeBuildError:
+            known = ", ".join(sorted({*SUPPORTED, *NODE_RELEASES}, key=_version_key, reverse=True))
+            raise KubeBuildError(
+                f"no simulated node of Kubernetes {version!r}; known releases: {known}"
+            ) from None
+    bdir = paths.cache_dir() / "kube" / release.version / "bin"
+    _build(release, bdir, (_HOLLOW_NODE,), progress)
+    return bdir / _HOLLOW_NODE.name
+
+
+def _build(release: Release, bdir: Path, wanted: tuple[_Binary, ...], progress: Progress) -> None:
+    """Build whichever of ``wanted`` is missing or stale in ``bdir``."""
+    module_dir = paths.repo_root() / "tools" / "kube"
+    if not _missing(release, bdir, module_dir, wanted):
+        return
     with locked(bdir.parent / ".lock", progress=progress, what="another build of the same version"):
-        todo = _missing(
-            release, bdir, module_dir, kubelet=kubelet
-        )  # another process may have built them
+        # Another process may have built them meanwhile.
+        todo = _missing(release, bdir, module_dir, wanted)
         if not todo:
-            return result
+            return
         go = _go()
         bdir.mkdir(parents=True, exist_ok=True)
         names = ", ".join(b.name for b, _ in todo)
@@ -370,4 +412,3 @@ def ensure_binaries(
         progress(
             f"Kubernetes v{release.version} binaries ready in {bdir} ({duration(time.monotonic() - t0)})"
         )
-    return result

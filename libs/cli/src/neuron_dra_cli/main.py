@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.metadata
+import os
 import re
 import sys
 
@@ -77,16 +78,20 @@ def _register_dev_unavailable(
 
 def main(argv: list[str] | None = None) -> int:
     line_buffered_stdout()
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    handler = args.handler
     try:
-        return int(handler(args) or 0)
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        return int(args.handler(args) or 0)
     except KeyboardInterrupt:
         return 130
     except CliError as exc:
         print(f"neuron-dra: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        # The reader went away (`| head`): nothing more can be shown; stop quietly. Whatever
+        # is still buffered for stdout goes nowhere instead of failing again at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141  # what a shell reports for a process ended by SIGPIPE
 
 
 def line_buffered_stdout() -> None:

@@ -71,7 +71,9 @@ def current_devices(slices: Sequence[Obj], node: str) -> tuple[int, list[Obj]]:
 
 
 def holders(claims: Sequence[Obj], node: str) -> dict[str, str]:
-    """Device name -> ``namespace/claim`` for every claim allocated from ``node``'s pool."""
+    """Device name -> ``namespace/claim`` for every claim allocated from ``node``'s pool.
+
+    A device allocated with admin access (a monitoring pod's) is not held by that claim."""
     held: dict[str, str] = {}
     for claim in claims:
         results = (
@@ -79,7 +81,7 @@ def holders(claims: Sequence[Obj], node: str) -> dict[str, str]:
         )
         meta = claim["metadata"]
         for r in results:
-            if r.get("driver") == DRIVER and r.get("pool") == node:
+            if r.get("driver") == DRIVER and r.get("pool") == node and not r.get("adminAccess"):
                 held[r["device"]] = f"{meta.get('namespace', '')}/{meta['name']}"
     return held
 

@@ -9,8 +9,8 @@ so these names are fixed by AWS's Neuron DRA driver guide:
 * an UltraServer node also has ``neuronnode`` (``resourceType: neuron_node``), the whole node
   as one device: a claim on it holds every Neuron device of the node;
 * the CDI specs the kubelet plugin writes are of kind ``neuron.aws.com/neuron``; their
-  annotations name the claim, and each device's pool/device and request names (read back by
-  the plugin after a restart and by ``neuron-dra dev env``).
+  annotations name the claim, and each device's pool/device, request names and admin access
+  (read back by the plugin after a restart and by ``neuron-dra dev env``).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from importlib.metadata import PackageNotFoundError, version
 from typing import Final
 
 __all__ = [
+    "ANNOTATION_ADMIN_ACCESS",
     "ANNOTATION_CLAIM",
     "ANNOTATION_DEVICE",
     "ANNOTATION_REQUESTS",
@@ -48,6 +49,8 @@ CDI_KIND: Final = f"{DRIVER_NAME}/neuron"
 ANNOTATION_CLAIM: Final = f"{DRIVER_NAME}/claim"
 ANNOTATION_DEVICE: Final = f"{DRIVER_NAME}/device"
 ANNOTATION_REQUESTS: Final = f"{DRIVER_NAME}/requests"
+#: On a CDI device allocated with ``adminAccess: true``: ``"true"`` (the device is not held).
+ANNOTATION_ADMIN_ACCESS: Final = f"{DRIVER_NAME}/admin-access"
 #: The annotation that carries a workload's trace into the objects made for it: the
 #: UltraServer operator writes the W3C ``traceparent`` of its reconcile span on the
 #: ResourceClaimTemplate it generates (so every claim made from it carries it) and on the

@@ -113,13 +113,21 @@ class ClaimState(enum.StrEnum):
     PREPARE_COMPLETED = "PrepareCompleted"
 
 
-class PreparedDevice(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
-    """One device of a prepared claim, as answered to the kubelet."""
+class PreparedDevice(msgspec.Struct, frozen=True, kw_only=True, rename="camel", omit_defaults=True):
+    """One device of a prepared claim, as answered to the kubelet.
+
+    ``admin_access``: allocated with ``adminAccess: true`` (a monitoring claim), which holds
+    nothing: the device stays available to other claims, and other claims' devices to it.
+    Omitted when false, so an entry of an ordinary claim is written byte for byte as before
+    the field existed. A release without the field still reads every entry, but counts an
+    admin-access device as held (after a downgrade, until the monitor's claim is unprepared).
+    """
 
     request_names: tuple[str, ...]
     pool: str
     device: str
     cdi_device_ids: tuple[str, ...] = ()
+    admin_access: bool = False
 
 
 class ClaimEntry(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):

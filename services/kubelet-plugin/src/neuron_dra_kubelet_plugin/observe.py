@@ -235,6 +235,7 @@ class ClaimEvents:
             claim=self._claim(entry),
             devices=tuple(d.device for d in entry.devices),
             cdi_devices=tuple(i for d in entry.devices for i in d.cdi_device_ids),
+            admin_access=tuple(d.device for d in entry.devices if d.admin_access),
         )
         generation = self._ledger.prepared(
             entry.uid, again=again, namespace=entry.namespace, name=entry.name

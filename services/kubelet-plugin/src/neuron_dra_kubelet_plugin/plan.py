@@ -12,6 +12,7 @@ from collections.abc import Iterable
 import msgspec
 from neuron_dra_common import cdi
 from neuron_dra_common.driver import (
+    ANNOTATION_ADMIN_ACCESS,
     ANNOTATION_CLAIM,
     ANNOTATION_DEVICE,
     ANNOTATION_REQUESTS,
@@ -130,7 +131,7 @@ def _refuse_overlaps(
         if entry.uid == ref.uid:
             continue
         for held in entry.devices:
-            if held.pool != node.pool:
+            if held.pool != node.pool or held.admin_access:
                 continue
             held_chips = _holds(node, held.device)
             for device, chips in wanted.items():
@@ -171,7 +172,9 @@ def plan_prepare(
     Checks, in order: the claim is the one the kubelet means (same UID) and is allocated;
     its devices of this driver are in this node's pool and exist; its configs decode; no
     Neuron device it would hold is held by another claim in ``checkpoint`` (under the same
-    name, or through the whole-node device).
+    name, or through the whole-node device). Devices allocated with admin access (a
+    monitoring claim) hold nothing: they are prepared beside whoever holds them, and never
+    keep another claim from a device.
     """
     if claim.metadata.uid != ref.uid:
         raise PrepareError(
@@ -185,12 +188,16 @@ def plan_prepare(
         raise PrepareError(f"{ref}: no device of {node.driver} is allocated to it")
 
     requests_by_device: dict[str, list[str]] = {}
+    # A device is held for admin access only when every request that got it asked for that.
+    exclusive: set[str] = set()
     for i, result in enumerate(results):
         if result.pool != node.pool:
             raise PrepareError(
                 f"{ref}: status.allocation.devices.results[{i}] is in pool {result.pool}, "
                 f"not this node's pool {node.pool}"
             )
+        if not result.admin_access:
+            exclusive.add(result.device)
         names = requests_by_device.setdefault(result.device, [])
         if parent_request(result.request) not in names:
             names.append(parent_request(result.request))
@@ -204,7 +211,12 @@ def plan_prepare(
     requested_lnc = _single((e.logical_neuron_core for e in effective), "logicalNeuronCore", ref)
     us_nodes = _single((e.ultraserver_mode for e in effective), "ultraserverMode", ref)
 
-    _refuse_overlaps(ref, node, checkpoint=checkpoint, wanted=indices)
+    _refuse_overlaps(
+        ref,
+        node,
+        checkpoint=checkpoint,
+        wanted={d: held for d, held in indices.items() if d in exclusive},
+    )
 
     all_indices = sorted({i for group in indices.values() for i in group})
     try:
@@ -235,16 +247,19 @@ def plan_prepare(
     prepared: list[PreparedDevice] = []
     for device, names in requests_by_device.items():
         cdi_name = cdi.claim_device_name(ref.uid, device)
+        annotations = {
+            ANNOTATION_DEVICE: f"{node.pool}/{device}",
+            ANNOTATION_REQUESTS: ",".join(names),
+        }
+        if device not in exclusive:
+            annotations[ANNOTATION_ADMIN_ACCESS] = "true"
         spec_devices.append(
             cdi.Device(
                 name=cdi_name,
                 container_edits=cdi.ContainerEdits(
                     device_nodes=tuple(edits.device_nodes[i] for i in indices[device])
                 ),
-                annotations={
-                    ANNOTATION_DEVICE: f"{node.pool}/{device}",
-                    ANNOTATION_REQUESTS: ",".join(names),
-                },
+                annotations=annotations,
             )
         )
         prepared.append(
@@ -253,6 +268,7 @@ def plan_prepare(
                 pool=node.pool,
                 device=device,
                 cdi_device_ids=(cdi.qualified_device_id(cdi_name, node.cdi_kind),),
+                admin_access=device not in exclusive,
             )
         )
     spec = cdi.Spec(
@@ -295,6 +311,7 @@ def entry_from_spec(spec: cdi.Spec, *, boot_id: str) -> ClaimEntry | None:
                 pool=pool,
                 device=device_name_,
                 cdi_device_ids=(cdi.qualified_device_id(device.name, spec.kind),),
+                admin_access=device.annotations.get(ANNOTATION_ADMIN_ACCESS) == "true",
             )
         )
     return ClaimEntry(

@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator
 from grpc_health.v1 import health_pb2 as grpc_health_pb2
 from grpc_health.v1 import health_pb2_grpc as grpc_health_pb2_grpc
 from grpc_health.v1.health import aio as grpc_health
+from neuron_dra_common.driver import DRIVER_NAME
 from neuron_dra_common.grpcserver import Servable, UnixGrpcServer
 
 from neuron_dra_kubelet_plugin.draservice import DraService, dra_plugin_services
@@ -53,10 +54,12 @@ async def serve(
     preparer: Preparer,
     health: HealthSource,
     heartbeat_seconds: float = DEFAULT_HEARTBEAT_SECONDS,
+    driver: str = DRIVER_NAME,
 ) -> AsyncIterator[PluginServers]:
-    """Run both servers for the duration of the ``async with`` block."""
+    """Run both servers for the duration of the ``async with`` block; the kubelet knows
+    them as ``driver``'s."""
     service = DraService(preparer)
-    registration = RegistrationServicer(endpoint=paths.dra)
+    registration = RegistrationServicer(endpoint=paths.dra, driver=driver)
     # The whole server's status (service ""): NOT_SERVING until both sockets serve.
     checks = grpc_health.HealthServicer()
     await checks.set("", grpc_health_pb2.HealthCheckResponse.NOT_SERVING)

@@ -46,3 +46,10 @@ class PluginSettings(NodeHardwareSettings, frozen=True, kw_only=True):
     health_heartbeat_seconds: Annotated[
         float, msgspec.Meta(gt=0, description="Seconds between health stream re-sends")
     ] = 10.0
+    allow_kubelet_dra_regression: Annotated[
+        bool,
+        msgspec.Meta(
+            description="Prepare claims even on a kubelet 1.34.0 or 1.34.1, whose DRA "
+            "connection deadlocks when idle (kubernetes#133920, fixed in 1.34.2)"
+        ),
+    ] = False

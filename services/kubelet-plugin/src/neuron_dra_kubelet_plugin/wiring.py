@@ -24,6 +24,7 @@ from neuron_dra_kubelet_plugin.bushealth import BusHealth
 from neuron_dra_kubelet_plugin.checkpoint import CheckpointStore, read_boot_id
 from neuron_dra_kubelet_plugin.claimsource import ApiClaimSource
 from neuron_dra_kubelet_plugin.kubeevents import ClaimEventRecorder
+from neuron_dra_kubelet_plugin.kubeletcheck import KubeletCheck, KubeletGate
 from neuron_dra_kubelet_plugin.liveness import SocketProbe
 from neuron_dra_kubelet_plugin.observe import (
     PREPARED_CLAIMS,
@@ -179,6 +180,9 @@ async def build(settings: PluginSettings, *, node: NodeContext) -> Service:
     health = BusHealth(node=settings.node_name, pool=node.pool, devices=devices)
     count_unhealthy(health)
     probe = SocketProbe(paths, interval=settings.probe_interval)
+    kubelet = KubeletCheck(
+        client, node=settings.node_name, allow=settings.allow_kubelet_dra_regression
+    )
 
     service = Service(name=NAME, settings=settings)
     serving_up = asyncio.Event()
@@ -187,7 +191,12 @@ async def build(settings: PluginSettings, *, node: NodeContext) -> Service:
     async def serving() -> None:
         async with serve(
             paths,
-            preparer=ObservedPreparer(preparer),
+            preparer=KubeletGate(
+                ObservedPreparer(preparer),
+                kubelet,
+                claims=ApiClaimSource(client),
+                reporter=recorder,
+            ),
             health=health,
             heartbeat_seconds=settings.health_heartbeat_seconds,
         ) as servers:
@@ -213,6 +222,7 @@ async def build(settings: PluginSettings, *, node: NodeContext) -> Service:
     )
     service.add_task("claim-events", events.run)
     service.add_task("failure-events", recorder.run)
+    service.add_task("kubelet-check", kubelet.run, stop=kubelet.stop)
     service.http.add_liveness("sockets", probe.alive)
     service.on_shutdown(client.close)
     return service

@@ -162,12 +162,18 @@ def _spec(inventory_node: str, hardware: NodeHardware) -> InstanceSpec:
         ) from None
 
 
+def _reported(hardware: NodeHardware, spec: InstanceSpec) -> str:
+    # The name the node itself reports (DMI, IMDS), as its Node label carries it: a Trn3
+    # UltraServer node is a "trn3pds" one in AWS's operator guide, trn3.48xlarge in the catalog.
+    return hardware.instance_type.strip().lower() or spec.name
+
+
 def _node_values(
     hardware: NodeHardware, *, spec: InstanceSpec, labels: Mapping[str, str], dra_version: str
 ) -> dict[str, int | str | bool]:
     """Attributes every device of the node shares."""
     values: dict[str, int | str | bool] = {
-        "nodeInstanceType": spec.name,
+        "nodeInstanceType": _reported(hardware, spec),
         "neuronDriverVersion": hardware.driver_version or "",
         "draDriverVersion": dra_version,
     }
@@ -203,7 +209,7 @@ def _chip(
 ) -> dict[str, Any]:
     values: dict[str, int | str | bool] = {
         "deviceId": device.index,
-        "instanceType": spec.name,
+        "instanceType": _reported(hardware, spec),
         "resourceType": DEVICE_RESOURCE_TYPE,
         **shared,
     }

@@ -180,7 +180,7 @@ class Allocator:
                     nodes=chunk,
                     node_ids=ids,
                     mode=mode,
-                    server_id=us,
+                    server_id=self.fleet.server_id(us, size=size, first=chunk[0] if chunk else ""),
                 )
             )
         return tuple(grants)

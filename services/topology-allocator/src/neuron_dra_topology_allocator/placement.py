@@ -30,6 +30,7 @@ from typing import Final
 
 import msgspec
 from neuron_dra_common.events import UltraServerGrant, UltraServerRefusal
+from neuron_dra_common.topology import UnknownInstanceType, instance_spec
 from neuron_dra_common.ultraserver import (
     MODE_FOUR_NODE,
     MODE_SINGLE_NODE,
@@ -73,6 +74,20 @@ class PlacementError(ValueError):
 class Strategy(enum.StrEnum):
     BEST_FIT = "best-fit"
     FIRST_FIT = "first-fit"
+
+
+def catalog_name(instance_type: str) -> str:
+    """The catalog's name of an instance type, so that its other names match it (a workload
+    written for ``trn3pds.48xlarge`` or ``Trn3pds`` finds ``trn3.48xlarge`` nodes and the other
+    way round); a name the catalog does not know is kept as given.
+
+    >>> catalog_name("Trn3pds")
+    'trn3.48xlarge'
+    """
+    try:
+        return instance_spec(instance_type).name
+    except UnknownInstanceType:
+        return instance_type
 
 
 class Request(msgspec.Struct, frozen=True, kw_only=True):
@@ -124,6 +139,8 @@ class _Node:
 class _UltraServer:
     id: str
     instance_type: str
+    #: the driver's id of the whole UltraServer (trn2u ``server_id_4``, Trn3 ``reservation_id``)
+    server_id: str = ""
     nodes: dict[int, _Node] = field(default_factory=dict)
     key: tuple[str, int, tuple[int, ...]] | None = None
 
@@ -176,8 +193,10 @@ class Fleet:
         node_id: int,
         modes: Iterable[int] = (),
         server_id_2: str = "",
+        server_id: str = "",
     ) -> None:
-        """Add a node or update where it sits; its health is kept."""
+        """Add a node or update where it sits; its health is kept. ``server_id`` is the
+        driver's id of the whole UltraServer, ``server_id_2`` of the node's vertical pair."""
         if not 0 <= node_id <= 3:
             raise PlacementError(f"Node {name}: node_id_4 {node_id} is not one of 0, 1, 2, 3")
         old = self._node_server.get(name)
@@ -189,7 +208,7 @@ class Fleet:
                 self.remove_node(name)
         us = self._servers.get(ultraserver)
         if us is None:
-            us = _UltraServer(id=ultraserver, instance_type=instance_type)
+            us = _UltraServer(id=ultraserver, instance_type=catalog_name(instance_type))
             self._servers[ultraserver] = us
             bisect.insort(self._ids, ultraserver)
         other = us.nodes.get(node_id)
@@ -198,7 +217,8 @@ class Fleet:
                 f"Node {name}: UltraServer {ultraserver} node id {node_id} is already "
                 f"node {other.name}"
             )
-        us.instance_type = instance_type
+        us.instance_type = catalog_name(instance_type)
+        us.server_id = server_id or us.server_id
         us.nodes[node_id] = _Node(
             name, node_id, tuple(sorted(set(modes))), server_id_2, healthy, reason
         )
@@ -221,6 +241,19 @@ class Fleet:
         node = self._find(name)
         node.healthy, node.reason = healthy, reason
         self._rebucket(self._servers[self._node_server[name]])
+
+    def server_id(self, ultraserver: str, *, size: int, first: str = "") -> str:
+        """What ``NEURON_RT_ULTRASERVER_SERVER_ID`` carries for a ``size``-node unit of
+        ``ultraserver`` whose first node is ``first``: the driver's server id for that size
+        (a pair's ``server_id_2``, else the whole UltraServer's), or the UltraServer's name
+        where the driver's id is not known."""
+        us = self._servers.get(ultraserver)
+        if us is None:
+            return ultraserver
+        pair = ""
+        if size == 2 and first in self._node_server:
+            pair = self._find(first).server_id_2
+        return pair or us.server_id or ultraserver
 
     def _find(self, name: str) -> _Node:
         us = self._servers[self._node_server[name]]
@@ -283,6 +316,10 @@ class Fleet:
         held = self._allocations.get(request.uid)
         if held is not None:
             return Decision(granted=True, allocation=held)
+        if request.instance_type:
+            request = msgspec.structs.replace(
+                request, instance_type=catalog_name(request.instance_type)
+            )
         pick = self._best_fit if strategy is Strategy.BEST_FIT else self._first_fit
         chosen = pick(request)
         if len(chosen) < request.count:
@@ -291,7 +328,6 @@ class Fleet:
         for index, (us_id, unit, mode) in enumerate(chosen):
             us = self._servers[us_id]
             members = [us.nodes[i] for i in _bits(unit)]
-            server_id = members[0].server_id_2 if request.size == 2 else us_id
             grants.append(
                 UltraServerGrant(
                     ultraserver=us_id,
@@ -299,7 +335,7 @@ class Fleet:
                     nodes=tuple(n.name for n in members),
                     node_ids=tuple(n.node_id for n in members),
                     mode=mode,
-                    server_id=server_id or us_id,
+                    server_id=self.server_id(us_id, size=request.size, first=members[0].name),
                 )
             )
         return Decision(granted=True, allocation=self._record(request, tuple(grants)))
@@ -313,15 +349,20 @@ class Fleet:
             grants=grants,
         )
         self._allocations[request.uid] = allocation
-        touched = set()
         for grant in grants:
             for node in grant.nodes:
                 self._holder[node] = request.uid
-            touched.add(grant.ultraserver)
+        self._rebucket_holding(allocation)
+        return allocation
+
+    def _rebucket_holding(self, allocation: Allocation) -> None:
+        # Where the nodes sit, not only what the grants say: a recorded grant may name nodes
+        # of another UltraServer, whose free nodes must not be offered again.
+        touched = {g.ultraserver for g in allocation.grants}
+        touched.update(self._node_server[n] for n in allocation.nodes if n in self._node_server)
         for us_id in sorted(touched):
             if us_id in self._servers:
                 self._rebucket(self._servers[us_id])
-        return allocation
 
     def _best_fit(self, request: Request) -> list[tuple[str, int, int]]:
         chosen: list[tuple[str, int, int]] = []
@@ -460,9 +501,7 @@ class Fleet:
         for node in allocation.nodes:
             if self._holder.get(node) == uid:
                 del self._holder[node]
-        for us_id in sorted({g.ultraserver for g in allocation.grants}):
-            if us_id in self._servers:
-                self._rebucket(self._servers[us_id])
+        self._rebucket_holding(allocation)
         return allocation
 
     def adopt(self, request: Request, grants: tuple[UltraServerGrant, ...]) -> Decision:

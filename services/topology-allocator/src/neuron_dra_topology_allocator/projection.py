@@ -39,12 +39,19 @@ _ELECTION = "UltraServer election in progress"
 class Membership:
     """Where a node sits in an UltraServer, as its hardware says."""
 
-    __slots__ = ("modes", "node_id", "server_id_2", "ultraserver")
+    __slots__ = ("modes", "node_id", "server_id", "server_id_2", "ultraserver")
 
     def __init__(
-        self, *, ultraserver: str, node_id: int, modes: tuple[int, ...], server_id_2: str
+        self,
+        *,
+        ultraserver: str,
+        node_id: int,
+        modes: tuple[int, ...],
+        server_id_2: str,
+        server_id: str = "",
     ) -> None:
         self.ultraserver = ultraserver
+        self.server_id = server_id
         self.node_id = node_id
         self.modes = modes
         self.server_id_2 = server_id_2
@@ -64,6 +71,7 @@ def membership(hardware: NodeHardware) -> Membership | None:
         node_id=node_id,
         modes=us.supported_modes,
         server_id_2=us.server_id_2 or "",
+        server_id=server,
     )
 
 
@@ -128,6 +136,7 @@ class Projection:
                 node_id=member.node_id,
                 modes=member.modes,
                 server_id_2=member.server_id_2,
+                server_id=member.server_id,
             )
         except PlacementError as exc:
             log.error("inventory not applied", extra={"node": event.node, "error": str(exc)})

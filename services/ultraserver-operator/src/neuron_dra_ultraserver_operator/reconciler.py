@@ -23,6 +23,7 @@ from opentelemetry.trace import Span, Tracer
 from neuron_dra_ultraserver_operator import metrics
 from neuron_dra_ultraserver_operator.actions import asks
 from neuron_dra_ultraserver_operator.decide import decide
+from neuron_dra_ultraserver_operator.efa import RECHECK_SECONDS, EfaCheck
 from neuron_dra_ultraserver_operator.executor import Allocate, Executor, Publish
 from neuron_dra_ultraserver_operator.faults import CrashPoint, no_crash
 from neuron_dra_ultraserver_operator.fleet import FleetIndex, NodeRecords
@@ -66,6 +67,8 @@ class WorkloadReconciler:
         self._fleet = fleet
         self._records = NodeRecords(nodes)
         self._claim_wait = claim_wait_seconds
+        self._efa = EfaCheck(client)
+        self._requeue = requeue
         #: key -> (resourceVersion, decoded): each version of a workload decoded once
         self._decoded: dict[str, tuple[str, Workload | None]] = {}
         self._executor = Executor(
@@ -101,6 +104,10 @@ class WorkloadReconciler:
                     await self._pass(workload, traceparent=_traceparent(span))
                 finally:
                     await self._executor.sent(workload)
+                # serverCount > 1 needs AWS's EFA driver: say on the workload whether it is
+                # there, and look again soon while it is not.
+                if await self._efa.check(workload, now=stamp()) is False:
+                    self._requeue(key, RECHECK_SECONDS)
             except Exception:
                 metrics.RECONCILE_ERRORS.inc()
                 raise

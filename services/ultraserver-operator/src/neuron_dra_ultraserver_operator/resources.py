@@ -7,7 +7,15 @@ from typing import Final
 from neuron_dra_common.kube import Resource
 from neuron_dra_common.ultraserver import GROUP
 
-__all__ = ["EVENTS", "NAMESPACES", "NUS", "NUSW", "PODS", "RESOURCE_CLAIM_TEMPLATES"]
+__all__ = [
+    "DEVICE_CLASSES",
+    "EVENTS",
+    "NAMESPACES",
+    "NUS",
+    "NUSW",
+    "PODS",
+    "RESOURCE_CLAIM_TEMPLATES",
+]
 
 NUSW: Final = Resource(
     group=GROUP,
@@ -33,3 +41,7 @@ RESOURCE_CLAIM_TEMPLATES: Final = Resource(
 PODS: Final = Resource(group="", version="v1", plural="pods", kind="Pod", namespaced=True)
 EVENTS: Final = Resource(group="", version="v1", plural="events", kind="Event", namespaced=True)
 NAMESPACES: Final = Resource(group="", version="v1", plural="namespaces", kind="Namespace")
+#: Read for one name only: whether AWS's EFA driver is installed (``efa``).
+DEVICE_CLASSES: Final = Resource(
+    group="resource.k8s.io", version="v1", plural="deviceclasses", kind="DeviceClass"
+)

@@ -24,6 +24,7 @@ from pathlib import Path
 import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
+from neuron_dra_cli import kubebuild
 from neuron_dra_cli.stack.instances import SHAPES, ULTRASERVER_TYPES
 
 DEFAULT_DRIVER_VERSION = "2.24.7.0"
@@ -31,6 +32,9 @@ UNMANAGED_LABEL = "neuron.aws.com/driver"
 #: ``device-plugin`` on a node: its devices are served by the device plugin, not DRA.
 DEVICE_MANAGEMENT_LABEL = "neuron.aws.com/device-management"
 ULTRASERVER_NODES = 4
+_GROUP_FIELDS = {
+    "instanceType", "count", "namePrefix", "driverVersion", "lnc", "labels", "kubeletVersion"
+}  # fmt: skip
 _NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,40}[a-z0-9])?$")
 _LABEL_KEY_RE = re.compile(
     r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
@@ -63,6 +67,8 @@ class NodeSpec:
     lnc: int | None = None
     ultraserver: UltraServerMember | None = None
     labels: dict[str, str] = field(default_factory=dict)
+    #: The node's own kubelet release (``kubeletVersion``), when it differs from the stack's.
+    kubelet_version: str = ""
 
     @property
     def managed(self) -> bool:
@@ -141,6 +147,23 @@ def _short(instance_type: str) -> str:
     return f"{family}-{size.replace('xlarge', 'xl')}"
 
 
+def _kubelet_version(r: _Reader, item: Node, path: str) -> str:
+    """A node group's ``kubeletVersion``: a release ``kubebuild`` builds a simulated node of
+    (a supported one, or one of ``NODE_RELEASES``, kubelets the product warns about)."""
+    g = r.mapping(item, path, _GROUP_FIELDS)
+    if "kubeletVersion" not in g:
+        return ""
+    version = r.string(g["kubeletVersion"], f"{path}.kubeletVersion").removeprefix("v")
+    known = {*kubebuild.SUPPORTED, *kubebuild.NODE_RELEASES}
+    if version not in known:
+        raise r.fail(
+            g["kubeletVersion"],
+            f"{path}.kubeletVersion",
+            f"no simulated node of kubelet {version!r} (known: {', '.join(sorted(known))})",
+        )
+    return version
+
+
 def parse_fleet(text: str, *, source: str = "fleet") -> Fleet:
     """Parse and expand a fleet file; raise :class:`FleetError` naming line and field."""
     try:
@@ -157,7 +180,7 @@ def parse_fleet(text: str, *, source: str = "fleet") -> Fleet:
     zone = r.string(top["zone"], "zone") if "zone" in top else f"{region}a"
     nodes: list[NodeSpec] = []
     seen: dict[str, str] = {}
-    group_fields = {"instanceType", "count", "namePrefix", "driverVersion", "lnc", "labels"}
+    group_fields = _GROUP_FIELDS
 
     def group(
         item: Node, path: str, *, ultra: bool
@@ -227,8 +250,10 @@ def parse_fleet(text: str, *, source: str = "fleet") -> Fleet:
         path = f"nodes[{i}]"
         itype, count, prefix, driver, lnc, labels = group(item, path, ultra=False)
         base = prefix or f"{_short(itype)}-"
+        kubelet = _kubelet_version(r, item, path)
         for n in range(count):
-            add(NodeSpec(f"{base}{n}", itype, driver, lnc, None, labels), item, path)
+            spec = NodeSpec(f"{base}{n}", itype, driver, lnc, None, labels, kubelet)
+            add(spec, item, path)
 
     us_index = 0
     for i, item in enumerate(

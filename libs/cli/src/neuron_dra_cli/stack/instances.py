@@ -31,7 +31,9 @@ SHAPES: dict[str, Shape] = {
     "trn2.48xlarge": Shape(192, 2048),
     "trn2u.48xlarge": Shape(192, 2048),
     "trn3.48xlarge": Shape(192, 2048),
+    # The name AWS's UltraServer operator guide gives Trn3 UltraServer nodes ("Trn3pds").
+    "trn3pds.48xlarge": Shape(192, 2048),
 }
 
 # Instance types that come as UltraServers of four nodes.
-ULTRASERVER_TYPES = frozenset({"trn2u.48xlarge", "trn3.48xlarge"})
+ULTRASERVER_TYPES = frozenset({"trn2u.48xlarge", "trn3.48xlarge", "trn3pds.48xlarge"})

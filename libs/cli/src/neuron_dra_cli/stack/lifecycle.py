@@ -35,6 +35,7 @@ from neuron_dra_cli.stack import (
     busauth,
     bytecode,
     deviceplugin,
+    efa,
     healthprobe,
     kubectl,
     plugin,
@@ -84,6 +85,8 @@ class UpOptions:
     #: Fork the Python services from the agent zygote (``stack.zygote``), which imports
     #: their code once, rather than start each as a ``python -m`` of its own.
     agent_zygote: bool = True
+    #: The simulated EFA DRA driver on the nodes with EFA interfaces (``stack.efa``).
+    efa: bool = False
 
 
 def _running(c: state.ComponentState) -> process.Running:
@@ -270,6 +273,11 @@ def up(opts: UpOptions, *, progress: Progress = print) -> state.StackState:
     bins = kubebuild.ensure_binaries(
         opts.k8s_version, progress=lambda m: progress("  " + m), kubelet=opts.real_nodes > 0
     )
+    # Nodes of the fleet on a kubelet release of their own (``kubeletVersion``).
+    node_binaries = {
+        v: kubebuild.ensure_node_binary(v, progress=lambda m: progress("  " + m))
+        for v in sorted({n.kubelet_version for n in opts.fleet.nodes if n.kubelet_version})
+    }
     real = _real_node_inputs(opts, progress) if opts.real_nodes > 0 else None
     jaeger_binary = None
     if opts.tracing:
@@ -367,6 +375,8 @@ def up(opts: UpOptions, *, progress: Progress = print) -> state.StackState:
         plugin_nodes = any(n.device_plugin for n in opts.fleet.nodes)
         with_extender = opts.real_node_device_plugin or plugin_nodes
 
+        warned = kubebuild.NODE_RELEASES
+
         def apply_objects() -> dict[str, Path]:
             found = _apply_cluster_objects(layout, auth)
             if with_extender:
@@ -379,6 +389,15 @@ def up(opts: UpOptions, *, progress: Progress = print) -> state.StackState:
                 layout.kubeconfig,
                 healthprobe.KIND,
                 [n.name for n in opts.fleet.nodes if n.managed],
+            )
+            # The kubelet plugin writes its Node only on a kubelet it warns about
+            # (kubeletcheck): those nodes' plugins get a token bound to a pod there, which its
+            # admission policy asks for; the others keep a plain one (no pod for their kubelets).
+            found |= accounts.node_agent_kubeconfigs(
+                layout,
+                layout.kubeconfig,
+                plugin.KIND,
+                [n.name for n in opts.fleet.nodes if n.dra and n.kubelet_version in warned],
             )
             if plugin_nodes:
                 found |= deviceplugin.device_plugin_kubeconfigs(
@@ -440,7 +459,7 @@ def up(opts: UpOptions, *, progress: Progress = print) -> state.StackState:
             node_component(
                 fleet=opts.fleet,
                 node=n,
-                binary=bins.hollow_node,
+                binary=node_binaries.get(n.kubelet_version, bins.hollow_node),
                 layout=layout,
                 kubeconfig=write_kubeconfig(
                     layout.component_kubeconfig(f"node-{n.name}"),
@@ -498,6 +517,7 @@ def up(opts: UpOptions, *, progress: Progress = print) -> state.StackState:
                 nats_url=current.nats_url,
                 kubeconfig=layout.kubeconfig,
                 plugin_kubeconfig=own_kubeconfigs[plugin.KIND],
+                kubeconfigs=own_kubeconfigs,
             ),
             *(
                 deviceplugin.device_plugin_components(
@@ -528,6 +548,10 @@ def up(opts: UpOptions, *, progress: Progress = print) -> state.StackState:
             ),
             *extender,
         ]
+        if opts.efa and (
+            sim := efa.efa_component(fleet=opts.fleet, layout=layout, kubeconfig=layout.kubeconfig)
+        ):
+            agents.append(sim)
         if real is not None and real.image is not None and opts.real_node_driver:
             # Their Deployments run on the real node instead (realdriver.SERVICES).
             agents = [a for a in agents if a.kind not in realdriver.SERVICE_KINDS]

@@ -7,11 +7,17 @@ simulated hardware, and writes CDI specs under ``<state>/nodes/<name>/cdi``.
 API access: as on a cluster, the plugin runs as the ``neuron-dra-kubelet-plugin``
 ServiceAccount bound to the ClusterRole in ``deploy/kustomize/base/kubelet-plugin``, with a
 token of that account (``stack.accounts``), so the local stack exercises the DaemonSet's
-least-privilege RBAC rather than admin rights.
+least-privilege RBAC rather than admin rights. On a node whose kubelet the plugin warns about
+(a fleet group's ``kubeletVersion`` of ``kubebuild.NODE_RELEASES``), where it writes its Node's
+``NeuronHealth``, the token is bound to a pod on that node
+(``stack.accounts.node_agent_kubeconfigs``), as the admission policy
+``neuron-dra-kubelet-plugin-nodes`` asks; elsewhere it writes no Node and a plain token saves
+the simulated kubelets a pod each.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Final
 
@@ -110,17 +116,24 @@ def plugin_components(
     nats_url: str,
     kubeconfig: Path,
     plugin_kubeconfig: Path | None = None,
+    kubeconfigs: Mapping[str, Path] | None = None,
 ) -> list[Component]:
     """One kubelet plugin per node of ``fleet`` (none on a node of the device plugin).
 
     Call it once the apiserver is up and the nodes' hardware is written (after
     ``services.product_components``); ``kubeconfig`` is the admin one, used only to bind the
     plugins' own identity to the DaemonSet's ClusterRole, unless ``plugin_kubeconfig`` is
-    what :func:`apply_plugin_rbac` returned already.
+    what :func:`apply_plugin_rbac` returned already. ``kubeconfigs`` by component name (a
+    token bound to a pod on the plugin's node, see above) come first.
     """
-    own = plugin_kubeconfig or apply_plugin_rbac(layout=layout, kubeconfig=kubeconfig)
+    found = dict(kubeconfigs or {})
+    nodes = [n for n in fleet.nodes if n.dra]
+    if any(f"{KIND}-{n.name}" not in found for n in nodes):
+        own = plugin_kubeconfig or apply_plugin_rbac(layout=layout, kubeconfig=kubeconfig)
+        found = {f"{KIND}-{n.name}": own for n in nodes} | found
     return [
-        plugin_component(node=node, layout=layout, nats_url=nats_url, kubeconfig=own)
-        for node in fleet.nodes
-        if node.dra
+        plugin_component(
+            node=node, layout=layout, nats_url=nats_url, kubeconfig=found[f"{KIND}-{node.name}"]
+        )
+        for node in nodes
     ]

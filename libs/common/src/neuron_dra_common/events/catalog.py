@@ -313,13 +313,17 @@ class AllocationReleased(Event, frozen=True, kw_only=True, tag="allocation.relea
 
 
 class ClaimPrepared(Event, frozen=True, kw_only=True, tag="claim.prepared.v1"):
-    """The kubelet plugin prepared a ResourceClaim on a node (CDI devices written)."""
+    """The kubelet plugin prepared a ResourceClaim on a node (CDI devices written).
+
+    ``admin_access`` names those of ``devices`` the claim got with admin access (a monitoring
+    pod's): shown to its containers, held by no one, so not a second holder of the device."""
 
     node: str
     claim: ObjectRef
     devices: tuple[str, ...]
     cdi_devices: tuple[str, ...] = ()
     workload_id: str = ""
+    admin_access: tuple[str, ...] = ()
 
     @property
     def subject(self) -> str:
