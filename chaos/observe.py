@@ -55,7 +55,7 @@ def _checkpoint(plugin: state.ComponentState) -> dict[str, list[str]] | str:
         finally:
             store.close()
         return {
-            uid: [d.device for d in entry.devices if not getattr(d, "admin_access", False)]
+            uid: [d.device for d in entry.devices if not d.admin_access]
             for uid, entry in claims.items()
         }
     return error
