@@ -97,3 +97,25 @@ def test_a_device_twice_in_one_nodes_files_is_named_with_the_node(tmp_path: Path
         "node b: checkpoint holds neurondevice3 in 2 claims (u1, u2)",
         "node b: CDI specs hold /dev/neuron3 in 2 claims (u1, u2)",
     ]
+
+
+def test_a_monitors_admin_access_claim_is_not_a_second_holder(tmp_path: Path) -> None:
+    a = plugin(tmp_path, "a")
+    monitor = ClaimEntry(
+        uid="m1",
+        namespace="monitoring",
+        name="m1",
+        state=ClaimState.PREPARE_COMPLETED,
+        boot_id="b",
+        devices=(
+            PreparedDevice(
+                request_names=("r",), pool="a", device="neurondevice3", admin_access=True
+            ),
+        ),
+    )
+    write(
+        a,
+        Checkpoint().with_entry(entry("u1", "neurondevice3")).with_entry(monitor),
+        {"u1": spec("u1", 3), "m1": spec("m1", 3)},
+    )
+    assert node_files_problems([a]) == []
