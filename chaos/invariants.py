@@ -3,7 +3,8 @@
 * **No device held twice**: no device is in the allocation of two ResourceClaims; a claim on
   a node's whole-node device (``neuronnode``) holds every device of that node's pool.
 * **No UltraServer node held twice**: no node is in the allocations of two
-  NeuronUltraServerWorkloads.
+  NeuronUltraServerWorkloads (a deleted one Deallocating is not counted: its nodes go back
+  once its claims are gone, before its status does).
 * **Every node offers all its devices**: each Neuron node of the fleet has a complete pool
   (every slice of its newest generation) holding ``neurondevice0`` .. ``neurondevice<N-1>`` for
   the N devices of its instance type, and ``neuronnode`` on an UltraServer node.
@@ -98,7 +99,13 @@ def nodes_held_twice(workloads: Iterable[Obj]) -> list[str]:
     """
     holders: dict[str, set[str]] = defaultdict(set)
     for workload in workloads:
-        for allocation in (workload.get("status") or {}).get("allocations") or ():
+        status = workload.get("status") or {}
+        if workload["metadata"].get("deletionTimestamp") and status.get("state") == "Deallocating":
+            # The operator releases a deleted workload's nodes once its claims are gone and
+            # only then drops its finalizer, leaving the status as it was: what it lists may
+            # already be another's. What a pod holds is checked on the claims.
+            continue
+        for allocation in status.get("allocations") or ():
             for node in allocation.get("nodes") or ():
                 holders[str(node.get("nodeName"))].add(_name(workload))
     return [
