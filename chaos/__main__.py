@@ -1,6 +1,7 @@
 """``python -m chaos``: churn and faults against a running local stack, invariants checked
 all along, then a wait for convergence; a table and one JSON line. Exit status 0 when no
-invariant broke and the stack converged, 1 otherwise (the seed to replay is printed)."""
+invariant broke, the stack converged and every server's return was followed by all up within
+goal R2's bound, 1 otherwise (the seed to replay is printed)."""
 
 from __future__ import annotations
 
@@ -33,6 +34,18 @@ def main(argv: list[str] | None = None) -> int:
         help="never restart NATS or the apiserver (only neuron-dra processes are killed)",
     )
     parser.add_argument(
+        "--restart-first",
+        choices=("nats", "kube-apiserver"),
+        default=None,
+        help="restart this server as the churn's first step (goal R2 is then always measured)",
+    )
+    parser.add_argument(
+        "--converge-seconds",
+        type=float,
+        default=240.0,
+        help="how long the stack may take to converge once the churn is over (default 240)",
+    )
+    parser.add_argument(
         "--fuzz",
         type=int,
         default=0,
@@ -55,6 +68,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.minutes <= 0:
         parser.error(f"--minutes {args.minutes}: want a positive number")
+    if args.converge_seconds <= 0:
+        parser.error(f"--converge-seconds {args.converge_seconds}: want a positive number")
     if args.fuzz < 0:
         parser.error(f"--fuzz {args.fuzz}: want 0 or more")
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**31)
@@ -69,6 +84,8 @@ def main(argv: list[str] | None = None) -> int:
                 seconds=args.minutes * 60,
                 seed=seed,
                 servers=not args.no_servers,
+                restart_first=args.restart_first,
+                converge_within=args.converge_seconds,
                 fuzz=args.fuzz,
                 rollout=args.rollout,
                 say=lambda line: print(line, flush=True),
@@ -83,6 +100,7 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"replay: python -m chaos --seed {seed} --minutes {args.minutes:g}"
             + (" --no-servers" if args.no_servers else "")
+            + (f" --restart-first {args.restart_first}" if args.restart_first else "")
             + (f" --fuzz {args.fuzz}" if args.fuzz else "")
             + (" --rollout" if args.rollout else ""),
             file=sys.stderr,

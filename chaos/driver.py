@@ -3,17 +3,24 @@
 Every step is one thing a user or the world does to a running local stack, drawn from a
 seeded random generator (the same seed and stack draw the same steps): a pod asking for 1, 4,
 8 or 16 connected trn2 devices created or deleted; a ``NeuronUltraServerWorkload`` of 1, 2 or
-4 nodes with a random failure strategy created or deleted; one neuron-dra process killed
+4 nodes with a random failure strategy created or deleted with its pods (one per node, on the
+ResourceClaimTemplate the operator generates, so that the plugin's UltraServer path prepares
+them); one neuron-dra process killed
 (SIGKILL or SIGTERM) and started again after up to two seconds, as Kubernetes restarts a
 container; a device of any node failing (an uncorrectable SRAM, HBM or NeuronCore error, or a
 repairable HBM error, as ``neuron-dra dev fault`` makes them) or a failed one repaired; and,
 with ``servers``, NATS or the apiserver killed and started again.
 
 After every step the invariants (``chaos.invariants``) are checked on what the apiserver
-shows; a check the apiserver cannot answer (it is being restarted) is counted as skipped.
-When the churn time is over the faults stop, every failed device is repaired, and the run
-waits until the stack converged: every component up, every pod whose claim is allocated
-Running, every workload ``Allocated`` or ``Pending``, and no device of ours tainted. Then,
+shows and on every node's kubelet plugin checkpoint and CDI specs (``chaos.observe``); a check
+the apiserver cannot answer (it is being restarted) is counted as skipped. A server's return
+must be followed by every component up within R2's bound, or the run fails. When the churn
+time is over the faults stop, every failed device is repaired, and the run waits until the
+stack converged: every component up, every node offering all its devices untainted, every
+workload ``Allocated`` with its pods' claims allocated, every churned pod's claim allocated
+unless no node has its devices free, every pod whose claim is allocated Running, and the
+topology allocator's free UltraServers exactly the fleet's minus those the workloads hold.
+Then,
 when asked, fuzzed messages go to the stack's consumers (``chaos.fuzz``) and a node's kubelet
 plugin is rolled once per prepare and unprepare step (``chaos.rollout``). Last, the audit file
 must reconcile with the claims prepared (``chaos.invariants``). The outcome judges the
@@ -37,25 +44,35 @@ from neuron_dra_cli.fault_cmd import apply_fault
 from neuron_dra_cli.restart_cmd import restart_component
 from neuron_dra_cli.stack import busauth, kubectl, lifecycle, state
 from neuron_dra_cli.stack.alerting import audit_file
+from neuron_dra_common.bus import RpcError
 from neuron_dra_common.driver import DRIVER_NAME
 from neuron_dra_common.ultraserver import FAILURE_STRATEGIES, TOPOLOGY_SIZES
 from neuron_dra_kubelet_plugin.faults import STEPS
 
 from chaos.fuzz import FuzzResult, crashed, fuzz_stack
 from chaos.invariants import (
+    INSTANCE_TYPE_LABEL,
+    allocator_mismatches,
     audit_mismatches,
     devices_held_twice,
+    free_devices,
     nodes_held_twice,
+    offered_problems,
     running_claims,
+    unallocated_claims,
 )
+from chaos.observe import ask_allocator, node_files_problems
 from chaos.rollout import StepResult, get_pod, node_problems, roll
 
 __all__ = ["Options", "Outcome", "run"]
 
 Obj = dict[str, Any]
 NAMESPACE = "chaos"
-INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
+#: Where the operator keeps the NeuronUltraServers.
+DRIVER_NAMESPACE = "neuron-dra-driver"
 COUNTS = (1, 4, 8, 16)
+#: The label naming the workload a churned workload pod belongs to.
+WORKLOAD_LABEL = "chaos.neuron.aws.com/workload"
 #: The neuron-dra processes a step may kill, by kind (the control plane is ``servers``).
 SERVICE_KINDS = (
     "slice-publisher",
@@ -87,9 +104,12 @@ class Options:
     seconds: float
     seed: int
     servers: bool = True
-    #: Most pods and workloads alive at once (the stack's capacity bounds the rest anyway).
+    #: A server (``nats`` or ``kube-apiserver``) restarted as the churn's first step.
+    restart_first: str | None = None
+    #: Most pods and workloads alive at once. Two workloads of at most one UltraServer each
+    #: always fit the fleet's two, so every workload must end Allocated.
     max_pods: int = 6
-    max_workloads: int = 3
+    max_workloads: int = 2
     converge_within: float = 240.0
     #: Fuzzed messages sent to the stack's consumers once it converged (0: none).
     fuzz: int = 0
@@ -121,6 +141,8 @@ class Outcome:
     #: Seconds from each server's return until the apiserver answered and every component
     #: was up again.
     server_returns: list[tuple[str, float]] = field(default_factory=list)
+    #: R2 broken: each server return not followed by all up within R2's bound, in words.
+    slow_returns: list[str] = field(default_factory=list)
     converged_seconds: float | None = None
     not_converged: list[str] = field(default_factory=list)
     #: How the audit differs from the claims prepared once converged (``chaos.invariants``).
@@ -137,6 +159,11 @@ class Outcome:
         return not self.rollout_problems and not any(r.problem for r in self.rollout)
 
     @property
+    def r2_ok(self) -> bool:
+        """No server's return was followed by all up later than R2's bound."""
+        return all(s <= R2_SECONDS for _, s in self.server_returns)
+
+    @property
     def fuzz_ok(self) -> bool:
         f = self.fuzz
         return f is None or (
@@ -150,6 +177,7 @@ class Outcome:
             and not self.failures
             and not self.audit_mismatches
             and self.converged_seconds is not None
+            and self.r2_ok
             and self.fuzz_ok
             and self.rollout_ok
         )
@@ -159,7 +187,7 @@ class Outcome:
         why the run does not tell (R1 is stated for 30 minutes of churn, R2 needs a server
         restart, R3 ``--fuzz``, R4 ``--rollout``)."""
         held = not self.violations and not self.audit_mismatches and not self.failures
-        if not held:
+        if not held or self.converged_seconds is None:
             r1 = "NOT MET"
         elif self.seconds < R1_SECONDS:
             minutes = f"{self.seconds / 60:.1f}".removesuffix(".0")
@@ -170,7 +198,7 @@ class Outcome:
             r2 = "not measured: no server was restarted"
         else:
             worst = max(s for _, s in self.server_returns)
-            r2 = "met" if worst <= R2_SECONDS else "NOT MET"
+            r2 = "met" if self.r2_ok else "NOT MET"
             r2 = f"{r2} (slowest {worst:.1f} s)"
         f = self.fuzz
         if f is None:
@@ -196,6 +224,7 @@ class Outcome:
         rows += [
             ("invariant checks", f"{self.checks} ({self.skipped_checks} skipped: API away)"),
             ("devices or UltraServer nodes held twice", str(len(self.violations))),
+            ("servers back, not all up within R2's bound", str(len(self.slow_returns))),
             ("processes or servers not back", str(len(self.failures))),
             *((f"{name} back -> all up", f"{s:.1f} s") for name, s in self.server_returns),
             (
@@ -218,6 +247,7 @@ class Outcome:
         lines += [f"{name.ljust(width)}  {value}" for name, value in rows]
         lines += [f"VIOLATION {v}" for v in self.violations]
         lines += [f"FAILURE {v}" for v in self.failures]
+        lines += [f"R2 NOT MET {v}" for v in self.slow_returns]
         lines += [f"NOT CONVERGED {v}" for v in self.not_converged]
         lines += [f"AUDIT {v}" for v in self.audit_mismatches]
         lines += [
@@ -248,6 +278,7 @@ class Outcome:
                 "violations": self.violations,
                 "failures": self.failures,
                 "serverReturns": [{"server": n, "seconds": s} for n, s in self.server_returns],
+                "slowReturns": self.slow_returns,
                 "convergedSeconds": self.converged_seconds,
                 "notConverged": self.not_converged,
                 "auditMismatches": self.audit_mismatches,
@@ -370,6 +401,33 @@ def _workload(name: str, *, size: int, strategy: str) -> Obj:
     }
 
 
+def _workload_pod(workload: str, index: int) -> Obj:
+    """Pod ``index`` of ``workload``: one UltraServer node, through the ResourceClaimTemplate
+    the operator generates for the workload (named after it), as AWS's operator guide runs a
+    workload's pods."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": f"{workload}-{index}",
+            "namespace": NAMESPACE,
+            "labels": {WORKLOAD_LABEL: workload},
+        },
+        "spec": {
+            "terminationGracePeriodSeconds": 5,
+            "containers": [
+                {
+                    "name": "ctr",
+                    "image": "public.ecr.aws/docker/library/alpine:latest",
+                    "command": ["sleep", "infinity"],
+                    "resources": {"claims": [{"name": "neuron-claim"}]},
+                }
+            ],
+            "resourceClaims": [{"name": "neuron-claim", "resourceClaimTemplateName": workload}],
+        },
+    }
+
+
 def _objects(*objs: Obj) -> str:
     return json.dumps({"apiVersion": "v1", "kind": "List", "items": list(objs)})
 
@@ -381,12 +439,14 @@ class Driver:
         self.stack = Stack(options.state_dir)
         self.out = Outcome(seed=options.seed, seconds=options.seconds)
         self.serial = 0
+        #: Every invariant problem seen so far (each is a violation once).
+        self.seen: set[str] = set()
         #: (node, device) of every fault made and not yet repaired.
         self.faulted: set[tuple[str, int]] = set()
 
     # --- steps -------------------------------------------------------------------------
-    def _names(self, kind: str) -> list[str]:
-        items = self.stack.items(kind, "-n", NAMESPACE) or []
+    def _names(self, kind: str, *args: str) -> list[str]:
+        items = self.stack.items(kind, "-n", NAMESPACE, *args) or []
         return sorted(
             i["metadata"]["name"] for i in items if not i["metadata"].get("deletionTimestamp")
         )
@@ -410,7 +470,7 @@ class Driver:
         return done or name
 
     def _pod_created(self) -> str | None:
-        if len(self._names("pods")) >= self.o.max_pods:
+        if len(self._names("pods", "-l", "app=chaos")) >= self.o.max_pods:
             return self._pod_deleted()
         self.serial += 1
         count = self.rng.choice(COUNTS)
@@ -423,7 +483,7 @@ class Driver:
         return f"pod of {count} created" if proc.returncode == 0 else None
 
     def _pod_deleted(self) -> str | None:
-        pods = self._names("pods")
+        pods = self._names("pods", "-l", "app=chaos")
         if not pods:
             return None
         victim = self.rng.choice(pods)
@@ -436,10 +496,12 @@ class Driver:
         self.serial += 1
         size = self.rng.choice(TOPOLOGY_SIZES)
         strategy = self.rng.choice(FAILURE_STRATEGIES)
+        name = f"w{self.serial}-{size}"
+        pods = [_workload_pod(name, i) for i in range(size)]
         proc = kubectl.run(
             self.stack.kubeconfig,
             ("apply", "-f", "-"),
-            input=_objects(_workload(f"w{self.serial}-{size}", size=size, strategy=strategy)),
+            input=_objects(_workload(name, size=size, strategy=strategy), *pods),
             check=False,
         )
         return f"workload of {size} created" if proc.returncode == 0 else None
@@ -449,6 +511,16 @@ class Driver:
         if not workloads:
             return None
         victim = self.rng.choice(workloads)
+        self.stack.kubectl(
+            "delete",
+            "pods",
+            "-n",
+            NAMESPACE,
+            "-l",
+            f"{WORKLOAD_LABEL}={victim}",
+            "--wait=false",
+            check=False,
+        )
         self.stack.kubectl("delete", "nusw", victim, "-n", NAMESPACE, "--wait=false", check=False)
         return "workload deleted"
 
@@ -495,23 +567,33 @@ class Driver:
             self.out.failures.append(f"repair of {node} device {device}: {exc}")
         self.faulted.discard((node, device))
 
-    def _server_restarted(self) -> str | None:
-        server = self.rng.choice(SERVERS)
+    def _server_restarted(self, server: str | None = None) -> str | None:
+        server = server or self.rng.choice(SERVERS)
         done = restart_component(
             self.o.state_dir, name=server, kill=True, down_seconds=round(self.rng.uniform(1, 3), 1)
         )
         start = time.monotonic()
         deadline = start + 120
+        late: list[str] | None = None  # what was still down at R2's bound
         while time.monotonic() < deadline:
             api = kubectl.run(self.stack.kubeconfig, ("get", "--raw", "/readyz"), check=False)
-            if api.returncode == 0 and not self.stack.down():
+            down = self.stack.down() + ([] if api.returncode == 0 else ["kube-apiserver"])
+            if not down:
                 break
+            if late is None and time.monotonic() - start > R2_SECONDS:
+                late = down
             time.sleep(0.2)
         else:
             self.out.failures.append(
                 f"{server} back, but not all up 120 s later: {self.stack.down()}"
             )
-        self.out.server_returns.append((server, time.monotonic() - start))
+        took = time.monotonic() - start
+        self.out.server_returns.append((server, took))
+        if took > R2_SECONDS:
+            self.out.slow_returns.append(
+                f"{server} back -> all up took {took:.1f} s, over {R2_SECONDS:g} s; "
+                f"still down at {R2_SECONDS:g} s: {', '.join(late or ['?'])}"
+            )
         self.o.say(f"  {server} away {done.away_seconds:.1f} s")
         return f"{server} restarted"
 
@@ -523,23 +605,53 @@ class Driver:
             self.out.skipped_checks += 1
             return
         self.out.checks += 1
-        for problem in devices_held_twice(claims) + nodes_held_twice(workloads):
+        plugins = [c for c in self.stack.components() if c.kind == "kubelet-plugin"]
+        problems = devices_held_twice(claims) + nodes_held_twice(workloads)
+        for problem in problems + node_files_problems(plugins):
+            if problem in self.seen:
+                continue  # the same one still there: named once, after the step that showed it
+            self.seen.add(problem)
             entry = f"{problem} (after {when})"
-            if entry not in self.out.violations:
-                self.out.violations.append(entry)
-                self.o.say(f"  VIOLATION {entry}")
+            self.out.violations.append(entry)
+            self.o.say(f"  VIOLATION {entry}")
 
     def unconverged(self) -> list[str]:
         problems = [f"{name} down" for name in self.stack.down()]
         pods = self.stack.items("pods", "-n", NAMESPACE)
-        claims = self.stack.items("resourceclaims", "-n", NAMESPACE)
-        workloads = self.stack.items("nusw", "-n", NAMESPACE)
-        if pods is None or claims is None or workloads is None:
+        claims = self.stack.items("resourceclaims", "-A")
+        workloads = self.stack.items("nusw", "-A")
+        nodes = self.stack.items("nodes")
+        slices = self.stack.items(
+            "resourceslices", "--field-selector", f"spec.driver={DRIVER_NAME}"
+        )
+        ultraservers = self.stack.items("nus", "-n", DRIVER_NAMESPACE)
+        if (
+            pods is None
+            or claims is None
+            or workloads is None
+            or nodes is None
+            or slices is None
+            or ultraservers is None
+        ):
             return [*problems, "the apiserver does not answer"]
+        problems += offered_problems(nodes, slices)
+        trn2 = [
+            n
+            for n in nodes
+            if (n["metadata"].get("labels") or {}).get(INSTANCE_TYPE_LABEL) == "trn2.48xlarge"
+        ]
+        problems += unallocated_claims(
+            pods,
+            [c for c in claims if c["metadata"].get("namespace") == NAMESPACE],
+            free_devices(trn2, slices, claims),
+            counts={f"chaos-{n}": n for n in COUNTS},
+        )
+        problems += self.allocator_problems(ultraservers, workloads)
         allocated = {
             ref["name"]
             for c in claims
-            if (c.get("status") or {}).get("allocation")
+            if c["metadata"].get("namespace") == NAMESPACE
+            and (c.get("status") or {}).get("allocation")
             for ref in c["metadata"].get("ownerReferences") or ()
         }
         for pod in pods:
@@ -549,10 +661,7 @@ class Driver:
                 problems.append(f"pod {name} still terminating")
             elif name in allocated and phase != "Running":
                 problems.append(f"pod {name} allocated but {phase}")
-        slices = self.stack.items(
-            "resourceslices", "--field-selector", f"spec.driver={DRIVER_NAME}"
-        )
-        for piece in slices or ():
+        for piece in slices:
             for device in (piece.get("spec") or {}).get("devices") or ():
                 for taint in device.get("taints") or ():
                     problems.append(
@@ -560,12 +669,39 @@ class Driver:
                         f"{device['name']} still tainted {taint['key']}:{taint['effect']}"
                     )
         for w in workloads:
+            if w["metadata"].get("namespace") != NAMESPACE:
+                continue
             st = (w.get("status") or {}).get("state")
             if w["metadata"].get("deletionTimestamp"):
                 problems.append(f"workload {w['metadata']['name']} still being deleted")
-            elif st not in ("Allocated", "Pending"):
+            elif st != "Allocated":
                 problems.append(f"workload {w['metadata']['name']} {st}")
         return problems
+
+    def allocator_problems(self, ultraservers: list[Obj], workloads: list[Obj]) -> list[str]:
+        """How the topology allocator's free UltraServers differ from the fleet minus those
+        the workloads hold (``chaos.invariants.allocator_mismatches``)."""
+        fleet = {
+            u["metadata"]["name"]: [
+                str(t.get("nodeName")) for t in (u.get("spec") or {}).get("topology") or ()
+            ]
+            for u in ultraservers
+        }
+        if not fleet:
+            return []
+        try:
+            decided = ask_allocator(
+                self.stack.nats_url, busauth.admin_credentials(self.o.state_dir), len(fleet)
+            )
+        except (RpcError, OSError) as exc:
+            return [f"the topology allocator does not answer: {exc}"]
+        return allocator_mismatches(
+            fleet,
+            workloads,
+            granted=decided.granted,
+            reason=decided.reason,
+            refusals=[(r.ultraserver, r.code, r.holders) for r in decided.refusals],
+        )
 
     def audit_problems(self) -> list[str]:
         """How the audit file differs from the claims of the pods running now."""
@@ -581,6 +717,11 @@ class Driver:
         self.stack.kubectl("create", "namespace", NAMESPACE, check=False)
         self.stack.kubectl("apply", "-f", "-", input=_objects(*(_template(n) for n in COUNTS)))
         deadline = time.monotonic() + self.o.seconds
+        if self.o.restart_first:
+            done = self._server_restarted(self.o.restart_first)
+            if done:
+                self.out.steps[done] += 1
+            self.check(done or "a server restart")
         while time.monotonic() < deadline:
             self.check(self.step())
             time.sleep(self.rng.uniform(0.5, 3.0))

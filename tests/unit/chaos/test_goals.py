@@ -49,3 +49,26 @@ def test_anything_held_twice_or_a_slow_return_is_not_met() -> None:
     assert outcome.goals()["R2"] == "NOT MET (slowest 12.0 s)"
     lost = Outcome(seed=1, seconds=1800, audit_mismatches=["claim c prepared twice"])
     assert lost.goals()["R1"] == "NOT MET"
+
+
+def test_a_slow_return_fails_the_run_and_says_what_was_still_down() -> None:
+    slow = "nats back -> all up took 14.2 s, over 10 s; still down at 10 s: audit"
+    outcome = Outcome(
+        seed=1,
+        seconds=60,
+        server_returns=[("nats", 14.2)],
+        slow_returns=[slow],
+        converged_seconds=3.0,
+    )
+    assert not outcome.ok
+    assert outcome.goals()["R2"] == "NOT MET (slowest 14.2 s)"
+    assert f"R2 NOT MET {slow}" in outcome.table().splitlines()
+    assert json.loads(outcome.json_line())["slowReturns"] == [slow]
+    fast = Outcome(seed=1, seconds=60, server_returns=[("nats", 6.3)], converged_seconds=3.0)
+    assert fast.ok
+
+
+def test_a_run_that_did_not_converge_does_not_meet_r1() -> None:
+    outcome = Outcome(seed=1, seconds=1800, not_converged=["node n1 offers no ResourceSlice pool"])
+    assert not outcome.ok
+    assert outcome.goals()["R1"] == "NOT MET"
