@@ -74,7 +74,7 @@ HARDWARE_ERROR: Final = "neuron.aws.com/hardware-error"
 NODE_LOST: Final = "neuron.aws.com/node-lost"
 UNREACHABLE: Final = "node.kubernetes.io/unreachable"
 IMAGE: Final = "public.ecr.aws/docker/library/alpine:latest"
-#: The issue's goals, in seconds, on p99.
+#: The recovery goals, in seconds, on p99.
 GOAL_TAINT: Final = 1.0
 GOAL_DECLARED: Final = 5.0
 GOAL_REALLOCATED: Final = 3.0
@@ -300,7 +300,7 @@ def p50_p99(values: list[float]) -> str:
 
 
 def goal_line(what: str, values: list[float], *, goal: float) -> str:
-    """The issue's goal on p99, what was measured, and whether it is met.
+    """The goal on p99, what was measured, and whether it is met.
 
     >>> goal_line("x", [0.5, 2.0], goal=1.0)
     'goal: x p99 <= 1.0 s: got 2.00 s (2 runs): NOT met'

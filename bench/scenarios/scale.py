@@ -87,7 +87,7 @@ Obj = dict[str, Any]
 
 INSTANCE_TYPE = "trn2u.48xlarge"
 QUICK_NODES = 100
-#: The issue's goals, judged at GOAL_NODES.
+#: The goals at fleet scale, judged at GOAL_NODES.
 GOAL_NODES = 10_000
 GOAL_LOST_P99_S = 5.0
 GOAL_DETECTOR_CORES = 0.5
@@ -752,7 +752,7 @@ def figures(m: Measured) -> list[Figure]:
 
 
 def goals(m: Measured) -> dict[str, bool]:
-    """The issue's goals (set for 10,000 nodes), judged on this run's figures."""
+    """The goals (set for 10,000 nodes), judged on this run's figures."""
     ratio = m.slices_s / m.bare_s if m.bare_s else float("inf")
     return {
         "lost node p99 <= 5 s": bool(m.lost_s) and percentile(m.lost_s, 99) <= GOAL_LOST_P99_S,

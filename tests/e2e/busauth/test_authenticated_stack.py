@@ -1,5 +1,5 @@
 """The local stack with the authenticated bus: every service runs with nothing but its own
-identity's grants and the product works as before; what the issue's attacker did is refused
+identity's grants and the product works as before; what an attacker on the open bus did is refused
 by the running server, and each refusal is in the callout's or the server's log."""
 
 from __future__ import annotations

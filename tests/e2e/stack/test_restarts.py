@@ -4,7 +4,7 @@ down, and what a user does next works: a device fault still becomes a taint on i
 (health probe -> NATS -> slice publisher -> apiserver), and a pod asking for four connected
 devices is scheduled, prepared and Running.
 
-The seconds from the component's return to each of these are printed (the issue's goal is
+The seconds from the component's return to each of these are printed (the goal is
 10 s; speed is judged in benchmarks, not here).
 
 A node's discovery restarted with SIGTERM (as a DaemonSet rolling update does) says goodbye:

@@ -54,7 +54,7 @@ CLAIM_SECONDS = 2.0
 #: Load before the kill, and after it (well past the detector's 3 s window).
 BEFORE_KILL = 6.0
 AFTER_KILL = 12.0
-#: The issue's goal for every consumer to handle messages again after the kill.
+#: The goal for every consumer to handle messages again after the kill.
 RESUME_GOAL = 5.0
 #: What NATS allows after a SIGKILL: a stream's or consumer's followers wait 4 to 9 s
 #: (nats-server's Raft election timeout, fixed in server/raft.go) for a lost leader before
