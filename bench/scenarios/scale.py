@@ -223,10 +223,14 @@ class Metrics:
             return await answer.text()
 
 
-def _fleet(n: int) -> tuple[dict[str, dict[str, str]], dict[str, UltraServerInfo]]:
+def fleet_of(n: int) -> tuple[dict[str, dict[str, str]], dict[str, UltraServerInfo]]:
     """name -> labels, and name -> its UltraServer, of N trn2u nodes (N/4 UltraServers)."""
+    # A fleet file's group holds at most 1,000 UltraServers; larger fleets take several
+    # groups (their UltraServers are numbered on across groups, so names stay unique).
+    groups = [min(1000, n // 4 - start) for start in range(0, n // 4, 1000)]
     fleet = parse_fleet(
-        f"ultraServers:\n  - instanceType: {INSTANCE_TYPE}\n    count: {n // 4}\n",
+        "ultraServers:\n"
+        + "".join(f"  - instanceType: {INSTANCE_TYPE}\n    count: {c}\n" for c in groups),
         source="bench",
     )
     labels: dict[str, dict[str, str]] = {}
@@ -357,7 +361,7 @@ class Run:
 
     async def _go(self) -> None:
         n = self.sizes.nodes
-        labels, where = _fleet(n)
+        labels, where = fleet_of(n)
         hardware = _hardware()
         await self.kube.create(NAMESPACES, {"metadata": {"name": NAMESPACE}})
         # As every node's discovery does when it starts, before its first publish.

@@ -17,6 +17,7 @@ from bench.scenarios.scale import (
     ScaleReport,
     Sizes,
     apiserver_writes,
+    fleet_of,
     goals,
     slope,
 )
@@ -130,3 +131,14 @@ def test_nodes_is_refused_for_another_scenario(capsys: pytest.CaptureFixture[str
         main(["slices", "--nodes", "100"])
     assert exited.value.code == 2
     assert "--nodes: only the scale scenario takes it, not slices" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("n", [100, 5000, 10000])
+def test_the_fleet_has_n_nodes_in_n_over_4_ultraservers_past_a_fleet_files_group_limit(
+    n: int,
+) -> None:
+    # A fleet file's group holds at most 1,000 UltraServers: 10,000 nodes take three groups.
+    labels, where = fleet_of(n)
+    assert len(labels) == n
+    assert len({w.server_id_4 for w in where.values()}) == n // 4
+    assert {w.node_id_4 for w in where.values()} == {0, 1, 2, 3}
