@@ -352,11 +352,16 @@ class Agents:
             await self._proc.wait()
 
 
+_SPEC_LINE_LIMIT = 16 << 20
+
+
 async def _serve() -> None:
     from neuron_dra_common.bus import Bus
 
     loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader()
+    # The first line names every node: about 40 bytes a node, so 10,000 nodes need more than
+    # the reader's default 64 KiB a line.
+    reader = asyncio.StreamReader(limit=_SPEC_LINE_LIMIT)
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
     spec = json.loads(await reader.readline())
     bus = await Bus.connect(spec["urls"], name="bench-scale-agents")
