@@ -6,12 +6,11 @@ UltraServers. Module scope: one stack at a time."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from tests.e2e.actuate.support import Actuate, bring_up
-from tests.fixtures.stack import REPO, KubeStack, start_stack, stop_stack
+from tests.fixtures.stack import REPO, KubeStack, start_stack, stop_stack, ultraserver_stack
 
 ULTRASERVER_FLEET = REPO / "tests" / "fleets" / "ultraserver.yaml"
 TRN3_FLEET = REPO / "tests" / "fleets" / "trn3.yaml"
@@ -29,25 +28,11 @@ def actuate(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Actuate]:
 
 @pytest.fixture(scope="module")
 def us_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeStack]:
-    yield from _ultraserver_stack(tmp_path_factory, ULTRASERVER_FLEET, ultraservers=3)
+    state_dir = tmp_path_factory.mktemp("efa-ultraserver-stack")
+    yield from ultraserver_stack(state_dir, ULTRASERVER_FLEET, ultraservers=3, extra=["--efa"])
 
 
 @pytest.fixture(scope="module")
 def trn3_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeStack]:
-    yield from _ultraserver_stack(tmp_path_factory, TRN3_FLEET, ultraservers=2)
-
-
-def _ultraserver_stack(
-    tmp_path_factory: pytest.TempPathFactory, fleet: Path, *, ultraservers: int
-) -> Iterator[KubeStack]:
-    state_dir = tmp_path_factory.mktemp(f"efa-{fleet.stem}-stack")
-    stack = start_stack(state_dir, fleet=fleet, extra=["--efa"])
-    try:
-        stack.wait_for(
-            f"{ultraservers} NeuronUltraServers",
-            lambda: len(stack.get_json("nus", "-n", "neuron-dra-driver")["items"]) == ultraservers,
-            timeout=120,
-        )
-        yield stack
-    finally:
-        stop_stack(state_dir)
+    state_dir = tmp_path_factory.mktemp("efa-trn3-stack")
+    yield from ultraserver_stack(state_dir, TRN3_FLEET, ultraservers=2, extra=["--efa"])

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.fixtures.stack import REPO, KubeStack, start_stack, stop_stack
+from tests.fixtures.stack import REPO, KubeStack, ultraserver_stack
 
 FLEET = REPO / "tests" / "fleets" / "ultraserver.yaml"
 
@@ -17,14 +17,4 @@ FLEET = REPO / "tests" / "fleets" / "ultraserver.yaml"
 # package's stack never runs beside it on a small machine.
 @pytest.fixture(scope="package")
 def us_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeStack]:
-    state_dir = tmp_path_factory.mktemp("us-stack")
-    stack = start_stack(state_dir, fleet=FLEET)
-    try:
-        stack.wait_for(
-            "three NeuronUltraServers",
-            lambda: len(stack.get_json("nus", "-n", "neuron-dra-driver")["items"]) == 3,
-            timeout=120,
-        )
-        yield stack
-    finally:
-        stop_stack(state_dir)
+    yield from ultraserver_stack(tmp_path_factory.mktemp("us-stack"), FLEET, ultraservers=3)
