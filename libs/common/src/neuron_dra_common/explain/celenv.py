@@ -444,7 +444,30 @@ def _clean(text: str) -> str:
 
 def device_value(*, driver: str, device: Mapping[str, Any]) -> DeviceValue:
     """The CEL ``device`` variable for one device of a slice of ``driver`` (as the scheduler's
-    ``DeviceMatches`` builds it: unqualified names go to the driver's domain)."""
+    ``DeviceMatches`` builds it: unqualified names go to the driver's domain).
+
+    Devices with the same content (chip N of every node of a type, mostly) share one value.
+    """
+    allow = bool(device.get("allowMultipleAllocations", False))
+    fingerprint = msgspec.json.encode(
+        [driver, device.get("attributes") or {}, device.get("capacity") or {}, allow],
+        order="deterministic",
+    ).decode()
+    found = _VALUES.get(fingerprint)
+    if found is None:
+        if len(_VALUES) >= _VALUES_MAX:
+            _VALUES.clear()
+        found = _VALUES[fingerprint] = _build_value(driver, device, fingerprint, allow)
+    return found
+
+
+_VALUES: dict[str, DeviceValue] = {}
+_VALUES_MAX: Final = 50_000
+
+
+def _build_value(
+    driver: str, device: Mapping[str, Any], fingerprint: str, allow: bool
+) -> DeviceValue:
     attributes: dict[str, dict[str, Any]] = {}
     capacity: dict[str, dict[str, Any]] = {}
     versions: set[str] = set()
@@ -477,11 +500,6 @@ def device_value(*, driver: str, device: Mapping[str, Any]) -> DeviceValue:
             )
         except ValueError as exc:
             error = error or f"capacity {qualified}: {exc}"
-    allow = bool(device.get("allowMultipleAllocations", False))
-    fingerprint = msgspec.json.encode(
-        [driver, device.get("attributes") or {}, device.get("capacity") or {}, allow],
-        order="deterministic",
-    ).decode()
     return DeviceValue(
         data={
             "driver": driver,

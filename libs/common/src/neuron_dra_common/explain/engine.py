@@ -30,7 +30,7 @@ from neuron_dra_common.explain.result import (
     Target,
     Verdict,
 )
-from neuron_dra_common.explain.search import Allocated, Plan, pools_for_node, solve, why_not
+from neuron_dra_common.explain.search import Allocated, Plan, PoolIndex, solve, why_not
 from neuron_dra_common.explain.snapshot import Snapshot
 
 __all__ = [
@@ -95,7 +95,7 @@ class _Context:
         self.snap = snap
         self.cel = _shared_cel()
         self.nodes = [node_from(n) for n in snap.nodes]
-        self.pools = pools_from(snap.slices)
+        self.pools = PoolIndex(pools_from(snap.slices))
         self.claims = [claim_from(c) for c in snap.claims]
         self.claims_by_key = {c.key: c for c in self.claims}
         self.classes = {c.name: c for c in (class_from(o) for o in snap.classes)}
@@ -224,7 +224,7 @@ def _node_result(
             )
     if not plans:
         return "fits", [], ""
-    pools = pools_for_node(ctx.pools, node)
+    pools = ctx.pools.for_node(node)
     answer = solve(ctx.cel, plans, pools, ctx.allocated, taints=ctx.taints, counters=ctx.counters)
     if answer.outcome == "fits":
         if answer.order_dependent:

@@ -30,7 +30,7 @@ from neuron_dra_common.explain.nodes import selector_matches, tolerates
 from neuron_dra_common.explain.reasons import Code
 from neuron_dra_common.explain.result import Reason
 
-__all__ = ["Allocated", "NodeAnswer", "Plan", "pools_for_node", "solve", "why_not"]
+__all__ = ["Allocated", "NodeAnswer", "Plan", "PoolIndex", "solve", "why_not"]
 
 Outcome = Literal["fits", "does-not-fit", "unknown", "scheduler-error"]
 
@@ -67,15 +67,26 @@ class _Stop(Exception):
         self.message = message
 
 
-def pools_for_node(pools: Sequence[Pool], node: NodeFacts) -> list[Pool]:
-    out = []
-    for pool in pools:
-        if pool.node_name:
-            if pool.node_name == node.name:
+class PoolIndex:
+    """The pools a node sees: its own (``nodeName``) and those for all or selected nodes."""
+
+    def __init__(self, pools: Sequence[Pool]) -> None:
+        self.by_node: dict[str, list[Pool]] = {}
+        self.shared: list[Pool] = []
+        for pool in pools:
+            if pool.node_name:
+                self.by_node.setdefault(pool.node_name, []).append(pool)
+            else:
+                self.shared.append(pool)
+
+    def for_node(self, node: NodeFacts) -> list[Pool]:
+        out = list(self.by_node.get(node.name, ()))
+        for pool in self.shared:
+            if pool.all_nodes or (
+                pool.node_selector and selector_matches(node, pool.node_selector)
+            ):
                 out.append(pool)
-        elif pool.all_nodes or (pool.node_selector and selector_matches(node, pool.node_selector)):
-            out.append(pool)
-    return out
+        return sorted(out, key=lambda p: (p.driver, p.name))
 
 
 def selector_answer(
@@ -149,20 +160,19 @@ class _Search:
     def _free_counters(self) -> dict[tuple[str, str, str], Fraction]:
         free: dict[tuple[str, str, str], Fraction] = {}
         for pool in self.pools:
+            if not pool.counters:
+                continue
             for counter_set, counters in pool.counters.items():
                 for name, value in counters.items():
                     free[(pool.name, counter_set, name)] = value
-        by_id = {d.id: (p, d) for p in self.pools for d in p.devices}
-        for device_id in self.allocated.holders:
-            found = by_id.get(device_id)
-            if found is None:
-                continue
-            pool, device = found
-            for counter_set, counters in device.consumes:
-                for name, value in counters.items():
-                    key = (pool.name, counter_set, name)
-                    if key in free:
-                        free[key] -= value
+            for device in pool.devices:
+                if device.id not in self.allocated.holders:
+                    continue
+                for counter_set, used in device.consumes:
+                    for name, value in used.items():
+                        key = (pool.name, counter_set, name)
+                        if key in free:
+                            free[key] -= value
         return free
 
     def in_use(self, device_id: DeviceId) -> bool:
@@ -269,7 +279,81 @@ class _Search:
     def run(self) -> bool:
         self._undo: list[tuple[int, Device, list[Any], list[int]]] = []
         self.prepare()
-        return self.one(0, 0, 0)
+        # Requests without adminAccess never share a device: when they need more than the
+        # node has free, the (exponential) search cannot succeed.
+        need = sum(self.need(i) for i, p in enumerate(self.plans) if not p.request.admin_access)
+        free = sum(1 for d in self.devices if d.id not in self.allocated.holders)
+        found = need <= free and self.quick()
+        if found is None:
+            found = self.one(0, 0, 0)
+        if not found:
+            self.reach()
+        return found
+
+    def quick(self) -> bool | None:
+        """One ExactCount request under at most one matchAttribute: "some value has ``count``
+        eligible devices" is what the backtracking finds (its first device fixes the value),
+        as long as the chosen devices' counters are disjoint. None: use the full search."""
+        if len(self.plans) != 1:
+            return None
+        plan = self.plans[0]
+        request = plan.request
+        constraints = [c for c in plan.claim.constraints if _applies(c, request.name)]
+        if request.mode != "ExactCount" or request.admin_access or len(constraints) > 1:
+            return None
+        attribute = constraints[0].attribute if constraints else ""
+        groups: dict[Any, list[Device]] = {}
+        for device in self.devices:
+            if self.in_use(device.id) or not self.selectable(0, device):
+                continue
+            if self.taints and untolerated(device, request):
+                continue
+            if not self._counters_free(device):
+                continue
+            value: Any = ""
+            if attribute:
+                value = device.attribute(attribute)
+                if value is None:
+                    continue
+            group = groups.setdefault(value, [])
+            group.append(device)
+            if len(group) == request.count:
+                keys = [k for d in group for k in self._counter_keys(d)]
+                return True if len(keys) == len(set(keys)) else None
+        return False
+
+    def _counter_keys(self, device: Device) -> list[tuple[str, str, str]]:
+        if not self.use_counters:
+            return []
+        pool = self.pool_of[device.id]
+        return [(pool.name, s, n) for s, used in device.consumes for n in used]
+
+    def _counters_free(self, device: Device) -> bool:
+        if not self.use_counters or not device.consumes:
+            return True
+        pool = self.pool_of[device.id]
+        return all(
+            self.counters.get((pool.name, s, n), Fraction(0)) >= v
+            for s, used in device.consumes
+            for n, v in used.items()
+        )
+
+    def reach(self) -> None:
+        """Evaluate what the scheduler's exhaustive search would have evaluated before giving
+        up (each request's devices, as long as the earlier requests had enough), so that an
+        error it would hit is raised here too."""
+        for index, plan in enumerate(self.plans):
+            if plan.request.mode == "All":
+                if len(self.all_devices[index]) == 0:
+                    return
+                continue
+            selectable = 0
+            for device in self.devices:
+                if device.id in self.allocated.holders and not plan.request.admin_access:
+                    continue
+                selectable += self.selectable(index, device)
+            if selectable < plan.request.count:
+                return
 
     def need(self, index: int) -> int:
         plan = self.plans[index]
@@ -291,6 +375,8 @@ class _Search:
             if self.one(index, k + 1, 0):
                 return True
             self.deallocate()
+            return False
+        if len(self.devices) - start < self.need(index) - k:
             return False
         for position in range(start, len(self.devices)):
             device = self.devices[position]
