@@ -13,7 +13,7 @@ import asyncio
 import json
 import threading
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Collection, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -30,7 +30,7 @@ from tests.e2e.explain.scenarios import (
     Scenario,
     trn2_copy,
 )
-from tests.fixtures.stack import KubeStack
+from tests.fixtures.stack import KubeStack, neuron_dra
 
 DEVICE_CLASSES = Resource(
     group="resource.k8s.io", version="v1", plural="deviceclasses", kind="DeviceClass"
@@ -72,12 +72,15 @@ class Outcome:
 
 @dataclass(frozen=True)
 class Observed:
-    """The unpinned pod's outcome, the cluster as explain reads it while the pod is in that
-    state, and the outcome of each pinned copy."""
+    """The cluster as explain reads it while the unpinned pod is Pending (held back from the
+    scheduler), the scheduler's answer for that pod once let go, and its answer for each
+    pinned copy."""
 
     unpinned: Outcome
     snapshot: dict[str, list[Json]]
     pinned: dict[str, Outcome]
+    #: ``neuron-dra explain pod/p -o json`` at the same moment, for the scenarios asked.
+    cli: str | None = None
 
 
 def outcome(pod: Json) -> Outcome | None:
@@ -156,8 +159,9 @@ class Oracle:
     at most one device per pod run at once (a wave), each in a namespace of its own; the
     rest one after another."""
 
-    def __init__(self, stack: KubeStack):
+    def __init__(self, stack: KubeStack, *, by_cli: Collection[str] = ()):
         self.stack = stack
+        self.by_cli = set(by_cli)
         self.reader = Reader(str(stack.kubeconfig))
         slices = self.reader.list(RESOURCE_SLICES)
         #: The publisher's devices of a trn2.48xlarge, which the bare node's pools copy.
@@ -347,10 +351,49 @@ class Oracle:
             self.hold(scenario, namespace)
             unpinned = pod("p", scenario)
             unpinned["metadata"]["labels"] = {"role": "explained"}
+            # Held back from the scheduler until explain has read the cluster: once bound,
+            # the pod's claims are allocated and explain (rightly) sees them on that node.
+            unpinned["spec"]["schedulingGates"] = [{"name": GATE}]
             self.apply([unpinned], namespace)
-            first = self.settle(namespace, "role=explained", ["p"])["p"]
-            # What `neuron-dra explain pod/p` reads, while p has the answer it got.
+            self.until(
+                f"the claims of {namespace}/p to be created",
+                lambda: (
+                    len(
+                        self.pods(namespace, "role=explained")["p"]
+                        .get("status", {})
+                        .get("resourceClaimStatuses", [])
+                    )
+                    >= len(scenario.claims)
+                ),
+            )
+            # What `neuron-dra explain pod/p` reads while p is Pending.
             snap = self.reader.snapshot()
+            cli = None
+            if scenario.name in self.by_cli:
+                proc = neuron_dra(
+                    "explain",
+                    "pod/p",
+                    "-n",
+                    namespace,
+                    "-o",
+                    "json",
+                    "--kubeconfig",
+                    str(self.stack.kubeconfig),
+                    timeout=120,
+                )
+                assert proc.returncode == 0, proc.stderr
+                cli = proc.stdout
+            self.stack.kubectl(
+                "patch",
+                "pod",
+                "p",
+                "-n",
+                namespace,
+                "--type=json",
+                "-p",
+                '[{"op": "remove", "path": "/spec/schedulingGates"}]',
+            )
+            first = self.settle(namespace, "role=explained", ["p"])["p"]
             self.delete(namespace, "role=explained")
             copies = []
             for node in NODES:
@@ -361,7 +404,8 @@ class Oracle:
             got = self.settle(namespace, "role=copy", [f"on-{n}" for n in NODES])
         finally:
             self.clean(namespace)
-        return Observed(unpinned=first, snapshot=snap, pinned={n: got[f"on-{n}"] for n in NODES})
+        pinned = {n: got[f"on-{n}"] for n in NODES}
+        return Observed(unpinned=first, snapshot=snap, pinned=pinned, cli=cli)
 
     def run(self, scenarios: list[tuple[Scenario, str]]) -> dict[str, Observed]:
         """Every scenario (with its namespace), by name."""
@@ -395,3 +439,4 @@ def waves(scenarios: list[tuple[Scenario, str]]) -> list[list[tuple[Scenario, st
 #: The pod shape of a holder (its claim is put in by hand).
 HOLDER = Scenario("holder", "", {})
 POD_CLAIM_NAME = "resource.kubernetes.io/pod-claim-name"
+GATE = "test.neuron.aws.com/explain-first"
