@@ -136,7 +136,7 @@ class Reader:
     def call(self, coro: Coroutine[Any, Any, R]) -> R:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout=60)
 
-    def list(
+    def items(
         self, resource: Resource, namespace: str | None = None, selector: str = ""
     ) -> list[Json]:
         items, _ = self.call(self.kube.list(resource, namespace=namespace, label_selector=selector))
@@ -152,6 +152,7 @@ class Reader:
         self.call(self.kube.close())
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(timeout=10)
+        self.loop.close()
 
 
 class Oracle:
@@ -163,7 +164,7 @@ class Oracle:
         self.stack = stack
         self.by_cli = set(by_cli)
         self.reader = Reader(str(stack.kubeconfig))
-        slices = self.reader.list(RESOURCE_SLICES)
+        slices = self.reader.items(RESOURCE_SLICES)
         #: The publisher's devices of a trn2.48xlarge, which the bare node's pools copy.
         self.trn2_devices: list[Json] = next(
             s["spec"]["devices"] for s in slices if s["spec"].get("nodeName") == T0
@@ -189,10 +190,10 @@ class Oracle:
             time.sleep(POLL)
 
     def pods(self, namespace: str, selector: str) -> dict[str, Json]:
-        return {p["metadata"]["name"]: p for p in self.reader.list(PODS, namespace, selector)}
+        return {p["metadata"]["name"]: p for p in self.reader.items(PODS, namespace, selector)}
 
     def claims(self, namespace: str) -> list[Json]:
-        return self.reader.list(RESOURCE_CLAIMS, namespace)
+        return self.reader.items(RESOURCE_CLAIMS, namespace)
 
     def settle(self, namespace: str, selector: str, names: list[str]) -> dict[str, Outcome]:
         """Wait until every named pod has an answer that holds for ``STABLE`` seconds."""

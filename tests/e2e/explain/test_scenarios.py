@@ -49,7 +49,15 @@ def observed(kube_stack: KubeStack) -> Iterator[dict[str, Observed]]:
 
 
 def explain(obs: Observed, scenario: Scenario) -> Explanation:
-    snap = Snapshot.build(**obs.snapshot)
+    got = obs.snapshot
+    snap = Snapshot.build(
+        pods=got["pods"],
+        nodes=got["nodes"],
+        slices=got["slices"],
+        claims=got["claims"],
+        classes=got["classes"],
+        templates=got["templates"],
+    )
     return explain_pod(snap, namespace=f"explain-{scenario.name}", name="p")
 
 
