@@ -22,7 +22,7 @@ from typing import Any, Final
 from neuron_dra_cli.errors import CliError
 from neuron_dra_cli.output import add_output_option
 
-__all__ = ["parse_target", "register"]
+__all__ = ["context_namespace", "parse_target", "register"]
 
 Obj = dict[str, Any]
 
@@ -98,7 +98,7 @@ def _kubeconfig(explicit: str | None) -> str:
     raise CliError("no kubeconfig: pass --kubeconfig, set KUBECONFIG, or start `neuron-dra dev up`")
 
 
-def _context_namespace(kubeconfig: str, context: str | None) -> str:
+def context_namespace(kubeconfig: str, context: str | None) -> str:
     """The namespace of the kubeconfig's (current) context, as kubectl defaults to it."""
     import yaml
 
@@ -188,7 +188,7 @@ def _explain(args: argparse.Namespace) -> int:
 
     kind, name = parse_target(args.target)
     kubeconfig = _kubeconfig(args.kubeconfig)
-    namespace = args.namespace or _context_namespace(kubeconfig, args.context)
+    namespace = args.namespace or context_namespace(kubeconfig, args.context)
     where = kubeconfig or "the pod's service account"
     try:
         snap = asyncio.run(
