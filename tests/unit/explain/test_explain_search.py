@@ -9,6 +9,7 @@ from neuron_dra_common.explain import (
     Snapshot,
     explain_claim,
     explain_pod,
+    explain_workload,
     render_text,
     to_json,
 )
@@ -334,3 +335,23 @@ def test_explain_claim_needs_no_pod() -> None:
     exp = explain_claim(snap, "default", "c")
     assert exp.target.kind == "ResourceClaim"
     assert verdicts(exp) == {"inf2-0": "does-not-fit", "trn2-0": "fits"}
+
+
+def test_workload_is_explained_through_its_first_pending_pod() -> None:
+    workload = {
+        "metadata": {"name": "train", "namespace": "default"},
+        "status": {"resourceClaimTemplate": "train-rct"},
+    }
+    waiting = pod("train-0", "c")
+    waiting["spec"]["resourceClaims"] = [
+        {"name": "neurons", "resourceClaimTemplateName": "train-rct"}
+    ]
+    waiting["status"] = {"resourceClaimStatuses": [{"name": "neurons", "resourceClaimName": "c"}]}
+    claim_obj = claim("c", request("neurons", 32))
+    claim_obj["metadata"]["ownerReferences"] = [{"uid": "uid-train-0"}]
+    base = snapshot({"trn2-0": "trn2.48xlarge"}, claim_obj, waiting)
+    snap = msgspec.structs.replace(base, workloads=[workload])
+    exp = explain_workload(snap, "default", "train")
+    assert exp.target.kind == "NeuronUltraServerWorkload"
+    assert exp.workload == {"ultraServers": [], "pendingPods": ["train-0"]}
+    assert exp.top_code() == "NotEnoughDevices"

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Any, Final
@@ -166,8 +167,12 @@ async def _fetch(kubeconfig: str, context: str | None, kind: str, namespace: str
             us, _ = await client.list(ultraservers, namespace=namespace)
     finally:
         await client.close()
-    kubelet = next(
-        (n.get("status", {}).get("nodeInfo", {}).get("kubeletVersion", "") for n in nodes), ""
+    # The apiserver is at least as new as any kubelet (version skew policy): the newest
+    # kubelet is the closest lower bound on the scheduler's release the nodes tell.
+    kubelet = max(
+        (n.get("status", {}).get("nodeInfo", {}).get("kubeletVersion", "") for n in nodes),
+        key=_version_key,
+        default="",
     )
     return Snapshot.build(
         pods=pods,
@@ -180,6 +185,12 @@ async def _fetch(kubeconfig: str, context: str | None, kind: str, namespace: str
         server_version=kubelet,
         resource_versions={"resourceslices": slices_rv, "resourceclaims": claims_rv},
     )
+
+
+def _version_key(version: str) -> tuple[int, ...]:
+    """``v1.36.3-eks-1`` -> (1, 36, 3); unparsable sorts first."""
+    match = re.match(r"v?(\d+)\.(\d+)(?:\.(\d+))?", version)
+    return tuple(int(p or 0) for p in match.groups()) if match else ()
 
 
 def _explain(args: argparse.Namespace) -> int:
