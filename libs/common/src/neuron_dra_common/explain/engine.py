@@ -30,8 +30,9 @@ from neuron_dra_common.explain.result import (
     Target,
     Verdict,
 )
-from neuron_dra_common.explain.search import Allocated, Plan, PoolIndex, solve, why_not
+from neuron_dra_common.explain.search import Allocated, Plan, PoolIndex, solve
 from neuron_dra_common.explain.snapshot import Snapshot
+from neuron_dra_common.explain.whynot import why_not
 
 __all__ = [
     "ExplainError",
