@@ -81,6 +81,19 @@ def test_admin_access_sees_held_devices() -> None:
     )
     assert verdicts(explain_pod(snap, "default", "p")) == {"trn2-0": "fits"}
     assert verdicts(explain_pod(snap, "default", "q")) == {"trn2-0": "does-not-fit"}
+    # An allocated admin-access claim holds nothing: the scheduler leaves it out of its in-use set.
+    monitor = claim(
+        "m",
+        request("neurons", 16, adminAccess=True),
+        allocated_on="trn2-0",
+        devices=chips(*range(16)),
+    )
+    for result in monitor["status"]["allocation"]["devices"]["results"]:
+        result["adminAccess"] = True
+    watched = snapshot(
+        {"trn2-0": "trn2.48xlarge"}, monitor, claim("c", request("neurons", 16)), pod("q", "c")
+    )
+    assert verdicts(explain_pod(watched, "default", "q")) == {"trn2-0": "fits"}
 
 
 def test_all_mode_needs_every_matching_device_free() -> None:
