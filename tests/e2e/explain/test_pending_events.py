@@ -7,7 +7,6 @@ The stack runs the whole product (the UltraServer operator among it) on the flee
 
 from __future__ import annotations
 
-import textwrap
 import time
 import uuid
 from collections.abc import Iterator
@@ -56,46 +55,15 @@ def attempts(stack: KubeStack, ns: str, pod: str) -> int:
     )
 
 
-TOO_MANY = textwrap.dedent(
-    """\
-    apiVersion: resource.k8s.io/v1
-    kind: ResourceClaimTemplate
-    metadata:
-      name: too-many
-    spec:
-      spec:
-        devices:
-          requests:
-          - name: neurons
-            exactly:
-              deviceClassName: neuron.aws.com
-              allocationMode: ExactCount
-              count: 32
-    ---
-    apiVersion: v1
-    kind: Pod
-    metadata:
-      name: big
-    spec:
-      resourceClaims:
-      - name: neurons
-        resourceClaimTemplateName: too-many
-      containers:
-      - name: c
-        image: public.ecr.aws/docker/library/alpine:latest
-        command: ["sleep", "infinity"]
-        resources:
-          claims:
-          - name: neurons
-    """
-)
+#: 32 devices: more than any node has.
+TOO_MANY = REPO / "examples" / "pending" / "too-many-devices.yaml"
 
 
 def test_one_event_per_change_of_reasons(stack: KubeStack, ns: str) -> None:
-    stack.kubectl("apply", "-n", ns, "-f", "-", input=TOO_MANY)
+    stack.kubectl("apply", "-n", ns, "-f", str(TOO_MANY))
     first = stack.wait_for(
         "a NeuronUnschedulable Event on the pod",
-        lambda: events(stack, ns, "big", "NeuronUnschedulable"),
+        lambda: events(stack, ns, "too-many", "NeuronUnschedulable"),
         timeout=90,
     )
     assert len(first) == 1
@@ -104,7 +72,7 @@ def test_one_event_per_change_of_reasons(stack: KubeStack, ns: str) -> None:
     assert said["source"]["component"] == "neuron-dra-explain"
     assert said["message"].startswith("NotEnoughDevices"), said["message"]
     # kubectl describe shows it with the pod.
-    described = stack.kubectl("describe", "pod", "big", "-n", ns).stdout
+    described = stack.kubectl("describe", "pod", "too-many", "-n", ns).stdout
     assert "NeuronUnschedulable" in described
 
     # The scheduler tries again at each Node label change (its DRA plugin asks for that),
@@ -115,17 +83,17 @@ def test_one_event_per_change_of_reasons(stack: KubeStack, ns: str) -> None:
             stack.kubectl("label", "node", nodes[0], f"{POKE}={round_}", "--overwrite")
             time.sleep(2)
         stack.wait_for(
-            "the scheduler to try again", lambda: attempts(stack, ns, "big") >= 2, timeout=60
+            "the scheduler to try again", lambda: attempts(stack, ns, "too-many") >= 2, timeout=60
         )
         # Each label change has the operator explain the pod again about a second later.
         time.sleep(5)
-        assert len(events(stack, ns, "big", "NeuronUnschedulable")) == 1
+        assert len(events(stack, ns, "too-many", "NeuronUnschedulable")) == 1
 
         # Another reason on one node (cordoned): said once more, with the new reasons.
         stack.kubectl("cordon", nodes[0])
         second = stack.wait_for(
             "a second NeuronUnschedulable Event",
-            lambda: events(stack, ns, "big", "NeuronUnschedulable")[1:],
+            lambda: events(stack, ns, "too-many", "NeuronUnschedulable")[1:],
             timeout=90,
         )
         assert len(second) == 1
