@@ -120,6 +120,8 @@ async def build(settings: OperatorSettings) -> Service:
         ultraservers=ultraservers_inf.cache,
     )
     nodes_inf.add_listener(pending.on_change)
+    workloads_inf.add_listener(pending.invalidate)
+    ultraservers_inf.add_listener(pending.invalidate)
     informers = {
         "workloads-informer": workloads_inf,
         "ultraservers-informer": ultraservers_inf,

@@ -294,9 +294,20 @@ class PendingPods:
             return
         if kind != "DELETED" and not (pod.get("spec") or {}).get("resourceClaims"):
             return
+        if self._queue is None:
+            # A standby only follows: the leader to come reads the cache when it starts.
+            if kind == "DELETED":
+                self._keys.pop(uid, None)
+                self._memory.forget(uid)
+            return
+        # Kept until the pod is looked at: a deleted pod's workload may need telling.
         self._keys[uid] = _key(pod)
-        if self._queue is not None:
-            self._queue.add(uid)
+        self._queue.add(uid)
+
+    def invalidate(self, kind: EventType, obj: Obj) -> None:
+        """Workloads or NeuronUltraServers changed: the next explanation reads them anew
+        (their pods are explained again when the scheduler updates them)."""
+        self._changes += 1
 
     def on_change(self, kind: EventType, obj: Obj) -> None:
         """Devices, claims, classes or nodes changed: every waiting pod again, soon but at
