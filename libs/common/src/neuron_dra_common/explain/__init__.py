@@ -10,6 +10,15 @@ fetch the objects and call::
 
 from __future__ import annotations
 
+from neuron_dra_common.explain.engine import (
+    ExplainError,
+    NotDraPod,
+    TargetNotFound,
+    explain_claim,
+    explain_pod,
+    explain_workload,
+)
+from neuron_dra_common.explain.render import render_text, to_json
 from neuron_dra_common.explain.result import (
     Explanation,
     Group,
@@ -22,13 +31,16 @@ from neuron_dra_common.explain.result import (
 from neuron_dra_common.explain.snapshot import Snapshot
 
 __all__ = [
+    "ExplainError",
     "Explanation",
     "Group",
     "NodeEntry",
+    "NotDraPod",
     "Reason",
     "Snapshot",
     "Summary",
     "Target",
+    "TargetNotFound",
     "Verdict",
     "explain_claim",
     "explain_pod",
@@ -36,28 +48,3 @@ __all__ = [
     "render_text",
     "to_json",
 ]
-
-
-def explain_pod(snap: Snapshot, namespace: str, name: str) -> Explanation:
-    """Why pod ``namespace/name`` is (not) schedulable, node by node."""
-    raise NotImplementedError
-
-
-def explain_claim(snap: Snapshot, namespace: str, name: str) -> Explanation:
-    """Where ResourceClaim ``namespace/name`` could be allocated, node by node."""
-    raise NotImplementedError
-
-
-def explain_workload(snap: Snapshot, namespace: str, name: str) -> Explanation:
-    """Why the pods of NeuronUltraServerWorkload ``namespace/name`` do (not) fit."""
-    raise NotImplementedError
-
-
-def render_text(exp: Explanation) -> str:
-    """The explanation for a person: a summary line, then one block per node group."""
-    raise NotImplementedError
-
-
-def to_json(exp: Explanation) -> bytes:
-    """The explanation as JSON, schema ``explain.neuron.aws.com/v1``."""
-    raise NotImplementedError

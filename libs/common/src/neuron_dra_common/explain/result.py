@@ -26,9 +26,6 @@ API_VERSION = "explain.neuron.aws.com/v1"
 
 Verdict = Literal["fits", "does-not-fit", "unknown", "scheduler-error"]
 
-# An Event's message is capped by the API server at 1 KiB for series; keep the summary in it.
-_EVENT_MESSAGE_LIMIT = 1024
-
 
 class Reason(msgspec.Struct, frozen=True, rename="camel", omit_defaults=True):
     """One reason a node (or the pod as a whole) does not fit.
@@ -78,9 +75,11 @@ class Summary(msgspec.Struct, frozen=True, rename="camel"):
     scheduler: dict[str, str] = {}
 
 
-class Explanation(msgspec.Struct, frozen=True, rename="camel"):
+class Explanation(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     """The answer for one pod, claim or workload. ``to_json`` writes it as schema v1."""
 
+    api_version: str = API_VERSION
+    kind: str = "Explanation"
     target: Target
     summary: Summary
     pod_level: list[Reason] = []
@@ -89,8 +88,6 @@ class Explanation(msgspec.Struct, frozen=True, rename="camel"):
     nodes: dict[str, NodeEntry] = {}
     observed: dict[str, Any] = {}
     workload: dict[str, Any] | None = None
-    api_version: str = API_VERSION
-    kind: str = "Explanation"
 
     def reasons(self) -> list[Reason]:
         """Pod-level reasons first, then each not-fitting group's, in group order."""
@@ -119,4 +116,6 @@ class Explanation(msgspec.Struct, frozen=True, rename="camel"):
 
     def event_message(self) -> str:
         """One paragraph of at most 1 KiB starting with the top reason code, for an Event."""
-        raise NotImplementedError
+        from neuron_dra_common.explain.render import event_message
+
+        return event_message(self)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import msgspec
@@ -13,7 +13,8 @@ Obj = dict[str, Any]
 
 
 class Snapshot(msgspec.Struct, frozen=True, kw_only=True):
-    """Everything explain reads, as plain dicts (``metadata``, ``spec``, ``status``)."""
+    """Everything explain reads, as plain dicts (``metadata``, ``spec``, ``status``);
+    ``server_version`` (``v1.36.3``) turns off what older schedulers do not check."""
 
     pods: list[Obj] = []
     nodes: list[Obj] = []
@@ -24,6 +25,7 @@ class Snapshot(msgspec.Struct, frozen=True, kw_only=True):
     workloads: list[Obj] = []
     ultraservers: list[Obj] = []
     server_version: str = ""
+    resource_versions: dict[str, str] = {}
 
     @classmethod
     def build(
@@ -38,6 +40,7 @@ class Snapshot(msgspec.Struct, frozen=True, kw_only=True):
         workloads: Sequence[Obj] = (),
         ultraservers: Sequence[Obj] = (),
         server_version: str = "",
+        resource_versions: Mapping[str, str] | None = None,
     ) -> Snapshot:
         return cls(
             pods=list(pods),
@@ -49,4 +52,5 @@ class Snapshot(msgspec.Struct, frozen=True, kw_only=True):
             workloads=list(workloads),
             ultraservers=list(ultraservers),
             server_version=server_version,
+            resource_versions=dict(resource_versions or {}),
         )
