@@ -434,7 +434,8 @@ class PendingPods:
                 involved, reason=REASON, message=message, component=COMPONENT, warning=True
             )
         except (ApiException, ValueError, *UNANSWERED) as exc:
-            # An Event is for people; the next change of reasons says it again.
+            # An Event is for people: not worth a retry now; the pod's next look says it.
+            self._memory.forget(meta["uid"])
             log.warning("event not recorded", extra={"pod": _key(pod), "error": str(exc)})
 
     async def _settle(self, uid: str, now_waiting: tuple[str, Verdict] | None) -> None:
