@@ -13,9 +13,9 @@ from neuron_dra_common.driver import package_version
 from neuron_dra_cli.errors import CliError
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(prog: str = "neuron-dra") -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="neuron-dra",
+        prog=prog,
         description="neuron-dra: Neuron devices on Kubernetes with DRA.",
     )
     parser.add_argument(
@@ -26,7 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="group", metavar="GROUP")
     sub.required = True
-    from neuron_dra_cli import events_cmd, topology_cmd
+    from neuron_dra_cli import events_cmd, explain_cmd, topology_cmd
 
     missing = missing_dev_extra()
     if missing:
@@ -36,6 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
 
         dev.register(sub)
     events_cmd.register(sub)
+    explain_cmd.register(sub)
     topology_cmd.register(sub)
     return parser
 
@@ -76,16 +77,16 @@ def _register_dev_unavailable(
     dev.set_defaults(handler=unavailable)
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, *, prog: str = "neuron-dra") -> int:
     line_buffered_stdout()
     try:
-        parser = build_parser()
+        parser = build_parser(prog)
         args = parser.parse_args(argv)
         return int(args.handler(args) or 0)
     except KeyboardInterrupt:
         return 130
     except CliError as exc:
-        print(f"neuron-dra: {exc}", file=sys.stderr)
+        print(f"{prog}: {exc}", file=sys.stderr)
         return 2
     except BrokenPipeError:
         # The reader went away (`| head`): nothing more can be shown; stop quietly. Whatever

@@ -669,6 +669,7 @@ def why_not(
                         message=f"{where} asks for {need} devices; the node has {tally.total}",
                         claim=claim,
                         request=request,
+                        subject=f"has {tally.total}",
                         details={"need": need, "devices": tally.total},
                     )
                 )

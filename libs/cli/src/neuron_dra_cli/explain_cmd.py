@@ -1,0 +1,245 @@
+"""``neuron-dra explain TARGET`` (also ``kubectl neuron explain``): why a pod is Pending.
+
+Reads the cluster (read access is enough: the ``neuron-dra-explain-reader`` ClusterRole) and
+replays kube-scheduler's DRA checks node by node: node filters, pools, DeviceClass and claim
+selectors (CEL), devices held by other claims, device taints, shared counters and
+``matchAttribute`` constraints. Nodes with the same reasons are shown as one group::
+
+    Pod default/train-0: no node fits (0 of 4 nodes)
+    does not fit: 3 nodes (inf2-48xl-0, trn2-48xl-1 and 1 more)
+        RequestSelector: 12 of 12 devices do not pass request neurons ... selector #0 (...)
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+from pathlib import Path
+from typing import Any, Final
+
+from neuron_dra_cli.errors import CliError
+from neuron_dra_cli.output import add_output_option
+
+__all__ = ["parse_target", "register"]
+
+Obj = dict[str, Any]
+
+_KINDS: Final = {
+    "pod": "Pod",
+    "pods": "Pod",
+    "po": "Pod",
+    "resourceclaim": "ResourceClaim",
+    "resourceclaims": "ResourceClaim",
+    "rc": "ResourceClaim",
+    "neuronultraserverworkload": "NeuronUltraServerWorkload",
+    "neuronultraserverworkloads": "NeuronUltraServerWorkload",
+    "nusw": "NeuronUltraServerWorkload",
+}
+_TIMEOUT: Final = 60.0
+
+_HELP: Final = """\
+Explain why a pod (or a ResourceClaim, or a NeuronUltraServerWorkload's pods) cannot be
+scheduled: kube-scheduler's DRA checks replayed on the cluster as it is now, node by node.
+
+For each node the verdict is one of:
+  fits             the scheduler can place the pod there (CPU, memory and ports are not checked)
+  does not fit     with the reasons, e.g. RequestSelector, DevicesHeld, NotConnected
+  scheduler error  a selector fails at run time (a missing attribute): the scheduler then
+                   places the pod nowhere until the selector or the slice is fixed
+  cannot tell      a feature explain does not evaluate, named in the reason
+
+Nodes with the same reasons are shown as one group. Reason codes are stable; -o json prints
+the whole explanation (schema explain.neuron.aws.com/v1) for scripts.
+
+Read access is enough: bind the ClusterRole neuron-dra-explain-reader
+(deploy/kustomize/components/explain).
+
+examples:
+  neuron-dra explain pod/train-0 -n ml
+  kubectl neuron explain train-0 -n ml -o json
+  kubectl neuron explain resourceclaim/shared-neurons
+  kubectl neuron explain nusw/train
+"""
+
+
+def parse_target(text: str) -> tuple[str, str]:
+    """``pod/NAME`` (or ``po/``, ``resourceclaim/``, ``rc/``, ``nusw/``...; a bare NAME is a
+    pod) -> (kind, name).
+
+    >>> parse_target("rc/shared"), parse_target("train-0")
+    (('ResourceClaim', 'shared'), ('Pod', 'train-0'))
+    """
+    kind, slash, name = text.partition("/")
+    if not slash:
+        kind, name = "pod", text
+    resolved = _KINDS.get(kind.lower().split(".")[0])
+    if resolved is None:
+        known = "pod/NAME, resourceclaim/NAME (rc/), neuronultraserverworkload/NAME (nusw/)"
+        raise CliError(f"TARGET {text!r}: unknown kind {kind!r}; use {known}")
+    if not name:
+        raise CliError(f"TARGET {text!r}: the name after {kind}/ is empty")
+    return resolved, name
+
+
+def _kubeconfig(explicit: str | None) -> str:
+    if explicit:
+        return explicit
+    if os.environ.get("KUBECONFIG"):
+        return os.environ["KUBECONFIG"]
+    from neuron_dra_cli import paths
+
+    local = paths.default_state_dir() / "kubeconfig"
+    if local.exists():
+        return str(local)
+    if os.environ.get("KUBERNETES_SERVICE_HOST"):
+        return ""  # in a pod: its service account
+    raise CliError("no kubeconfig: pass --kubeconfig, set KUBECONFIG, or start `neuron-dra dev up`")
+
+
+def _context_namespace(kubeconfig: str, context: str | None) -> str:
+    """The namespace of the kubeconfig's (current) context, as kubectl defaults to it."""
+    import yaml
+
+    for path in filter(None, kubeconfig.split(os.pathsep)):
+        try:
+            doc = yaml.safe_load(Path(path).read_text()) or {}
+        except (OSError, yaml.YAMLError):
+            continue
+        wanted = context or doc.get("current-context")
+        for entry in doc.get("contexts") or ():
+            if entry.get("name") == wanted:
+                return str((entry.get("context") or {}).get("namespace") or "default")
+    return "default"
+
+
+async def _fetch(kubeconfig: str, context: str | None, kind: str, namespace: str, name: str) -> Any:
+    from neuron_dra_common import kube
+    from neuron_dra_common.explain import Snapshot
+
+    group = "neuron.aws.com"
+    classes = kube.Resource(
+        group="resource.k8s.io", version="v1", plural="deviceclasses", kind="DeviceClass"
+    )
+    workloads = kube.Resource(
+        group=group,
+        version="v1",
+        plural="neuronultraserverworkloads",
+        kind="NeuronUltraServerWorkload",
+        namespaced=True,
+    )
+    ultraservers = kube.Resource(
+        group=group,
+        version="v1",
+        plural="neuronultraservers",
+        kind="NeuronUltraServer",
+        namespaced=True,
+    )
+    client = await kube.connect(kubeconfig=kubeconfig or None, context=context)
+    try:
+        target: list[Obj] = []
+        pods: list[Obj] = []
+        if kind == "Pod":
+            target = [await client.get(kube.PODS, name, namespace=namespace)]
+            pods = target
+        elif kind == "ResourceClaim":
+            target = [await client.get(kube.RESOURCE_CLAIMS, name, namespace=namespace)]
+        else:
+            target = [await client.get(workloads, name, namespace=namespace)]
+            pods, _ = await client.list(
+                kube.PODS, namespace=namespace, field_selector="spec.nodeName="
+            )
+        (
+            (nodes, _),
+            (slices, slices_rv),
+            (claims, claims_rv),
+            (device_classes, _),
+        ) = await asyncio.gather(
+            client.list(kube.NODES),
+            client.list(kube.RESOURCE_SLICES),
+            client.list(kube.RESOURCE_CLAIMS),
+            client.list(classes),
+        )
+        us: list[Obj] = []
+        if kind == "NeuronUltraServerWorkload":
+            us, _ = await client.list(ultraservers, namespace=namespace)
+    finally:
+        await client.close()
+    kubelet = next(
+        (n.get("status", {}).get("nodeInfo", {}).get("kubeletVersion", "") for n in nodes), ""
+    )
+    return Snapshot.build(
+        pods=pods,
+        nodes=nodes,
+        slices=slices,
+        claims=claims,
+        classes=device_classes,
+        workloads=target if kind == "NeuronUltraServerWorkload" else [],
+        ultraservers=us,
+        server_version=kubelet,
+        resource_versions={"resourceslices": slices_rv, "resourceclaims": claims_rv},
+    )
+
+
+def _explain(args: argparse.Namespace) -> int:
+    from neuron_dra_common import explain
+    from neuron_dra_common.kube import ApiException, ConfigError
+
+    kind, name = parse_target(args.target)
+    kubeconfig = _kubeconfig(args.kubeconfig)
+    namespace = args.namespace or _context_namespace(kubeconfig, args.context)
+    where = kubeconfig or "the pod's service account"
+    try:
+        snap = asyncio.run(
+            asyncio.wait_for(_fetch(kubeconfig, args.context, kind, namespace, name), _TIMEOUT)
+        )
+    except ApiException as exc:
+        if exc.status == 404:
+            raise CliError(f"{kind} {namespace}/{name} not found") from None
+        if exc.status in (401, 403):
+            raise CliError(
+                f"not allowed to read the cluster ({where}): {exc.reason}; explain needs the "
+                "read-only ClusterRole neuron-dra-explain-reader"
+            ) from None
+        raise CliError(f"reading the cluster ({where}): {exc}") from None
+    except ConfigError as exc:
+        raise CliError(str(exc)) from None
+    except (OSError, TimeoutError) as exc:
+        raise CliError(f"cannot reach the cluster ({where}): {exc or type(exc).__name__}") from None
+    try:
+        if kind == "Pod":
+            exp = explain.explain_pod(snap, namespace, name)
+        elif kind == "ResourceClaim":
+            exp = explain.explain_claim(snap, namespace, name)
+        else:
+            exp = explain.explain_workload(snap, namespace, name)
+    except explain.ExplainError as exc:
+        raise CliError(str(exc)) from None
+    if args.output == "json":
+        sys.stdout.buffer.write(explain.to_json(exp) + b"\n")
+        sys.stdout.flush()
+    else:
+        print(explain.render_text(exp), end="")
+    return 0
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    cmd = sub.add_parser(
+        "explain",
+        help="why a pod is Pending: the scheduler's DRA checks, node by node",
+        description=_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    cmd.add_argument(
+        "target",
+        metavar="TARGET",
+        help="pod/NAME (or NAME), resourceclaim/NAME (rc/), neuronultraserverworkload/NAME (nusw/)",
+    )
+    cmd.add_argument("-n", "--namespace", help="namespace (default: the context's, else default)")
+    cmd.add_argument(
+        "--kubeconfig", help="kubeconfig (default: KUBECONFIG, else the local stack's)"
+    )
+    cmd.add_argument("--context", help="kubeconfig context (default: the current one)")
+    add_output_option(cmd)
+    cmd.set_defaults(handler=_explain)
