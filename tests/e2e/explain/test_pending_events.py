@@ -55,24 +55,25 @@ def attempts(stack: KubeStack, ns: str, pod: str) -> int:
     )
 
 
-#: 32 devices: more than any node has.
-TOO_MANY = REPO / "examples" / "pending" / "too-many-devices.yaml"
+#: 32 trn2.48xlarge devices: more than a node has (and this fleet's nodes are trn2u).
+TOO_MANY = REPO / "examples" / "explain" / "too-many-neurons.yaml"
 
 
 def test_one_event_per_change_of_reasons(stack: KubeStack, ns: str) -> None:
     stack.kubectl("apply", "-n", ns, "-f", str(TOO_MANY))
     first = stack.wait_for(
         "a NeuronUnschedulable Event on the pod",
-        lambda: events(stack, ns, "too-many", "NeuronUnschedulable"),
+        lambda: events(stack, ns, "too-many-neurons", "NeuronUnschedulable"),
         timeout=90,
     )
     assert len(first) == 1
     said = first[0]
     assert said["type"] == "Warning"
     assert said["source"]["component"] == "neuron-dra-explain"
-    assert said["message"].startswith("NotEnoughDevices"), said["message"]
+    assert said["message"].startswith("RequestSelector"), said["message"]
+    assert "instanceType == 'trn2.48xlarge'" in said["message"], said["message"]
     # kubectl describe shows it with the pod.
-    described = stack.kubectl("describe", "pod", "too-many", "-n", ns).stdout
+    described = stack.kubectl("describe", "pod", "too-many-neurons", "-n", ns).stdout
     assert "NeuronUnschedulable" in described
 
     # The scheduler tries again at each Node label change (its DRA plugin asks for that),
@@ -83,17 +84,19 @@ def test_one_event_per_change_of_reasons(stack: KubeStack, ns: str) -> None:
             stack.kubectl("label", "node", nodes[0], f"{POKE}={round_}", "--overwrite")
             time.sleep(1)
         stack.wait_for(
-            "the scheduler to try again", lambda: attempts(stack, ns, "too-many") >= 2, timeout=60
+            "the scheduler to try again",
+            lambda: attempts(stack, ns, "too-many-neurons") >= 2,
+            timeout=60,
         )
         # Each label change has the operator explain the pod again about a second later.
         time.sleep(5)
-        assert len(events(stack, ns, "too-many", "NeuronUnschedulable")) == 1
+        assert len(events(stack, ns, "too-many-neurons", "NeuronUnschedulable")) == 1
 
         # Another reason on one node (cordoned): said once more, with the new reasons.
         stack.kubectl("cordon", nodes[0])
         second = stack.wait_for(
             "a second NeuronUnschedulable Event",
-            lambda: events(stack, ns, "too-many", "NeuronUnschedulable")[1:],
+            lambda: events(stack, ns, "too-many-neurons", "NeuronUnschedulable")[1:],
             timeout=90,
         )
         assert len(second) == 1
