@@ -9,6 +9,7 @@ check removed each device, and says which of them explains the failure.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from fractions import Fraction
 from typing import Any, Literal
@@ -548,6 +549,7 @@ def why_not(
             )
         return reasons
     fits_alone = True
+    by_name = {d.name: d for d in search.devices}
     for plan in plans:
         tally = _tally(
             cel,
@@ -571,7 +573,9 @@ def why_not(
                 Reason(
                     code=Code.REQUEST_SELECTOR,
                     message=f"{len(names)} of {tally.total} devices do not pass {where} selector "
-                    f"#{number} ({selector.expression} is false), e.g. {_names(names, 3)}",
+                    f"#{number} ({selector.expression} is false"
+                    f"{_values_read(selector.expression, by_name[names[0]])}), "
+                    f"e.g. {_names(names, 3)}",
                     claim=claim,
                     request=request,
                     subject=f"#{number}",
@@ -696,6 +700,19 @@ def why_not(
             )
         )
     return reasons
+
+
+_READ = re.compile(r"device\s*\.\s*attributes\s*\[\s*['\"]([^'\"]+)['\"]\s*\]\s*\.\s*(\w+)")
+
+
+def _values_read(expression: str, device: Device) -> str:
+    """``: instanceType is "inf2.48xlarge"``: what the selector read on a device it rejects."""
+    shown = []
+    for domain, name in dict.fromkeys(_READ.findall(expression)):
+        found = device.attribute(f"{domain}/{name}")
+        value = "missing" if found is None else f"is {msgspec.json.encode(found[1]).decode()}"
+        shown.append(f"{name} {value}")
+    return f": {', '.join(shown[:3])} on {device.name}" if shown else ""
 
 
 def _connection(plan: Plan, eligible: Sequence[Device], need: int) -> Reason | None:
