@@ -182,10 +182,13 @@ def test_operator_rules_are_what_it_calls(base: list[dict[str, Any]]) -> None:
         ("", "nodes", ()): {"get", "list", "watch", "patch"},
         ("resource.k8s.io", "resourceslices", ()): {"list", "watch"},
         ("resource.k8s.io", "resourceclaimtemplates", ()): {"get", "create", "patch", "delete"},
-        ("resource.k8s.io", "resourceclaims", ()): {"list"},
+        ("resource.k8s.io", "resourceclaims", ()): {"list", "watch"},
         ("resource.k8s.io", "deviceclasses", ("efa.networking.k8s.aws",)): {"get"},
-        ("", "pods", ()): {"list", "delete"},
-        ("", "events", ()): {"create"},
+        # pending.py: DeviceClasses, unscheduled pods and claims are watched, and the
+        # Events said before are listed.
+        ("resource.k8s.io", "deviceclasses", ()): {"list", "watch"},
+        ("", "pods", ()): {"list", "watch", "delete"},
+        ("", "events", ()): {"list", "create"},
         ("", "namespaces", ("neuron-dra-driver",)): {"patch"},
     }
     role = by_kind(base, "Role")[name]

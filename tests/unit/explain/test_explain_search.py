@@ -4,7 +4,15 @@ reason a user reads, and the scheduler-error and cannot-evaluate cases."""
 from typing import Any
 
 import msgspec
-from neuron_dra_common.explain import Explanation, Snapshot, explain_claim, explain_pod, to_json
+from neuron_dra_common.explain import (
+    Explanation,
+    Snapshot,
+    explain_claim,
+    explain_pod,
+    explain_workload,
+    render_text,
+    to_json,
+)
 
 from tests.unit.explain.cluster import NEURON_CLASS, claim, node, pod, request, slices, snapshot
 
@@ -35,7 +43,9 @@ def test_exact_count_fits_where_enough_devices_pass_the_selector() -> None:
     assert exp.summary.schedulable
     assert exp.top_code() == ""
     assert codes(exp, "inf2-0") == ["RequestSelector"]
-    assert "12 of 12 devices" in exp.groups[exp.nodes["inf2-0"].group].reasons[0].message
+    message = exp.groups[exp.nodes["inf2-0"].group].reasons[0].message
+    assert "12 of 12 devices" in message
+    assert 'instanceType is "inf2.48xlarge" on neurondevice0' in message
 
 
 def test_more_devices_than_a_node_has_is_not_enough_devices() -> None:
@@ -71,6 +81,19 @@ def test_admin_access_sees_held_devices() -> None:
     )
     assert verdicts(explain_pod(snap, "default", "p")) == {"trn2-0": "fits"}
     assert verdicts(explain_pod(snap, "default", "q")) == {"trn2-0": "does-not-fit"}
+    # An allocated admin-access claim holds nothing: the scheduler leaves it out of its in-use set.
+    monitor = claim(
+        "m",
+        request("neurons", 16, adminAccess=True),
+        allocated_on="trn2-0",
+        devices=chips(*range(16)),
+    )
+    for result in monitor["status"]["allocation"]["devices"]["results"]:
+        result["adminAccess"] = True
+    watched = snapshot(
+        {"trn2-0": "trn2.48xlarge"}, monitor, claim("c", request("neurons", 16)), pod("q", "c")
+    )
+    assert verdicts(explain_pod(watched, "default", "q")) == {"trn2-0": "fits"}
 
 
 def test_all_mode_needs_every_matching_device_free() -> None:
@@ -130,7 +153,15 @@ def test_untolerated_device_taint_blocks_and_a_toleration_lifts_it() -> None:
     assert "neuron.aws.com/hardware-error:NoSchedule" in exp.groups[0].reasons[0].message
     assert verdicts(explain_pod(snap, "default", "q")) == {"trn2-0": "fits"}
     older = msgspec.structs.replace(snap, server_version="v1.34.4")
-    assert verdicts(explain_pod(older, "default", "p")) == {"trn2-0": "fits"}
+    old_answer = explain_pod(older, "default", "p")
+    assert verdicts(old_answer) == {"trn2-0": "fits"}
+    assert "warning: the cluster runs Kubernetes v1.34.4" in render_text(old_answer)
+    assert (
+        "warning"
+        not in explain_pod(
+            msgspec.structs.replace(snap, server_version="v1.36.3"), "default", "p"
+        ).observed
+    )
 
 
 def test_shared_counters_keep_the_node_device_and_its_chips_apart() -> None:
@@ -317,3 +348,23 @@ def test_explain_claim_needs_no_pod() -> None:
     exp = explain_claim(snap, "default", "c")
     assert exp.target.kind == "ResourceClaim"
     assert verdicts(exp) == {"inf2-0": "does-not-fit", "trn2-0": "fits"}
+
+
+def test_workload_is_explained_through_its_first_pending_pod() -> None:
+    workload = {
+        "metadata": {"name": "train", "namespace": "default"},
+        "status": {"resourceClaimTemplate": "train-rct"},
+    }
+    waiting = pod("train-0", "c")
+    waiting["spec"]["resourceClaims"] = [
+        {"name": "neurons", "resourceClaimTemplateName": "train-rct"}
+    ]
+    waiting["status"] = {"resourceClaimStatuses": [{"name": "neurons", "resourceClaimName": "c"}]}
+    claim_obj = claim("c", request("neurons", 32))
+    claim_obj["metadata"]["ownerReferences"] = [{"uid": "uid-train-0"}]
+    base = snapshot({"trn2-0": "trn2.48xlarge"}, claim_obj, waiting)
+    snap = msgspec.structs.replace(base, workloads=[workload])
+    exp = explain_workload(snap, "default", "train")
+    assert exp.target.kind == "NeuronUltraServerWorkload"
+    assert exp.workload == {"ultraServers": [], "pendingPods": ["train-0"]}
+    assert exp.top_code() == "NotEnoughDevices"

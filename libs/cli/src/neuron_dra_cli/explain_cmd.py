@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Any, Final
@@ -22,7 +23,7 @@ from typing import Any, Final
 from neuron_dra_cli.errors import CliError
 from neuron_dra_cli.output import add_output_option
 
-__all__ = ["parse_target", "register"]
+__all__ = ["context_namespace", "parse_target", "register"]
 
 Obj = dict[str, Any]
 
@@ -98,7 +99,7 @@ def _kubeconfig(explicit: str | None) -> str:
     raise CliError("no kubeconfig: pass --kubeconfig, set KUBECONFIG, or start `neuron-dra dev up`")
 
 
-def _context_namespace(kubeconfig: str, context: str | None) -> str:
+def context_namespace(kubeconfig: str, context: str | None) -> str:
     """The namespace of the kubeconfig's (current) context, as kubectl defaults to it."""
     import yaml
 
@@ -166,8 +167,12 @@ async def _fetch(kubeconfig: str, context: str | None, kind: str, namespace: str
             us, _ = await client.list(ultraservers, namespace=namespace)
     finally:
         await client.close()
-    kubelet = next(
-        (n.get("status", {}).get("nodeInfo", {}).get("kubeletVersion", "") for n in nodes), ""
+    # The apiserver is at least as new as any kubelet (version skew policy): the newest
+    # kubelet is the closest lower bound on the scheduler's release the nodes tell.
+    kubelet = max(
+        (n.get("status", {}).get("nodeInfo", {}).get("kubeletVersion", "") for n in nodes),
+        key=_version_key,
+        default="",
     )
     return Snapshot.build(
         pods=pods,
@@ -182,13 +187,19 @@ async def _fetch(kubeconfig: str, context: str | None, kind: str, namespace: str
     )
 
 
+def _version_key(version: str) -> tuple[int, ...]:
+    """``v1.36.3-eks-1`` -> (1, 36, 3); unparsable sorts first."""
+    match = re.match(r"v?(\d+)\.(\d+)(?:\.(\d+))?", version)
+    return tuple(int(p or 0) for p in match.groups()) if match else ()
+
+
 def _explain(args: argparse.Namespace) -> int:
     from neuron_dra_common import explain
     from neuron_dra_common.kube import ApiException, ConfigError
 
     kind, name = parse_target(args.target)
     kubeconfig = _kubeconfig(args.kubeconfig)
-    namespace = args.namespace or _context_namespace(kubeconfig, args.context)
+    namespace = args.namespace or context_namespace(kubeconfig, args.context)
     where = kubeconfig or "the pod's service account"
     try:
         snap = asyncio.run(

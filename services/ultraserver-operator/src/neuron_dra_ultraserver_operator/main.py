@@ -33,6 +33,7 @@ from neuron_dra_ultraserver_operator import faults
 from neuron_dra_ultraserver_operator.discovery import node_devices_only
 from neuron_dra_ultraserver_operator.fleet import Fleet, FleetIndex
 from neuron_dra_ultraserver_operator.health import NodeHealth
+from neuron_dra_ultraserver_operator.pending import PendingPods
 from neuron_dra_ultraserver_operator.reconciler import WorkloadReconciler
 from neuron_dra_ultraserver_operator.resources import NUS, NUSW
 from neuron_dra_ultraserver_operator.settings import OperatorSettings
@@ -111,11 +112,22 @@ async def build(settings: OperatorSettings) -> Service:
     nodes_inf.add_listener(triggers.on_node)
     slices_inf.add_listener(triggers.on_slice)
     ultraservers_inf.add_listener(triggers.on_ultraserver)
+    # Why pods wait: an Event on each, a condition on their workloads (pending.py).
+    pending = PendingPods(
+        client,
+        nodes=nodes_inf.cache,
+        workloads=workloads_inf.cache,
+        ultraservers=ultraservers_inf.cache,
+    )
+    nodes_inf.add_listener(pending.on_change)
+    workloads_inf.add_listener(pending.invalidate)
+    ultraservers_inf.add_listener(pending.invalidate)
     informers = {
         "workloads-informer": workloads_inf,
         "ultraservers-informer": ultraservers_inf,
         "nodes-informer": nodes_inf,
         "slices-informer": slices_inf,
+        **pending.informers,
     }
 
     # Every replica follows the health stream from its start (a standby takes over knowing
@@ -146,6 +158,7 @@ async def build(settings: OperatorSettings) -> Service:
             await asyncio.gather(
                 run_workers(wq, workloads.reconcile, workers=WORKLOAD_WORKERS),
                 run_workers(uq, ultraservers.reconcile, workers=2),
+                pending.run(),
             )
         finally:
             resyncing.cancel()
@@ -155,6 +168,7 @@ async def build(settings: OperatorSettings) -> Service:
     def drain() -> None:
         wq.shutdown()
         uq.shutdown()
+        pending.shutdown()
 
     elector = Elector(
         client,

@@ -30,8 +30,9 @@ from neuron_dra_common.explain.result import (
     Target,
     Verdict,
 )
-from neuron_dra_common.explain.search import Allocated, Plan, PoolIndex, solve, why_not
+from neuron_dra_common.explain.search import Allocated, Plan, PoolIndex, solve
 from neuron_dra_common.explain.snapshot import Snapshot
+from neuron_dra_common.explain.whynot import why_not
 
 __all__ = [
     "ExplainError",
@@ -392,6 +393,16 @@ def _explain(
     }
     if ctx.snap.server_version:
         observed["kubernetes"] = ctx.snap.server_version
+        if not re.match(rf"v?{re.escape(CHECKED_AGAINST)}\.", ctx.snap.server_version):
+            observed["warning"] = (
+                f"the cluster runs Kubernetes {ctx.snap.server_version}; explain follows "
+                f"kube-scheduler {CHECKED_AGAINST}, whose allocator may differ"
+                + (
+                    ""
+                    if ctx.taints
+                    else " (device taints and shared counters not checked: off before 1.36)"
+                )
+            )
     if ctx.snap.resource_versions:
         observed["resourceVersions"] = dict(ctx.snap.resource_versions)
     return Explanation(

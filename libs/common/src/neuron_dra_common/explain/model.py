@@ -69,7 +69,6 @@ class Claim(msgspec.Struct, frozen=True, kw_only=True):
     requests: tuple[Request, ...]
     constraints: tuple[Constraint, ...]
     allocated: tuple[DeviceId, ...] = ()
-    admin_devices: frozenset[DeviceId] = frozenset()
     is_allocated: bool = False
     allocation_node_selector: Obj | None = None
     reserved_for: tuple[str, ...] = ()  # pod UIDs
@@ -215,10 +214,11 @@ def claim_from(obj: Obj) -> Claim:
     status = obj.get("status") or {}
     allocation = status.get("allocation")
     allocated: list[DeviceId] = []
-    admin: set[DeviceId] = set()
     for result in ((allocation or {}).get("devices") or {}).get("results") or ():
         device_id = (result["driver"], result["pool"], result["device"])
-        (admin.add if result.get("adminAccess") else allocated.append)(device_id)
+        if not result.get("adminAccess"):
+            # An admin-access result does not hold its device (the scheduler's AllocatedState).
+            allocated.append(device_id)
     return Claim(
         namespace=meta.get("namespace", ""),
         name=meta["name"],
@@ -226,7 +226,6 @@ def claim_from(obj: Obj) -> Claim:
         requests=tuple(_request(r, key) for r in devices.get("requests") or ()),
         constraints=tuple(constraints),
         allocated=tuple(allocated),
-        admin_devices=frozenset(admin),
         is_allocated=allocation is not None,
         allocation_node_selector=(allocation or {}).get("nodeSelector"),
         reserved_for=tuple(r.get("uid", "") for r in status.get("reservedFor") or ()),

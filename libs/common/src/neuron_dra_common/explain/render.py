@@ -72,6 +72,8 @@ def render_text(exp: Explanation) -> str:
             lines.append(
                 f"workload {key}: {', '.join(value) if isinstance(value, list) else value}"
             )
+    if exp.observed.get("warning"):
+        lines.append(f"warning: {exp.observed['warning']}")
     checked = exp.observed.get("checkedAgainst")
     if checked:
         lines.append(

@@ -3,13 +3,12 @@ Kubernetes 1.36 for the features the product uses (pure).
 
 ``solve`` answers as the scheduler would: a solution, no solution, or the error that aborts
 the scheduling attempt. Selectors are evaluated lazily in the allocator's order, so an error
-counts only when the scheduler would reach it. ``why_not`` then counts, per request, which
-check removed each device, and says which of them explains the failure.
+counts only when the scheduler would reach it. ``whynot`` says why there is no solution.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from fractions import Fraction
 from typing import Any, Literal
 
@@ -27,10 +26,18 @@ from neuron_dra_common.explain.model import (
     Request,
 )
 from neuron_dra_common.explain.nodes import selector_matches, tolerates
-from neuron_dra_common.explain.reasons import Code
-from neuron_dra_common.explain.result import Reason
 
-__all__ = ["Allocated", "NodeAnswer", "Plan", "PoolIndex", "solve", "why_not"]
+__all__ = [
+    "Allocated",
+    "NodeAnswer",
+    "Plan",
+    "PoolIndex",
+    "Search",
+    "applies",
+    "selector_answer",
+    "solve",
+    "untolerated",
+]
 
 Outcome = Literal["fits", "does-not-fit", "unknown", "scheduler-error"]
 
@@ -130,11 +137,14 @@ def untolerated(device: Device, request: Request) -> list[Any]:
     ]
 
 
-def _applies(constraint: Constraint, request: str) -> bool:
+def applies(constraint: Constraint, request: str) -> bool:
     return not constraint.requests or request in constraint.requests
 
 
-class _Search:
+class Search:
+    """One node's search, with the allocator's state: devices being allocated, constraint
+    values fixed, counters left."""
+
     def __init__(
         self,
         cel: DraCel,
@@ -235,7 +245,7 @@ class _Search:
             return False
         fixed: list[int] = []
         for c_index, constraint in enumerate(plan.claim.constraints):
-            if not _applies(constraint, plan.request.name):
+            if not applies(constraint, plan.request.name):
                 continue
             found = device.attribute(constraint.attribute)
             current = self.values.get((claim, constraint.attribute + f"#{c_index}"))
@@ -298,7 +308,7 @@ class _Search:
             return None
         plan = self.plans[0]
         request = plan.request
-        constraints = [c for c in plan.claim.constraints if _applies(c, request.name)]
+        constraints = [c for c in plan.claim.constraints if applies(c, request.name)]
         if request.mode != "ExactCount" or request.admin_access or len(constraints) > 1:
             return None
         attribute = constraints[0].attribute if constraints else ""
@@ -412,7 +422,7 @@ def solve(
     unsupported = unsupported or next((p.unsupported for p in pools if p.unsupported), "")
     if unsupported:
         return NodeAnswer("unknown", cannot=f"explain does not evaluate {unsupported}")
-    search = _Search(cel, plans, pools, allocated, taints=taints, counters=counters)
+    search = Search(cel, plans, pools, allocated, taints=taints, counters=counters)
     try:
         found = search.run()
     except _Stop as stop:
@@ -424,7 +434,7 @@ def solve(
     return NodeAnswer("does-not-fit")
 
 
-def _unreached_error(cel: DraCel, plans: Sequence[Plan], search: _Search) -> str:
+def _unreached_error(cel: DraCel, plans: Sequence[Plan], search: Search) -> str:
     # The scheduler tries pools in an order Go's map iteration decides: an error on a device
     # this search did not reach may be reached first there.
     for index, plan in enumerate(plans):
@@ -435,294 +445,3 @@ def _unreached_error(cel: DraCel, plans: Sequence[Plan], search: _Search) -> str
             if isinstance(problem, CelError):
                 return problem.message
     return ""
-
-
-class _Tally(msgspec.Struct):
-    total: int = 0
-    held: dict[str, list[str]] = {}
-    class_no: dict[str, list[str]] = {}
-    request_no: dict[str, list[str]] = {}
-    tainted: dict[str, list[str]] = {}
-    counters: dict[str, list[str]] = {}
-    cannot: dict[str, list[str]] = {}
-    eligible: list[Device] = []
-
-
-def _tally(
-    cel: DraCel,
-    plan: Plan,
-    devices: Sequence[Device],
-    pool_of: Mapping[DeviceId, Pool],
-    allocated: Allocated,
-    free: Mapping[tuple[str, str, str], Fraction],
-    *,
-    taints: bool,
-    counters: bool,
-) -> _Tally:
-    tally = _Tally(
-        total=len(devices),
-        held={},
-        class_no={},
-        request_no={},
-        tainted={},
-        counters={},
-        cannot={},
-        eligible=[],
-    )
-    for device in devices:
-        holder = allocated.holders.get(device.id)
-        if holder is not None and not plan.request.admin_access:
-            tally.held.setdefault(holder, []).append(device.name)
-            continue
-        ok, which, problem = selector_answer(cel, plan, device)
-        if problem is not None:
-            why = problem.why if isinstance(problem, CannotEvaluate) else problem.message
-            tally.cannot.setdefault(why, []).append(device.name)
-            continue
-        if not ok:
-            kind, _, number = which.partition("#")
-            bucket = tally.class_no if kind == "class" else tally.request_no
-            bucket.setdefault(number, []).append(device.name)
-            continue
-        if counters and device.consumes:
-            pool = pool_of[device.id]
-            short = [
-                f"{counter_set}/{name}"
-                for counter_set, used in device.consumes
-                for name, value in used.items()
-                if free.get((pool.name, counter_set, name), Fraction(0)) < value
-            ]
-            if short:
-                tally.counters.setdefault(short[0].split("/")[0], []).append(device.name)
-                continue
-        if taints:
-            bad = untolerated(device, plan.request)
-            if bad:
-                text = ",".join(f"{t.get('key')}:{t.get('effect')}" for t in bad)
-                tally.tainted.setdefault(text, []).append(device.name)
-                continue
-        tally.eligible.append(device)
-    return tally
-
-
-def _names(names: Sequence[str], limit: int = 4) -> str:
-    shown = ", ".join(names[:limit])
-    return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
-
-
-def why_not(
-    cel: DraCel,
-    plans: Sequence[Plan],
-    pools: Sequence[Pool],
-    allocated: Allocated,
-    *,
-    taints: bool = True,
-    counters: bool = True,
-) -> list[Reason]:
-    """Why ``solve`` found no solution on this node: per request, what removed its devices;
-    then whether a constraint or the requests together are what fails."""
-    reasons: list[Reason] = []
-    for pool in pools:
-        if not pool.complete:
-            reasons.append(
-                Reason(
-                    code=Code.POOL_INCOMPLETE,
-                    message=f"pool {pool.driver}/{pool.name} is being updated "
-                    f"({pool.slices_seen} of {pool.slice_count} slices)",
-                    subject=f"{pool.driver}/{pool.name}",
-                )
-            )
-        elif pool.invalid:
-            reasons.append(
-                Reason(
-                    code=Code.POOL_INVALID,
-                    message=f"pool {pool.driver}/{pool.name} is invalid: {pool.invalid}",
-                    subject=f"{pool.driver}/{pool.name}",
-                )
-            )
-    search = _Search(cel, plans, pools, allocated, taints=taints, counters=counters)
-    if not search.devices:
-        if not pools:
-            reasons.append(
-                Reason(code=Code.NO_POOL, message="no ResourceSlice offers devices to this node")
-            )
-        return reasons
-    fits_alone = True
-    for plan in plans:
-        tally = _tally(
-            cel,
-            plan,
-            search.devices,
-            search.pool_of,
-            allocated,
-            search.counters,
-            taints=taints,
-            counters=counters,
-        )
-        need = (
-            plan.request.count if plan.request.mode == "ExactCount" else max(1, len(tally.eligible))
-        )
-        claim, request = plan.claim.key, plan.request.name
-        where = f"request {request} of claim {claim}"
-        own: list[Reason] = []
-        for number, names in sorted(tally.request_no.items()):
-            selector = plan.request.selectors[int(number)]
-            own.append(
-                Reason(
-                    code=Code.REQUEST_SELECTOR,
-                    message=f"{len(names)} of {tally.total} devices do not pass {where} selector "
-                    f"#{number} ({selector.expression} is false), e.g. {_names(names, 3)}",
-                    claim=claim,
-                    request=request,
-                    subject=f"#{number}",
-                    details={"devices": len(names), "expression": selector.expression},
-                )
-            )
-        for number, names in sorted(tally.class_no.items()):
-            selector = plan.device_class.selectors[int(number)]
-            own.append(
-                Reason(
-                    code=Code.CLASS_SELECTOR,
-                    message=f"{len(names)} of {tally.total} devices do not pass class "
-                    f"{plan.device_class.name} selector #{number} ({selector.expression} is false)",
-                    claim=claim,
-                    request=request,
-                    subject=f"{plan.device_class.name}#{number}",
-                    details={"devices": len(names), "expression": selector.expression},
-                )
-            )
-        if tally.held:
-            held = sum(len(v) for v in tally.held.values())
-            by = "; ".join(
-                f"{holder}: {_names(names)}" for holder, names in sorted(tally.held.items())
-            )
-            own.append(
-                Reason(
-                    code=Code.DEVICES_HELD,
-                    message=f"{held} of {tally.total} devices are held by other claims ({by})",
-                    claim=claim,
-                    request=request,
-                    details={
-                        "devices": held,
-                        "by": [
-                            {"claim": holder, "devices": names}
-                            for holder, names in sorted(tally.held.items())
-                        ],
-                    },
-                )
-            )
-        for taint, names in sorted(tally.tainted.items()):
-            own.append(
-                Reason(
-                    code=Code.DEVICE_TAINTED,
-                    message=f"{len(names)} devices carry the device taint {taint} that {where} does "
-                    f"not tolerate ({_names(names)})",
-                    claim=claim,
-                    request=request,
-                    subject=taint,
-                    details={"devices": names, "taint": taint},
-                )
-            )
-        for counter_set, names in sorted(tally.counters.items()):
-            own.append(
-                Reason(
-                    code=Code.COUNTER_SPENT,
-                    message=f"{len(names)} devices share counters ({counter_set}) with devices "
-                    f"already allocated ({_names(names)})",
-                    claim=claim,
-                    request=request,
-                    subject=counter_set,
-                    details={"devices": names},
-                )
-            )
-        for why, names in sorted(tally.cannot.items()):
-            code = Code.CANNOT_EVALUATE
-            if "CEL runtime error" in why:
-                code = Code.SCHEDULER_ERROR
-            own.append(
-                Reason(
-                    code=code,
-                    message=f"{why} ({len(names)} devices)",
-                    claim=claim,
-                    request=request,
-                    subject=why,
-                )
-            )
-        eligible = len(tally.eligible)
-        if plan.request.mode == "All":
-            short = eligible == 0 or bool(tally.held or tally.tainted or tally.counters)
-            if eligible == 0 and not own:
-                own.append(
-                    Reason(
-                        code=Code.NOT_ENOUGH_DEVICES,
-                        message=f"{where} asks for all matching devices, and none matches",
-                        claim=claim,
-                        request=request,
-                    )
-                )
-        else:
-            short = eligible < need
-            if short and not own:
-                own.append(
-                    Reason(
-                        code=Code.NOT_ENOUGH_DEVICES,
-                        message=f"{where} asks for {need} devices; the node has {tally.total}",
-                        claim=claim,
-                        request=request,
-                        subject=f"has {tally.total}",
-                        details={"need": need, "devices": tally.total},
-                    )
-                )
-        if short:
-            fits_alone = False
-            reasons += own
-            continue
-        connected = _connection(plan, tally.eligible, need)
-        if connected is not None:
-            fits_alone = False
-            reasons.append(connected)
-    if fits_alone and plans:
-        claims = sorted({p.claim.key for p in plans})
-        reasons.append(
-            Reason(
-                code=Code.CLAIMS_CONFLICT,
-                message="each request fits alone, but not all together: "
-                + ", ".join(
-                    f"{p.request.name} of {p.claim.key} "
-                    f"({p.request.count if p.request.mode == 'ExactCount' else 'all'})"
-                    for p in plans
-                ),
-                subject=",".join(claims),
-            )
-        )
-    return reasons
-
-
-def _connection(plan: Plan, eligible: Sequence[Device], need: int) -> Reason | None:
-    """For a request under matchAttribute: do enough eligible devices share one value."""
-    for constraint in plan.claim.constraints:
-        if not _applies(constraint, plan.request.name) or constraint.unsupported:
-            continue
-        groups: dict[str, list[str]] = {}
-        for device in eligible:
-            found = device.attribute(constraint.attribute)
-            groups.setdefault("(none)" if found is None else str(found[1]), []).append(device.name)
-        largest = max((len(v) for k, v in groups.items() if k != "(none)"), default=0)
-        if largest < need:
-            return Reason(
-                code=Code.NOT_CONNECTED,
-                message=f"{len(eligible)} devices are free for request {plan.request.name} of claim "
-                f"{plan.claim.key}, but at most {largest} share {constraint.attribute} "
-                f"(matchAttribute needs {need}): "
-                + "; ".join(f"{value}: {len(names)}" for value, names in sorted(groups.items())),
-                claim=plan.claim.key,
-                request=plan.request.name,
-                subject=constraint.attribute,
-                details={
-                    "attribute": constraint.attribute,
-                    "groups": groups,
-                    "need": need,
-                    "largest": largest,
-                },
-            )
-    return None

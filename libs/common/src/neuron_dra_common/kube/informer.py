@@ -59,6 +59,7 @@ class Informer:
         *,
         namespace: str | None = None,
         label_selector: str = "",
+        field_selector: str = "",
         watch_timeout: int = 300,
         transform: Transform | None = None,
         metadata_only: bool = False,
@@ -67,7 +68,8 @@ class Informer:
         what the controller reads; a cache of large objects costs memory and GC time).
         ``metadata_only`` lists and watches ``PartialObjectMetadata``: the server never
         serializes, nor the client decodes, what the controller would drop anyway (and the
-        client does not build the objects' ``managedFields``)."""
+        client does not build the objects' ``managedFields``). ``field_selector``
+        (``spec.nodeName=``) narrows the list and the watch as the API does."""
         self.resource = resource
         self.cache: dict[str, Obj] = {}
         self.resource_version = ""
@@ -75,6 +77,7 @@ class Informer:
         self._client = client
         self._namespace = namespace
         self._selector = label_selector
+        self._fields = field_selector
         self._watch_timeout = watch_timeout
         self._transform = transform
         self._metadata_only = metadata_only
@@ -116,6 +119,7 @@ class Informer:
             self.resource,
             namespace=self._namespace,
             label_selector=self._selector,
+            field_selector=self._fields,
             metadata_only=self._metadata_only,
         )
         if self._transform is not None:
@@ -144,6 +148,7 @@ class Informer:
             resource_version=self.resource_version,
             namespace=self._namespace,
             label_selector=self._selector,
+            field_selector=self._fields,
             timeout_seconds=self._watch_timeout,
             metadata_only=self._metadata_only,
         )
