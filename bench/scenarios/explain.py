@@ -277,8 +277,10 @@ def _measure(kubeconfig: Path, n: int) -> Report:
     return report
 
 
-def run(*, quick: bool) -> Report:
-    n = 100 if quick else 1000
+def run(*, quick: bool, n: int = 0) -> Report:
+    """``n`` nodes (default 1,000, or 100 with ``quick``); at 500 or more, run it under
+    ``flock /tmp/bench-heavy.lock``."""
+    n = n or (100 if quick else 1000)
     with tempfile.TemporaryDirectory(prefix="bench-explain-") as tmp:
         fleet = Path(tmp) / "fleet.yaml"
         fleet.write_text(_FLEET)
