@@ -1,10 +1,10 @@
 """What the real kube-scheduler decides for a scenario, node by node.
 
 The scheduler's FailedScheduling message only counts nodes, and ``nodeName`` skips the
-scheduler. So the pod to explain is created once unpinned (explain reads the cluster while it
-is Pending or bound, as a user would), then once per node with ``nodeSelector:
-{kubernetes.io/hostname: N}``; each copy has claims of its own from the same templates, and
-pools are node-local, so the copies never compete.
+scheduler. So the pod to explain is created once unpinned, held back by a scheduling gate while
+the cluster is read for explain (Pending, as a user sees it), then let go; then once per node
+with ``nodeSelector: {kubernetes.io/hostname: N}``. Each copy has claims of its own from the
+same templates, and pools are node-local, so the copies never compete.
 """
 
 from __future__ import annotations
