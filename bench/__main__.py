@@ -9,6 +9,7 @@ import sys
 SCENARIOS = {
     "allocator": "bench.scenarios.allocator",
     "bus": "bench.scenarios.bus",
+    "explain": "bench.scenarios.explain",
     "extender": "bench.scenarios.extender",
     "prepare": "bench.scenarios.prepare",
     "recovery": "bench.scenarios.recovery",
