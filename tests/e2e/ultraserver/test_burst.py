@@ -32,7 +32,7 @@ pytestmark = pytest.mark.stack
 BURST = ULTRASERVERS * 4
 
 
-def watched(stack: KubeStack, lines: list[str]) -> subprocess.Popen[str]:
+def watched(stack: KubeStack, lines: list[str]) -> tuple[subprocess.Popen[str], threading.Thread]:
     """``kubectl get nusw -w``, one ``name state`` line per change, collected in ``lines``."""
     kubectl = Path(sys.executable).parent / "kubectl"
     proc = subprocess.Popen(
@@ -54,8 +54,9 @@ def watched(stack: KubeStack, lines: list[str]) -> subprocess.Popen[str]:
         for line in proc.stdout:
             lines.append(line.strip())
 
-    threading.Thread(target=read, daemon=True).start()
-    return proc
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    return proc, reader
 
 
 def allocated(stack: KubeStack, names: list[str]) -> list[dict[str, Any]] | None:
@@ -88,7 +89,7 @@ def test_a_burst_is_placed_side_by_side_and_no_node_is_held_twice(us_stack: Kube
     wait_no_workloads(stack)
     names = [f"burst-{i:02d}" for i in range(BURST)]
     lines: list[str] = []
-    watch = watched(stack, lines)
+    watch, reader = watched(stack, lines)
     try:
         stack.kubectl("apply", "-f", "-", input="---\n".join(workload(n, size=1) for n in names))
         statuses = stack.wait_for(
@@ -102,6 +103,9 @@ def test_a_burst_is_placed_side_by_side_and_no_node_is_held_twice(us_stack: Kube
     finally:
         watch.terminate()
         watch.wait(timeout=10)
+        reader.join(timeout=10)
+        assert watch.stdout is not None
+        watch.stdout.close()
     held = Counter(n["nodeName"] for s in statuses for a in s["allocations"] for n in a["nodes"])
     assert len(held) == BURST, f"every node once: {held}"
     assert set(held.values()) == {1}, f"a node held twice: {held}"

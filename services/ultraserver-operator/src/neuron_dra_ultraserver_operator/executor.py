@@ -77,7 +77,7 @@ from neuron_dra_ultraserver_operator.resources import (
 )
 from neuron_dra_ultraserver_operator.statuses import age_seconds
 
-__all__ = ["Allocate", "Executor", "covers", "owned"]
+__all__ = ["Allocate", "Executor", "owned"]
 
 log = logging.getLogger(__name__)
 
@@ -492,7 +492,7 @@ class Executor:
             await self._delete(RESOURCE_CLAIM_TEMPLATES, name, ns, uid=uid)
             await self._create_template(wl, template)
             return
-        if covers(existing, template):
+        if _covers(existing, template):
             return  # every field this operator sets holds its value already: nothing to write
         # The version read: one replaced in between (by anyone) fails the apply (409).
         versioned = {**template, "metadata": {**meta, "resourceVersion": _version(existing)}}
@@ -731,22 +731,22 @@ def _owner_of(obj: Obj) -> str:
     return "owned by " + ", ".join(named) if named else "made by someone else"
 
 
-def covers(have: object, want: object) -> bool:
+def _covers(have: object, want: object) -> bool:
     """Whether ``have`` (an object as the API returns it) holds every field of ``want`` with
     the same value; fields the API added (defaults, metadata it keeps) do not matter.
 
-    >>> covers({"a": 1, "b": [{"c": 2, "d": 3}]}, {"b": [{"c": 2}]})
+    >>> _covers({"a": 1, "b": [{"c": 2, "d": 3}]}, {"b": [{"c": 2}]})
     True
     """
     if isinstance(want, dict):
         return isinstance(have, dict) and all(
-            k in have and covers(have[k], v) for k, v in want.items()
+            k in have and _covers(have[k], v) for k, v in want.items()
         )
     if isinstance(want, list):
         return (
             isinstance(have, list)
             and len(have) == len(want)
-            and all(covers(h, w) for h, w in zip(have, want, strict=True))
+            and all(_covers(h, w) for h, w in zip(have, want, strict=True))
         )
     return have == want
 
