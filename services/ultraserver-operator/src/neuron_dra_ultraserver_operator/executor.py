@@ -134,9 +134,12 @@ class Executor:
         #: the operator's own writes (an echo of an earlier one, or not even that), and the
         #: copy the last write returned is the newest.
         self._written: dict[str, tuple[Obj, frozenset[str]]] = {}
-        #: workload key -> the same for the workload: its own last write of it (the status,
-        #: the finalizer), and the versions known to be older.
-        self._wrote: dict[str, tuple[Obj, frozenset[str]]] = {}
+        #: workload key -> what this operator's last write of it (the status, the finalizer)
+        #: returned, until the informer shows that version or another writer's.
+        self._wrote: dict[str, Obj] = {}
+        #: workload key -> its versions known to be older than the operator's last write of
+        #: it: those its writes started from and made (an informer showing one is behind).
+        self._older: dict[str, set[str]] = {}
         #: The Node cache as this operator knows it: its own writes over the informer's.
         self.newest_nodes: Mapping[str, Obj] = _Newest(self)
         self._states: dict[str, str] = {}
@@ -197,24 +200,29 @@ class Executor:
         wrote = self._wrote.get(key)
         if wrote is None:
             return cached
-        obj, older = wrote
-        if _version(cached) in older:
-            return obj
+        if _version(cached) in self._older.get(key, ()):
+            return wrote
+        # The informer shows this write, or another writer's after it: the copy goes, and
+        # its version, from now on older, is remembered (another write may follow before
+        # the informer shows this one).
         del self._wrote[key]
+        self._older.setdefault(key, set()).add(_version(wrote))
         return cached
 
     def forget(self, key: str) -> None:
         """The workload ``key`` is gone: its copy goes too."""
         self._wrote.pop(key, None)
+        self._older.pop(key, None)
 
     def _wrote_workload(self, wl: Workload, written: Obj) -> None:
         """Keep ``written``, what a write of ``wl`` returned, as its newest copy."""
+        older = self._older.setdefault(wl.key, set())
+        older.add(wl.metadata.resource_version)
         before = self._wrote.get(wl.key)
-        older = {wl.metadata.resource_version}
         if before is not None:
-            older |= before[1] | {_version(before[0])}
+            older.add(_version(before))
         older.discard(_version(written))
-        self._wrote[wl.key] = (written, frozenset(older))
+        self._wrote[wl.key] = written
 
     async def sent(self, workload: Workload) -> None:
         """Wait until the Events of ``workload`` are sent (the end of a pass)."""
