@@ -31,11 +31,20 @@ def main(argv: list[str] | None = None) -> int:
         metavar="N",
         help="scale only: the fleet sizes to run, one after the other",
     )
+    parser.add_argument(
+        "--only",
+        choices=["workloads"],
+        help="scale only: the fleet and its slices, then only this part",
+    )
     args = parser.parse_args(argv)
     if args.nodes and args.name != "scale":
         parser.error(f"--nodes: only the scale scenario takes it, not {args.name}")
     scenario = importlib.import_module(SCENARIOS[args.name])
-    extra = {"nodes": args.nodes} if args.nodes else {}
+    if args.only and args.name != "scale":
+        parser.error(f"--only: only the scale scenario takes it, not {args.name}")
+    extra: dict[str, object] = {"nodes": args.nodes} if args.nodes else {}
+    if args.only:
+        extra["only"] = args.only
     report = scenario.run(quick=args.quick, **extra)
     print(report.table())
     print(report.json_line())

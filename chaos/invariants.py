@@ -100,11 +100,6 @@ def nodes_held_twice(workloads: Iterable[Obj]) -> list[str]:
     holders: dict[str, set[str]] = defaultdict(set)
     for workload in workloads:
         status = workload.get("status") or {}
-        if workload["metadata"].get("deletionTimestamp") and status.get("state") == "Deallocating":
-            # The operator releases a deleted workload's nodes once its claims are gone and
-            # only then drops its finalizer, leaving the status as it was: what it lists may
-            # already be another's. What a pod holds is checked on the claims.
-            continue
         for allocation in status.get("allocations") or ():
             for node in allocation.get("nodes") or ():
                 holders[str(node.get("nodeName"))].add(_name(workload))

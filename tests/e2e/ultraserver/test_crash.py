@@ -13,9 +13,12 @@ import pytest
 from neuron_dra_ultraserver_operator.faults import CRASH_ENV, STEPS
 
 from tests.e2e.ultraserver.converged import (
+    ULTRASERVERS,
     assert_allocated_once,
     assert_released,
     exists,
+    free_ultraservers,
+    status_of,
     wait_no_workloads,
     wait_state,
     workload,
@@ -90,6 +93,13 @@ def test_kill_during_deletion_leaves_nothing_behind(
     stack.kubectl("delete", "nusw", name, "--wait=false")
     assert operators.wait_exited(STACK_NAME, timeout=90) == -signal.SIGKILL
     assert exists(stack, "nusw", name), "the finalizer holds the workload while it is released"
+    # Its status lets go of the UltraServer before the allocator may give it to another:
+    # killed at any step, a workload whose status still names it has not been released.
+    if status_of(stack, name).get("allocations"):
+        free, _ = free_ultraservers(stack)
+        assert free == ULTRASERVERS - 1, f"released while {name}'s status still names it"
+    elif step == "delete:cleared":
+        assert free_ultraservers(stack)[0] == ULTRASERVERS - 1, "released before the kill"
     restart(operators)
     stack.wait_for(f"{name} deleted", lambda: not exists(stack, "nusw", name), timeout=120)
     assert_released(stack, name, uid)

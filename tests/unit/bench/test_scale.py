@@ -17,6 +17,7 @@ from bench.scenarios.scale import (
     ScaleReport,
     Sizes,
     apiserver_writes,
+    apiserver_writes_by,
     fleet_of,
     goals,
     slope,
@@ -57,6 +58,21 @@ def test_writes_are_the_mutating_requests_of_the_resources_asked_for() -> None:
     assert apiserver_writes(METRICS, only=("resourceslices",)) == 200
     assert apiserver_writes(METRICS) == 1234
     assert apiserver_writes(METRICS, skip=(("leases", ""), ("nodes", "status"))) == 204
+
+
+def test_writes_by_request_count_applies_and_name_failed_answers() -> None:
+    applies = (
+        METRICS
+        + 'apiserver_request_total{code="201",resource="neuronultraserverworkloads",'
+        + 'subresource="status",verb="APPLY"} 7\n'
+        + 'apiserver_request_total{code="409",resource="nodes",subresource="",verb="PATCH"} 3\n'
+    )
+    assert apiserver_writes_by(applies, skip=(("leases", ""), ("nodes", "status"))) == {
+        "POST resourceslices": 200,
+        "PUT nodes": 4,
+        "APPLY neuronultraserverworkloads/status": 7,
+        "PATCH nodes 409": 3,
+    }
 
 
 def test_memory_slope_is_per_thousand_nodes_and_its_exponent_shows_faster_than_linear() -> None:

@@ -206,6 +206,10 @@ class Api:
                 wl["status"] = self._applied(wl.get("status") or {}, body["status"], kw)
             else:
                 wl["metadata"]["finalizers"] = body["metadata"].get("finalizers", [])
+            # A new version, and the answer is the workload as stored.
+            meta = wl["metadata"]
+            meta["resourceVersion"] = str(int(meta.get("resourceVersion") or "1") + 1)
+            return copy.deepcopy(wl)
         return body
 
     def _applied(self, current: Obj, sent: Obj, kw: Mapping[str, Any]) -> Obj:
@@ -273,6 +277,7 @@ class World:
         tracer: Tracer | None = None,
         on_allocate: Callable[[Event], None] = lambda event: None,
         node_cache: Callable[[Api], Mapping[str, Obj]] = lambda api: api.nodes,
+        workload_cache: Callable[[Api], Mapping[str, Obj]] = lambda api: api.workloads,
         crash: CrashPoint = no_crash,
     ) -> None:
         self.api = Api(servers)
@@ -295,6 +300,7 @@ class World:
                 "uid": "uid-1",
                 "generation": 1,
                 "finalizers": [],
+                "resourceVersion": "1",
             },
             "spec": {
                 "instanceType": TYPE,
@@ -322,8 +328,8 @@ class World:
         def start(crash: CrashPoint) -> WorkloadReconciler:
             return WorkloadReconciler(
                 client=self.api,  # type: ignore[arg-type]
-                workloads=self.api.workloads,
-                # The informer's copy of the Nodes (by default always current).
+                # The informers' copies of the workloads and Nodes (by default always current).
+                workloads=workload_cache(self.api),
                 nodes=node_cache(self.api),
                 fleet=FleetIndex(lambda: _views, self.api.nodes, self.health),
                 allocate=allocate,

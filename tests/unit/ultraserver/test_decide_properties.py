@@ -214,6 +214,11 @@ class World:
                 if action.purpose != "hold":
                     return msgspec.structs.replace(facts, answer=answer)
             case Release():
+                if meta.get("deletionTimestamp"):
+                    # A deleted workload lets go of its nodes in Kubernetes before the
+                    # allocator may hand them to another: no status or record names them.
+                    assert not (obj.get("status") or {}).get("allocations"), obj["status"]
+                    assert not [n for n, h in self.held.items() if h.record.workload_uid == ref.uid]
                 await self.allocator.handle(
                     AllocationReleased(request_id=f"release-{ref.uid}", workload=ref)
                 )

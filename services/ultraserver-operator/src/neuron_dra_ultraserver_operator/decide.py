@@ -18,7 +18,7 @@ view converges on what the objects record even after it lost its history. A NotR
 node of an allocated workload applies its ``failureStrategy`` (``NoOp``, ``RestartAll``,
 ``ReplaceAffected`` alias ``MigrateAffected``: see the README). Deleting a workload (a
 finalizer holds it) deletes the template and its pods, waits for their claims to go, removes
-the node records, releases the nodes, then lets go.
+the node records, clears ``status.allocations``, releases the nodes, then lets go.
 
 A pass may need an answer first (the allocator's, or which claims remain): the decision then
 ends with that query, and the next decision of the pass gets the answer in :class:`Facts`.
@@ -455,8 +455,24 @@ def _deleting(workload: Workload, records: Mapping[str, Held], facts: Facts) -> 
         wait = facts.claim_wait_seconds
         message = f"claims still present after {wait:.0f}s: {names}; releasing"
         out.append(Emit(reason="ClaimsRemain", message=message, warning=True))
-    out += _unbind(workload, records, deleting=True)
+    # The records go first, then the status stops naming the nodes, and only then does the
+    # allocator get them back: nothing lists a released UltraServer as this workload's once
+    # another may be given it. A crash in between resumes with the release.
+    clears = _clears(workload, records)
+    if clears:
+        out.append(WriteNodeRecords(writes=clears, step="delete:node-cleared"))
+    if held:
+        out += status_write(
+            workload,
+            now=facts.now,
+            state="Deallocating",
+            reason="Deleting",
+            message="",
+            step="delete:cleared",
+        )
     out += [
+        Release(step="delete:released"),
+        WakeWaiting(),
         Emit(reason="Released", message="UltraServers released"),
         ForgetEvents(),
         SetFinalizer(present=False),
@@ -567,17 +583,17 @@ def _node_writes(
     return [WriteNodeRecords(writes=tuple(writes), step=step)] if writes else []
 
 
-def _unbind(
-    workload: Workload, records: Mapping[str, Held], *, deleting: bool = False
-) -> list[Action]:
-    clears = tuple(
+def _unbind(workload: Workload, records: Mapping[str, Held]) -> list[Action]:
+    clears = _clears(workload, records)
+    out: list[Action] = [WriteNodeRecords(writes=clears)] if clears else []
+    return [*out, Release(), WakeWaiting()]
+
+
+def _clears(workload: Workload, records: Mapping[str, Held]) -> tuple[NodeWrite, ...]:
+    """The removals of the workload's records from the nodes that carry them."""
+    return tuple(
         NodeWrite(node=n, record=None) for n in workload.nodes if _held_by(records, n, workload)
     )
-    out: list[Action] = []
-    if clears:
-        out.append(WriteNodeRecords(writes=clears, step="delete:node-cleared" if deleting else ""))
-    out += [Release(step="delete:released" if deleting else ""), WakeWaiting()]
-    return out
 
 
 def _holding(workload: Workload, records: tuple[AllocationRecord, ...]) -> Workload:

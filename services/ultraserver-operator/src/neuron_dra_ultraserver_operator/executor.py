@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Protocol
 
 import msgspec
@@ -134,6 +134,14 @@ class Executor:
         #: the operator's own writes (an echo of an earlier one, or not even that), and the
         #: copy the last write returned is the newest.
         self._written: dict[str, tuple[Obj, frozenset[str]]] = {}
+        #: workload key -> what this operator's last write of it (the status, the finalizer)
+        #: returned, until the informer shows that version or another writer's.
+        self._wrote: dict[str, Obj] = {}
+        #: workload key -> its versions known to be older than the operator's last write of
+        #: it: those its writes started from and made (an informer showing one is behind).
+        self._older: dict[str, set[str]] = {}
+        #: The Node cache as this operator knows it: its own writes over the informer's.
+        self.newest_nodes: Mapping[str, Obj] = _Newest(self)
         self._states: dict[str, str] = {}
         self._allocate = allocate
         self._requeue = requeue
@@ -184,6 +192,38 @@ class Executor:
             _report_slow(workload, took, total=loop.time() - began)
         return facts
 
+    def newest(self, key: str, cached: Obj) -> Obj:
+        """The newest copy of workload ``key`` this operator has without asking: what its
+        own last write returned while the informer still shows an older version (its own
+        write not echoed yet), else the informer's ``cached`` copy. A pass thus never
+        decides again on what it already wrote, nor writes it twice."""
+        wrote = self._wrote.get(key)
+        if wrote is None:
+            return cached
+        if _version(cached) in self._older.get(key, ()):
+            return wrote
+        # The informer shows this write, or another writer's after it: the copy goes, and
+        # its version, from now on older, is remembered (another write may follow before
+        # the informer shows this one).
+        del self._wrote[key]
+        self._older.setdefault(key, set()).add(_version(wrote))
+        return cached
+
+    def forget(self, key: str) -> None:
+        """The workload ``key`` is gone: its copy goes too."""
+        self._wrote.pop(key, None)
+        self._older.pop(key, None)
+
+    def _wrote_workload(self, wl: Workload, written: Obj) -> None:
+        """Keep ``written``, what a write of ``wl`` returned, as its newest copy."""
+        older = self._older.setdefault(wl.key, set())
+        older.add(wl.metadata.resource_version)
+        before = self._wrote.get(wl.key)
+        if before is not None:
+            older.add(_version(before))
+        older.discard(_version(written))
+        self._wrote[wl.key] = written
+
     async def sent(self, workload: Workload) -> None:
         """Wait until the Events of ``workload`` are sent (the end of a pass)."""
         await _together(self._sending.pop(workload.metadata.uid, ()))
@@ -229,6 +269,7 @@ class Executor:
             case ForgetEvents():
                 self._last_event.pop(wl.metadata.uid, None)
                 self._states.pop(wl.metadata.uid, None)
+                self.forget(wl.key)
             case Requeue():
                 self._requeue(wl.key, action.after)
             case WakeWaiting():
@@ -273,11 +314,14 @@ class Executor:
         if present:
             meta["finalizers"] = [FINALIZER]
         try:
-            await apply(self.client, NUSW, {"metadata": meta}, field_manager=FIELD_MANAGER)
+            written = await apply(
+                self.client, NUSW, {"metadata": meta}, field_manager=FIELD_MANAGER
+            )
         except ApiException as exc:
             if exc.status == 404 and not present:
                 return  # already gone
             raise
+        self._wrote_workload(wl, written)
 
     async def _status(self, wl: Workload, status: Obj) -> None:
         body = {
@@ -285,10 +329,12 @@ class Executor:
             "status": status,
         }
         try:
-            await apply_status(self.client, NUSW, body, field_manager=FIELD_MANAGER)
+            written = await apply_status(self.client, NUSW, body, field_manager=FIELD_MANAGER)
         except ApiException as exc:
             if exc.status != 404:
                 raise
+            return
+        self._wrote_workload(wl, written)
 
     async def _state_changed(self, wl: Workload, status: Obj) -> None:
         """Put a state change on the bus for audit and alerts (never holds the reconcile up)."""
@@ -454,6 +500,8 @@ class Executor:
             await self._delete(RESOURCE_CLAIM_TEMPLATES, name, ns, uid=uid)
             await self._create_template(wl, template)
             return
+        if _covers(existing, template):
+            return  # every field this operator sets holds its value already: nothing to write
         # The version read: one replaced in between (by anyone) fails the apply (409).
         versioned = {**template, "metadata": {**meta, "resourceVersion": _version(existing)}}
         try:
@@ -621,6 +669,28 @@ class Executor:
             log.warning("event not recorded", extra={"workload": wl.key, "error": str(exc)})
 
 
+class _Newest(Mapping[str, Obj]):
+    """The Node informer's cache, with the executor's own newer copies over it (see
+    ``Executor._known``): the records a pass decides on include its own last writes."""
+
+    def __init__(self, executor: Executor) -> None:
+        self._executor = executor
+
+    def __getitem__(self, name: str) -> Obj:
+        if name not in self._executor._nodes:
+            raise KeyError(name)
+        node = self._executor._known(name)
+        if node is None:
+            raise KeyError(name)
+        return node
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._executor._nodes)
+
+    def __len__(self) -> int:
+        return len(self._executor._nodes)
+
+
 def _named(action: Action) -> str:
     """How the slow-reconcile log names an action (the ones performed together, with +)."""
     if isinstance(action, Together):
@@ -667,6 +737,26 @@ def _owner_of(obj: Obj) -> str:
     refs = (obj.get("metadata") or {}).get("ownerReferences") or ()
     named = [f"{r.get('kind', '?')} {r.get('name', '?')}" for r in refs if r.get("controller")]
     return "owned by " + ", ".join(named) if named else "made by someone else"
+
+
+def _covers(have: object, want: object) -> bool:
+    """Whether ``have`` (an object as the API returns it) holds every field of ``want`` with
+    the same value; fields the API added (defaults, metadata it keeps) do not matter.
+
+    >>> _covers({"a": 1, "b": [{"c": 2, "d": 3}]}, {"b": [{"c": 2}]})
+    True
+    """
+    if isinstance(want, dict):
+        return isinstance(have, dict) and all(
+            k in have and _covers(have[k], v) for k, v in want.items()
+        )
+    if isinstance(want, list):
+        return (
+            isinstance(have, list)
+            and len(have) == len(want)
+            and all(_covers(h, w) for h, w in zip(have, want, strict=True))
+        )
+    return have == want
 
 
 def _version(obj: Obj) -> str:

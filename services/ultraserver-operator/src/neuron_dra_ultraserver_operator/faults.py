@@ -27,6 +27,7 @@ STEPS: Final = (
     "delete:deallocating",  # state Deallocating written
     "delete:template-deleted",  # the ResourceClaimTemplate deleted
     "delete:node-cleared",  # a node record removed (its devices get untagged)
+    "delete:cleared",  # status.allocations emptied; the allocator still holds the nodes
     "delete:released",  # the allocator released the nodes; the finalizer still holds
 )
 

@@ -43,9 +43,6 @@ from neuron_dra_ultraserver_operator.ultraservers import UltraServerReconciler, 
 __all__ = ["build", "health_reader", "main"]
 
 NAME: Final = "ultraserver-operator"
-#: Workloads reconciled at once (each key by one worker at a time; the allocator decides
-#: races for the same nodes).
-WORKLOAD_WORKERS: Final = 4
 
 
 async def build(settings: OperatorSettings) -> Service:
@@ -156,7 +153,7 @@ async def build(settings: OperatorSettings) -> Service:
         resyncing = asyncio.create_task(resync(), name="workloads-resync")
         try:
             await asyncio.gather(
-                run_workers(wq, workloads.reconcile, workers=WORKLOAD_WORKERS),
+                run_workers(wq, workloads.reconcile, workers=settings.workload_workers),
                 run_workers(uq, ultraservers.reconcile, workers=2),
                 pending.run(),
             )

@@ -39,6 +39,7 @@ class Meta(_Camel, frozen=True, kw_only=True):
     deletion_timestamp: str | None = None
     finalizers: tuple[str, ...] = ()
     creation_timestamp: str = ""
+    resource_version: str = ""
 
 
 class AllocationPolicy(_Camel, frozen=True, kw_only=True):

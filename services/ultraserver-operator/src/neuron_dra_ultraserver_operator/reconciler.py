@@ -65,7 +65,6 @@ class WorkloadReconciler:
         self._workloads = workloads
         self._tracer = tracer or get_tracer(__name__)
         self._fleet = fleet
-        self._records = NodeRecords(nodes)
         self._claim_wait = claim_wait_seconds
         self._efa = EfaCheck(client)
         self._requeue = requeue
@@ -81,11 +80,17 @@ class WorkloadReconciler:
             publish=publish,
             nodes=nodes,
         )
+        # The records as the Nodes carry them, this operator's own writes included before
+        # the informer shows them: a pass never writes a record again that it just wrote.
+        self._records = NodeRecords(self._executor.newest_nodes)
 
     async def reconcile(self, key: str) -> None:
-        obj = self._workloads.get(key)
-        if obj is None:
+        cached = self._workloads.get(key)
+        if cached is None:
+            self._executor.forget(key)
             return
+        # The informer may not show this operator's last writes yet.
+        obj = self._executor.newest(key, cached)
         try:
             workload = workload_from_api(obj)
         except msgspec.ValidationError as exc:
@@ -115,7 +120,8 @@ class WorkloadReconciler:
     def _all_workloads(self) -> list[Workload]:
         out = []
         seen: dict[str, tuple[str, Workload | None]] = {}
-        for key, obj in list(self._workloads.items()):
+        for key, shown in list(self._workloads.items()):
+            obj = self._executor.newest(key, shown)
             version = str((obj.get("metadata") or {}).get("resourceVersion") or "")
             cached = self._decoded.get(key)
             if cached is None or cached[0] != version or not version:

@@ -36,3 +36,12 @@ class OperatorSettings(LeaderElectedSettings, frozen=True, kw_only=True):
             "allocator (which may have restarted without its history)",
         ),
     ] = 60.0
+    workload_workers: Annotated[
+        int,
+        msgspec.Meta(
+            ge=1,
+            le=256,
+            description="Workloads reconciled at once (each workload by one at a time; the "
+            "allocator decides, one request after another, which UltraServers each gets)",
+        ),
+    ] = 32
