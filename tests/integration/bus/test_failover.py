@@ -29,7 +29,7 @@ import msgspec
 import nats.errors
 import pytest
 from neuron_dra_cli.stack import alerting, health
-from neuron_dra_common.bus import STREAMS, Bus, PublishError, replay
+from neuron_dra_common.bus import Bus, PublishError, replay
 from neuron_dra_common.bus.declarations import AUDIT, CONSUMERS, HEALTH, HEARTBEAT
 from neuron_dra_common.events import (
     ClaimPrepared,
@@ -43,6 +43,7 @@ from neuron_dra_common.hardware.model import NodeHardware
 from neuron_dra_common.liveness import Heartbeat
 from prometheus_client.parser import text_string_to_metric_families
 
+from bench.natscluster import lead_from, stream_leaders
 from tests.fixtures.nats import REPO, NatsCluster
 from tests.fixtures.subscribers import Alertmanager, ServiceProcess
 
@@ -284,45 +285,6 @@ def services(
     finally:
         for service in running.values():
             service.stop()
-
-
-async def stream_leaders(bus: Bus) -> dict[str, str]:
-    """Which server leads each stream and each durable consumer (JetStream's cluster info);
-    one without a leader (an election under way) is left out."""
-    leaders: dict[str, str] = {}
-    for spec in STREAMS:
-        info = await bus.js.stream_info(spec.name)
-        if info.cluster is not None and info.cluster.leader:
-            leaders[spec.name] = info.cluster.leader
-    for durable, declared in CONSUMERS.items():
-        with contextlib.suppress(Exception):  # a consumer of a service not run here
-            cinfo = await bus.js.consumer_info(declared.stream, durable)
-            if cinfo.cluster is not None and cinfo.cluster.leader:
-                leaders[durable] = cinfo.cluster.leader
-    return leaders
-
-
-async def lead_from(bus: Bus, server: str, consumers: list[str]) -> None:
-    """Make ``server`` the leader of every stream and of ``consumers`` (JetStream's leader
-    step-down with a preferred server), so killing it takes every leader at once."""
-    for spec in STREAMS:
-        await _step_down(bus, f"$JS.API.STREAM.LEADER.STEPDOWN.{spec.name}", server)
-    for durable in consumers:
-        stream = CONSUMERS[durable].stream
-        await _step_down(bus, f"$JS.API.CONSUMER.LEADER.STEPDOWN.{stream}.{durable}", server)
-    for _ in range(100):
-        leaders = await stream_leaders(bus)
-        if all(leaders.get(name) == server for name in [*(s.name for s in STREAMS), *consumers]):
-            return
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"{server} does not lead everything: {leaders}")
-
-
-async def _step_down(bus: Bus, subject: str, server: str) -> None:
-    request = json.dumps({"placement": {"preferred": server}}).encode()
-    answer = json.loads((await bus.nc.request(subject, request, timeout=5)).data)
-    error = answer.get("error", {})
-    assert answer.get("success") or error.get("err_code") == 10005, answer  # already leader
 
 
 async def test_killing_the_server_leading_the_streams_loses_no_event_and_stalls_no_consumer(
