@@ -141,7 +141,7 @@ class Sizes:
             lost=5 if quick else 10,
             workloads=min(WORKLOADS, nodes // 4),
             steady_seconds=5.0 if quick else 20.0,
-            chaos_steps=10 if quick else 30,
+            chaos_steps=6 if quick else 30,
         )
 
 
@@ -477,9 +477,9 @@ class Run:
             ) as tally:
                 await self._workloads(tally)
             async with self.progress.phase("silent nodes lost", self.sizes.lost) as tally:
-                await self._lost(agents, health, list(labels), tally)
+                silenced = await self._lost(agents, health, list(labels), tally)
             if self.options.failover:
-                await self._failover(agents, health, taints, list(labels), inventories[0])
+                await self._failover(agents, health, taints, list(labels), inventories[0], silenced)
             if self.options.chaos:
                 await self._chaos(list(labels))
             failed = " ".join(x for x in (fleet.failed(), (await agents.stats())[1]) if x)
@@ -710,9 +710,17 @@ class Run:
         raise RuntimeError("the workloads were not deleted within 5 minutes")
 
     async def _lost(
-        self, agents: Agents, health: BusEvents, names: list[str], tally: Tally
-    ) -> None:
-        picked = [names[(k * 104729 + 13) % len(names)] for k in range(self.sizes.lost)]
+        self,
+        agents: Agents,
+        health: BusEvents,
+        names: list[str],
+        tally: Tally,
+        avoid: Sequence[str] = (),
+    ) -> list[str]:
+        """Silence ``sizes.lost`` nodes (none of ``avoid``: a node just resumed may not be
+        recovered yet, and a lost node is not declared lost again); return them."""
+        spread = (names[(k * 104729 + 13) % len(names)] for k in range(len(names)))
+        picked = [n for n in dict.fromkeys(spread) if n not in avoid][: self.sizes.lost]
         waits = []
         for node in picked:
 
@@ -728,6 +736,7 @@ class Run:
             tally.done += 1
         for node in picked:
             await agents.resume(node)
+        return picked
 
     def _declared_lost(self) -> int:
         """Nodes the detector declared lost so far (its log)."""
@@ -741,6 +750,7 @@ class Run:
         taints: BusEvents,
         names: list[str],
         probe: NodeInventory,
+        silenced: list[str],
     ) -> None:
         """The server leading every stream killed while the workloads are being allocated;
         the faults and the silent nodes through the failover; then the audit reconciled."""
@@ -767,7 +777,7 @@ class Run:
                 await asyncio.gather(
                     workloads,
                     self._faults(taints, names, tally),
-                    self._lost(agents, health, names, tally),
+                    self._lost(agents, health, names, tally, avoid=silenced),
                 )
             async with self.progress.phase("failover: the audit catching up"):
                 figures = await failover.finish(await agents.claim_ids())

@@ -44,7 +44,7 @@ def test_scale_quick_runs_end_to_end_and_prints_every_figure() -> None:
     assert set(line["store_mib"]) == {"nats-0", "nats-1", "nats-2"}
 
 
-def test_scale_failover_and_chaos_at_eight_nodes_print_what_a_user_must_see() -> None:
+def test_scale_failover_and_chaos_at_sixteen_nodes_print_what_a_user_must_see() -> None:
     """``--failover``: the server leading every stream killed with SIGKILL mid-run; every
     consumer handles messages again, the audit holds every acknowledged claim event once, and
     the figures taken through the failover stand next to the steady ones. ``--chaos``: the
@@ -57,7 +57,7 @@ def test_scale_failover_and_chaos_at_eight_nodes_print_what_a_user_must_see() ->
             "scale",
             "--quick",
             "--nodes",
-            "8",
+            "16",
             "--failover",
             "--chaos",
         ],
@@ -69,10 +69,10 @@ def test_scale_failover_and_chaos_at_eight_nodes_print_what_a_user_must_see() ->
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     progress = proc.stderr
     for phase in (
-        "nodes registered: done 8/8",
+        "nodes registered: done 16/16",
         "slices written by the publisher: done",
         "failover: the audit catching up: done",
-        "chaos step 10/10",
+        "chaos step 6/6",
     ):
         assert phase in progress, progress[-3000:]
     out = proc.stdout
@@ -105,4 +105,4 @@ def test_scale_failover_and_chaos_at_eight_nodes_print_what_a_user_must_see() ->
     figures = line["figures"]
     assert figures["failover: silent node -> lost p99"]["value"] > 1.0
     assert line["chaos"]["met"] is True, line["chaos"]
-    assert line["chaos"]["steps"] == 10
+    assert line["chaos"]["steps"] == 6
