@@ -63,6 +63,7 @@ SAMPLE_SECONDS = 0.2
 PROBE_SECONDS = 0.5
 #: A source of the audit stream counts as read again once it was heard from this recently.
 SOURCE_ACTIVE_NS = 2_000_000_000
+_STREAMS = {s.name for s in STREAMS}
 
 
 # --- pure pieces (unit tested) ---------------------------------------------------------------
@@ -319,6 +320,3 @@ class Failover:
                 self._probes.add(task)
                 task.add_done_callback(self._probes.discard)
             await asyncio.sleep(PROBE_SECONDS)
-
-
-_STREAMS = {s.name for s in STREAMS}
