@@ -731,11 +731,16 @@ class Run:
             last = await agents.silence(node)
             waits.append((node, last, future))
             await asyncio.sleep(0.3)
-        for _node, last, future in waits:
-            self.m.lost_s.append(await asyncio.wait_for(future, 60.0) - last)
-            tally.done += 1
-        for node in picked:
-            await agents.resume(node)
+        try:
+            for node, last, future in waits:
+                try:
+                    self.m.lost_s.append(await asyncio.wait_for(future, 60.0) - last)
+                except TimeoutError:
+                    raise RuntimeError(f"{node} silenced, not declared lost within 60 s") from None
+                tally.done += 1
+        finally:
+            for node in picked:
+                await agents.resume(node)
         return picked
 
     def _declared_lost(self) -> int:
@@ -774,11 +779,19 @@ class Run:
                 workloads = asyncio.create_task(self._workloads(tally), name="failover workloads")
                 await asyncio.sleep(1.0)  # the creates are in; the allocations under way
                 await failover.kill()
-                await asyncio.gather(
+                # One measurement failing through the failover is a finding, not the end of
+                # the run: it is noted, and the failover's own figures are still taken.
+                outcomes = await asyncio.gather(
                     workloads,
                     self._faults(taints, names, tally),
                     self._lost(agents, health, names, tally, avoid=silenced),
+                    return_exceptions=True,
                 )
+            for what, outcome in zip(
+                ("workloads", "faults", "silent nodes"), outcomes, strict=True
+            ):
+                if isinstance(outcome, BaseException):
+                    self.m.notes.append(f"{what} FAILED: {outcome!r}")
             async with self.progress.phase("failover: the audit catching up"):
                 figures = await failover.finish(await agents.claim_ids())
         finally:
