@@ -36,13 +36,25 @@ def main(argv: list[str] | None = None) -> int:
         choices=["workloads"],
         help="scale only: the fleet and its slices, then only this part",
     )
+    parser.add_argument(
+        "--failover",
+        action="store_true",
+        help="scale only: kill -9 the NATS server leading the streams under load",
+    )
+    parser.add_argument(
+        "--chaos",
+        action="store_true",
+        help="scale only: churn the fleet and run the chaos checks against every node",
+    )
     args = parser.parse_args(argv)
-    if args.nodes and args.name != "scale":
-        parser.error(f"--nodes: only the scale scenario takes it, not {args.name}")
+    for flag in ("nodes", "failover", "chaos"):
+        if getattr(args, flag) and args.name != "scale":
+            parser.error(f"--{flag}: only the scale scenario takes it, not {args.name}")
     scenario = importlib.import_module(SCENARIOS[args.name])
     if args.only and args.name != "scale":
         parser.error(f"--only: only the scale scenario takes it, not {args.name}")
     extra: dict[str, object] = {"nodes": args.nodes} if args.nodes else {}
+    extra |= {flag: True for flag in ("failover", "chaos") if getattr(args, flag)}
     if args.only:
         extra["only"] = args.only
     report = scenario.run(quick=args.quick, **extra)

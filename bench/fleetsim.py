@@ -113,6 +113,11 @@ class FleetSim:
         #: When each node's newest heartbeat was acknowledged by the server (perf_counter).
         self.last_beat: dict[str, float] = {}
         self.beats_sent = 0
+        #: Nodes registered so far (Node and Lease made).
+        self.registered = 0
+        #: The message ids of the claim events the server acknowledged, in order: what the
+        #: audit must hold once it caught up.
+        self.claim_ids: list[str] = []
         #: Failed batches by loop (each is tried again at the loop's next period).
         self.errors: dict[str, int] = {}
         self.last_error: BaseException | None = None
@@ -158,6 +163,7 @@ class FleetSim:
                 },
                 namespace="kube-node-lease",
             )
+            self.registered += 1
 
         await self._bounded(one, self.names)
         return uids
@@ -209,7 +215,8 @@ class FleetSim:
             events.append(ClaimPrepared(node=name, claim=claim, devices=("neurondevice0",)))
             events.append(ClaimUnprepared(node=name, claim=claim, devices=("neurondevice0",)))
         if events:
-            await self.publisher.publish_many(events)
+            stored = await self.publisher.publish_many(events)
+            self.claim_ids += [r.msg_id for r in stored]
 
     def silence(self, name: str) -> float:
         """Stop ``name``'s heartbeats; return when the server acknowledged its last one."""
@@ -341,6 +348,10 @@ class Agents:
     async def resume(self, name: str) -> None:
         await self._ask({"resume": name})
 
+    async def claim_ids(self) -> list[str]:
+        """The message ids of every claim event the server acknowledged so far."""
+        return [str(i) for i in (await self._ask({"claims": True}))["ids"]]
+
     async def stats(self) -> tuple[int, str]:
         """Heartbeats sent so far, and the failed batches (empty: none)."""
         answer = await self._ask({"stats": True})
@@ -382,6 +393,8 @@ async def _serve() -> None:
             command = json.loads(line)
             if "silence" in command:
                 say({"acked": fleet.silence(command["silence"])})
+            elif "claims" in command:
+                say({"ids": fleet.claim_ids})
             elif "resume" in command:
                 fleet.resume(command["resume"])
                 say({"resumed": True})

@@ -11,6 +11,8 @@ the overlay's own comment says they do until the bus-auth component replaces tha
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import os
 import re
@@ -24,10 +26,19 @@ from pathlib import Path
 
 from neuron_dra_cli.stack import process
 from neuron_dra_cli.stack.components import venv_binary
+from neuron_dra_common.bus import STREAMS, Bus
+from neuron_dra_common.bus.declarations import CONSUMERS
 
 from bench.stack import REPO
 
-__all__ = ["OVERLAY_CONF", "NatsCluster", "nats_cluster", "server_config"]
+__all__ = [
+    "OVERLAY_CONF",
+    "NatsCluster",
+    "lead_from",
+    "nats_cluster",
+    "server_config",
+    "stream_leaders",
+]
 
 OVERLAY_CONF = REPO / "deploy" / "kustomize" / "overlays" / "eks" / "nats.conf"
 SIZE = 3
@@ -59,6 +70,23 @@ class NatsCluster:
     @property
     def pids(self) -> dict[str, int]:
         return {s.name: s.proc.pid for s in self.servers if s.proc is not None}
+
+    def server(self, name: str) -> NatsServer:
+        for s in self.servers:
+            if s.name == name:
+                return s
+        raise KeyError(f"no NATS server {name!r}; the cluster has {[s.name for s in self.servers]}")
+
+    def kill(self, name: str) -> None:
+        """SIGKILL ``name``, as the kernel's OOM killer or a lost instance stops it."""
+        proc = self.server(name).proc
+        if proc is not None:
+            proc.kill()
+            proc.wait(10)
+
+    def restart(self, name: str) -> None:
+        """Start ``name`` again on its ports and store, as its StatefulSet restarts the pod."""
+        _spawn(self.server(name))
 
     def store_bytes(self) -> dict[str, int]:
         """Bytes each server's JetStream store holds on disk now."""
@@ -105,11 +133,21 @@ def _healthy(server: NatsServer) -> bool:
         return False
 
 
+def _spawn(server: NatsServer) -> None:
+    folder = server.store.parent
+    with (folder / "nats.log").open("ab") as log:
+        server.proc = subprocess.Popen(
+            [str(venv_binary("nats-server")), "--config", str(folder / "nats.conf")],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=os.environ.copy(),
+        )
+
+
 @contextmanager
 def nats_cluster(root: Path) -> Iterator[NatsCluster]:
     """Three servers under ``root``, each healthy (JetStream's meta group formed)."""
     text = OVERLAY_CONF.read_text()
-    binary = venv_binary("nats-server")
     servers = [
         NatsServer(
             name=f"nats-{i}",
@@ -128,14 +166,7 @@ def nats_cluster(root: Path) -> Iterator[NatsCluster]:
             (folder / "cluster-tls.conf").write_text("")
             conf = folder / "nats.conf"
             conf.write_text(server_config(text, server, [s.route for s in servers]))
-            log = (folder / "nats.log").open("wb")
-            server.proc = subprocess.Popen(
-                [str(binary), "--config", str(conf)],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=os.environ.copy(),
-            )
-            log.close()
+            _spawn(server)
         deadline = time.monotonic() + READY_WITHIN
         while not all(_healthy(s) for s in servers):
             for s in servers:
@@ -160,3 +191,48 @@ def nats_cluster(root: Path) -> Iterator[NatsCluster]:
                 except subprocess.TimeoutExpired:
                     s.proc.kill()
                     s.proc.wait(10)
+
+
+# --- who leads what ------------------------------------------------------------------------------
+
+
+async def stream_leaders(bus: Bus) -> dict[str, str]:
+    """Which server leads each stream and each durable consumer of the product (JetStream's
+    cluster info); one without a leader (an election under way) is left out."""
+    leaders: dict[str, str] = {}
+    for spec in STREAMS:
+        with contextlib.suppress(Exception):  # no leader to answer: an election under way
+            info = await bus.js.stream_info(spec.name)
+            if info.cluster is not None and info.cluster.leader:
+                leaders[spec.name] = info.cluster.leader
+    for durable, declared in CONSUMERS.items():
+        with contextlib.suppress(Exception):  # a consumer of a service not run here
+            cinfo = await bus.js.consumer_info(declared.stream, durable)
+            if cinfo.cluster is not None and cinfo.cluster.leader:
+                leaders[durable] = cinfo.cluster.leader
+    return leaders
+
+
+async def lead_from(bus: Bus, server: str, consumers: list[str]) -> None:
+    """Make ``server`` the leader of every stream and of ``consumers`` (JetStream's leader
+    step-down with a preferred server), so killing it takes every leader at once."""
+    for spec in STREAMS:
+        await _step_down(bus, f"$JS.API.STREAM.LEADER.STEPDOWN.{spec.name}", server)
+    for durable in consumers:
+        stream = CONSUMERS[durable].stream
+        await _step_down(bus, f"$JS.API.CONSUMER.LEADER.STEPDOWN.{stream}.{durable}", server)
+    leaders: dict[str, str] = {}
+    for _ in range(200):
+        leaders = await stream_leaders(bus)
+        if all(leaders.get(name) == server for name in [*(s.name for s in STREAMS), *consumers]):
+            return
+        await asyncio.sleep(0.1)
+    raise RuntimeError(f"{server} does not lead everything after the step-downs: {leaders}")
+
+
+async def _step_down(bus: Bus, subject: str, server: str) -> None:
+    request = json.dumps({"placement": {"preferred": server}}).encode()
+    answer = json.loads((await bus.nc.request(subject, request, timeout=5)).data)
+    error = answer.get("error", {})
+    if not answer.get("success") and error.get("err_code") != 10005:  # 10005: already leader
+        raise RuntimeError(f"{subject}: {answer}")

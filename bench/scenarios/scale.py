@@ -34,6 +34,14 @@ Then, timed:
 5. **steady state**: each service's CPU per second while only the fleet's own traffic flows;
    then each service's peak RSS (``VmHWM``).
 
+With ``--failover``, after those: the NATS server leading every stream is killed with
+SIGKILL while 100 workloads are being allocated, and the faults and silent nodes of 2. and 4.
+run again through the failover (``bench.failover``): each figure is printed next to its steady
+twin, with each consumer's resume time and whether the audit reconciles. With ``--chaos``,
+last: the chaos checks against the whole fleet after a churn (``chaos.scale``).
+
+Progress (each phase, and how far a long one got) goes to stderr; the report to stdout.
+
 What differs from the stack: the bus is open (``NEURON_DRA_INSECURE_BUS=1``, no auth callout
 and no TLS, between the NATS servers neither); every service uses the admin kubeconfig rather
 than its own ServiceAccount; the alert subscriber and Alertmanager do not run.
@@ -45,6 +53,7 @@ import asyncio
 import json
 import math
 import os
+import signal
 import ssl
 import tempfile
 import time
@@ -58,6 +67,7 @@ import aiohttp
 import msgspec
 from neuron_dra_cli.stack import components as comp
 from neuron_dra_cli.stack import process, services
+from neuron_dra_cli.stack.alerting import audit_file
 from neuron_dra_cli.stack.fleet import node_labels, parse_fleet
 from neuron_dra_common.bus import Bus
 from neuron_dra_common.bus.declarations import HEALTH, TAINTS
@@ -77,11 +87,14 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from bench import baseline_env
 from bench.control_plane import ControlPlane, control_plane
+from bench.failover import Failover, FailoverFigures
 from bench.fleetsim import Agents, FleetSim
 from bench.harness import Figure, Report, cpu_seconds, percentile
 from bench.natscluster import NatsCluster, nats_cluster
+from bench.progress import Progress, Tally
 from bench.scenarios.ultraserver import NAMESPACE, VERSION, workload_body
 from bench.watch import BusEvents
+from chaos.scale import ChaosOutcome, ScaleChaos
 
 Obj = dict[str, Any]
 
@@ -118,6 +131,8 @@ class Sizes:
     steady_seconds: float
     #: ``--only workloads``: the fleet and its slices, then only the workloads part.
     only_workloads: bool = False
+    #: Churn steps of ``--chaos`` (each followed by the checks that must hold at every step).
+    chaos_steps: int = 30
 
     @classmethod
     def of(cls, nodes: int, *, quick: bool, only: str = "") -> Sizes:
@@ -130,6 +145,7 @@ class Sizes:
             workloads=min(WORKLOADS, nodes // 4),
             steady_seconds=5.0 if quick else 20.0,
             only_workloads=only == "workloads",
+            chaos_steps=6 if quick else 30,
         )
 
 
@@ -227,6 +243,19 @@ class Measured:
     heartbeats_per_s: float = 0.0
     store_mib: dict[str, float] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    #: With ``--failover``: what the failover showed, and the figures taken through it.
+    failover: FailoverFigures | None = None
+    during_failover: Measured | None = None
+    #: With ``--chaos``: what the chaos checks found (empty: every check held).
+    chaos: ChaosOutcome | None = None
+
+
+@dataclass(frozen=True)
+class Options:
+    """What a run does besides the figures of every N."""
+
+    failover: bool = False
+    chaos: bool = False
 
 
 class Metrics:
@@ -360,14 +389,25 @@ def _service_components(
 class Run:
     """One N: the servers are up; this drives the fleet and takes the figures."""
 
-    def __init__(self, *, plane: ControlPlane, cluster: NatsCluster, root: Path, sizes: Sizes):
+    def __init__(
+        self,
+        *,
+        plane: ControlPlane,
+        cluster: NatsCluster,
+        root: Path,
+        sizes: Sizes,
+        options: Options = Options(),
+    ):
         self.plane = plane
         self.cluster = cluster
         self.root = root
         self.sizes = sizes
+        self.options = options
         self.m = Measured(sizes=sizes)
         self.metrics = Metrics(plane)
+        self.progress = Progress(f"scale {sizes.nodes:,}")
         self.pids: dict[str, int] = {}
+        self.ports: dict[str, int] = {}
         self.kube: KubeClient
         self.bus: Bus
 
@@ -397,7 +437,8 @@ class Run:
             nodes=labels,
         )
         t0 = time.perf_counter()
-        uids = await fleet.register()
+        async with self.progress.phase("nodes registered", n, lambda: fleet.registered):
+            uids = await fleet.register()
         fleet.start(agents=False)
         agents = await Agents.start(self.cluster.urls, list(labels))
         try:
@@ -421,12 +462,15 @@ class Run:
         hw = {name: msgspec.structs.replace(hardware, ultraserver=where[name]) for name in labels}
         bodies = [_slices(name, hw[name], labels[name], uids[name]) for name in labels]
         if not self.sizes.only_workloads:
-            await self._bare(bodies)
+            async with self.progress.phase("bare write loop (every node's slices, then deleted)"):
+                await self._bare(bodies)
 
         loop = asyncio.get_running_loop()
-        for c in _service_components(self.plane, self.cluster, self.root):
-            running = await loop.run_in_executor(None, self.plane.start, c)
-            self.pids[c.name] = running.pid
+        async with self.progress.phase("services started", len(SERVICES), lambda: len(self.pids)):
+            for c in _service_components(self.plane, self.cluster, self.root):
+                running = await loop.run_in_executor(None, self.plane.start, c)
+                self.pids[c.name] = running.pid
+                self.ports[c.name] = c.ports.get("http", 0)
         inventories = [
             NodeInventory(
                 node=name,
@@ -439,7 +483,8 @@ class Run:
         ]
         total = sum(len(b) for b in bodies)
         await self._cold(fleet, inventories, total)
-        await self._wait_ultraservers(n // 4)
+        async with self.progress.phase("NeuronUltraServers Available", n // 4) as tally:
+            await self._wait_ultraservers(n // 4, tally)
 
         health = BusEvents(self.bus, stream=HEALTH.name, subject=f"{HEALTH.subjects[0]}")
         taints = BusEvents(self.bus, stream=TAINTS.name, subject=f"{TAINTS.subjects[0]}")
@@ -450,11 +495,22 @@ class Run:
         try:
             await asyncio.sleep(1.0)  # the followers are at the streams' ends
             if not self.sizes.only_workloads:
-                await self._steady(agents)
-                await self._faults(taints, list(labels))
-            await self._workloads()
+                async with self.progress.phase(f"steady state ({self.sizes.steady_seconds:g} s)"):
+                    await self._steady(agents)
+                async with self.progress.phase("device faults tainted", self.sizes.faults) as tally:
+                    await self._faults(taints, list(labels), tally)
+            async with self.progress.phase(
+                "workloads Allocated, then deleted", self.sizes.workloads
+            ) as tally:
+                await self._workloads(tally)
+            silenced: list[str] = []
             if not self.sizes.only_workloads:
-                await self._lost(agents, health, list(labels))
+                async with self.progress.phase("silent nodes lost", self.sizes.lost) as tally:
+                    silenced = await self._lost(agents, health, list(labels), tally)
+            if self.options.failover:
+                await self._failover(agents, health, taints, list(labels), inventories[0], silenced)
+            if self.options.chaos:
+                await self._chaos(list(labels))
             failed = " ".join(x for x in (fleet.failed(), (await agents.stats())[1]) if x)
             if failed:
                 self.m.notes.append(f"the simulated fleet: {failed}")
@@ -507,6 +563,12 @@ class Run:
 
     async def _cold(self, fleet: FleetSim, inventories: list[NodeInventory], total: int) -> None:
         """Publish every inventory; wait until the publisher wrote ``total`` slices."""
+        async with self.progress.phase("slices written by the publisher", total) as tally:
+            await self._cold_slices(fleet, inventories, total, tally)
+
+    async def _cold_slices(
+        self, fleet: FleetSim, inventories: list[NodeInventory], total: int, tally: Tally
+    ) -> None:
         _, version = await self.kube.list(RESOURCE_SLICES)
         before = apiserver_writes(await self.metrics.text(), only=("resourceslices",))
         cpu0 = cpu_seconds({"p": self.pids["slice-publisher"]})["p"]
@@ -523,6 +585,7 @@ class Run:
                 version = str(obj["metadata"]["resourceVersion"])
                 if event.get("type") == "ADDED":
                     seen.add(str(obj["metadata"]["name"]))
+                    tally.done = len(seen)
                 if len(seen) >= total:
                     done_at = time.perf_counter()
                     break
@@ -533,7 +596,7 @@ class Run:
         after = apiserver_writes(await self.metrics.text(), only=("resourceslices",))
         self.m.slice_writes = after - before
 
-    async def _wait_ultraservers(self, count: int) -> None:
+    async def _wait_ultraservers(self, count: int, tally: Tally) -> None:
         deadline = time.monotonic() + 120.0 + count * 0.2
         while True:
             nus, _ = await self.kube.list(NUS, namespace=US_NAMESPACE)
@@ -543,6 +606,7 @@ class Run:
                 if (o.get("status") or {}).get("state") == "Available"
                 and (o.get("status") or {}).get("healthyNodeCount") == 4
             ]
+            tally.done = len(available)
             if len(available) >= count:
                 return
             if time.monotonic() > deadline:
@@ -564,7 +628,7 @@ class Run:
         self.m.steady_cores["bench (the simulated kubelets)"] = (own1 - own0) / (t1 - t0)
         self.m.heartbeats_per_s = ((await agents.stats())[0] - beats0) / (t1 - t0)
 
-    async def _faults(self, taints: BusEvents, names: list[str]) -> None:
+    async def _faults(self, taints: BusEvents, names: list[str], tally: Tally) -> None:
         publisher = self.bus.publisher(source="/bench/scale/probe")
         device = "neurondevice3"
         for k in range(self.sizes.faults):
@@ -613,8 +677,9 @@ class Run:
                 )
             )
             await asyncio.wait_for(gone, 60.0)
+            tally.done += 1
 
-    async def _workloads(self) -> None:
+    async def _workloads(self, tally: Tally) -> None:
         count = self.sizes.workloads
         nusw = msgspec.structs.replace(NUSW, version=VERSION)
         names = [f"scale-{i:03d}" for i in range(count)]
@@ -644,6 +709,7 @@ class Run:
                     state = (obj.get("status") or {}).get("state")
                     if state == "Allocated" and name not in allocated:
                         allocated[name] = time.perf_counter()
+                        tally.done += 1
                     if len(allocated) >= count:
                         return
 
@@ -679,8 +745,18 @@ class Run:
             await asyncio.sleep(0.5)
         raise RuntimeError("the workloads were not deleted within 5 minutes")
 
-    async def _lost(self, agents: Agents, health: BusEvents, names: list[str]) -> None:
-        picked = [names[(k * 104729 + 13) % len(names)] for k in range(self.sizes.lost)]
+    async def _lost(
+        self,
+        agents: Agents,
+        health: BusEvents,
+        names: list[str],
+        tally: Tally,
+        avoid: Sequence[str] = (),
+    ) -> list[str]:
+        """Silence ``sizes.lost`` nodes (none of ``avoid``: a node just resumed may not be
+        recovered yet, and a lost node is not declared lost again); return them."""
+        spread = (names[(k * 104729 + 13) % len(names)] for k in range(len(names)))
+        picked = [n for n in dict.fromkeys(spread) if n not in avoid][: self.sizes.lost]
         waits = []
         for node in picked:
 
@@ -691,10 +767,100 @@ class Run:
             last = await agents.silence(node)
             waits.append((node, last, future))
             await asyncio.sleep(0.3)
-        for _node, last, future in waits:
-            self.m.lost_s.append(await asyncio.wait_for(future, 60.0) - last)
-        for node in picked:
-            await agents.resume(node)
+        try:
+            for node, last, future in waits:
+                try:
+                    self.m.lost_s.append(await asyncio.wait_for(future, 60.0) - last)
+                except TimeoutError:
+                    raise RuntimeError(f"{node} silenced, not declared lost within 60 s") from None
+                tally.done += 1
+        finally:
+            for node in picked:
+                await agents.resume(node)
+        return picked
+
+    def _declared_lost(self) -> int:
+        """Nodes the detector declared lost so far (its log)."""
+        log = self.root / "failure-detector.log"
+        return log.read_text().count('"message":"node lost"') if log.exists() else 0
+
+    async def _failover(
+        self,
+        agents: Agents,
+        health: BusEvents,
+        taints: BusEvents,
+        names: list[str],
+        probe: NodeInventory,
+        silenced: list[str],
+    ) -> None:
+        """The server leading every stream killed while the workloads are being allocated;
+        the faults and the silent nodes through the failover; then the audit reconciled."""
+        failover = Failover(
+            bus=self.bus,
+            cluster=self.cluster,
+            ports=self.ports,
+            audit_file=audit_file(self.root),
+            probe_node=probe,
+        )
+        async with self.progress.phase("failover: every stream's leader moved to one server"):
+            victim = await failover.arm()
+        steady, self.m = self.m, Measured(sizes=self.sizes)
+        declared = self._declared_lost()
+        try:
+            async with self.progress.phase(
+                f"failover: {victim} killed while {self.sizes.workloads} workloads are allocated"
+                ", with faults and silent nodes",
+                self.sizes.workloads + self.sizes.faults + self.sizes.lost,
+            ) as tally:
+                workloads = asyncio.create_task(self._workloads(tally), name="failover workloads")
+                await asyncio.sleep(1.0)  # the creates are in; the allocations under way
+                await failover.kill()
+                # One measurement failing through the failover is a finding, not the end of
+                # the run: it is noted, and the failover's own figures are still taken.
+                outcomes = await asyncio.gather(
+                    workloads,
+                    self._faults(taints, names, tally),
+                    self._lost(agents, health, names, tally, avoid=silenced),
+                    return_exceptions=True,
+                )
+            for what, outcome in zip(
+                ("workloads", "faults", "silent nodes"), outcomes, strict=True
+            ):
+                if isinstance(outcome, BaseException):
+                    self.m.notes.append(f"{what} FAILED: {outcome!r}")
+            async with self.progress.phase("failover: the audit catching up"):
+                figures = await failover.finish(await agents.claim_ids())
+        finally:
+            during, self.m = self.m, steady
+        self.m.failover, self.m.during_failover = figures, during
+        false = self._declared_lost() - declared - self.sizes.lost
+        self.m.notes += [f"through the failover: {note}" for note in during.notes]
+        self.m.notes.append(
+            f"through the failover the detector declared {max(0, false)} nodes lost besides the "
+            f"{self.sizes.lost} silenced"
+        )
+
+    async def _chaos(self, names: list[str]) -> None:
+        chaos = ScaleChaos(
+            kube=self.kube,
+            bus=self.bus,
+            nats_url=self.cluster.urls[0],
+            nodes=names,
+            restart=self._restart_service,
+            progress=self.progress,
+        )
+        self.m.chaos = await chaos.run(steps=self.sizes.chaos_steps)
+
+    async def _restart_service(self, name: str) -> None:
+        """SIGKILL the service ``name`` and start it again, as its Deployment would."""
+        loop = asyncio.get_running_loop()
+        for c in _service_components(self.plane, self.cluster, self.root):
+            if c.name == name:
+                os.kill(self.pids[name], signal.SIGKILL)
+                running = await loop.run_in_executor(None, self.plane.start, c)
+                self.pids[name] = running.pid
+                return
+        raise KeyError(name)
 
 
 # --- the report ------------------------------------------------------------------------------
@@ -797,6 +963,68 @@ def _percentile(values: list[float], p: float) -> float:
     return percentile(values, p) if values else 0.0
 
 
+def failover_figures(m: Measured) -> list[Figure]:
+    """The figures taken through the failover, each against its steady twin of the run."""
+    d = m.during_failover
+    if d is None:
+        return []
+    pairs = [
+        ("device fault -> taint p99", "ms", [x * 1000.0 for x in d.taint_s], m.taint_s, 99),
+        ("silent node -> lost p99", "s", d.lost_s, m.lost_s, 99),
+        (f"{d.sizes.workloads} workloads -> Allocated p50", "s", d.allocated_s, m.allocated_s, 50),
+        (f"{d.sizes.workloads} workloads -> Allocated p99", "s", d.allocated_s, m.allocated_s, 99),
+    ]
+    out = [
+        Figure(
+            name=f"failover: {name}",
+            unit=unit,
+            value=percentile(during, q) if during else float("nan"),
+            baseline=(percentile(steady, q) * (1000.0 if unit == "ms" else 1.0))
+            if steady
+            else float("nan"),
+            baseline_name="steady",
+            higher_is_better=False,
+        )
+        for name, unit, during, steady, q in pairs
+    ]
+    out.append(
+        Figure(
+            name="failover: apiserver writes per workload",
+            unit="writes",
+            value=d.writes_per_workload,
+            baseline=m.writes_per_workload,
+            baseline_name="steady",
+            higher_is_better=False,
+        )
+    )
+    return out
+
+
+def failover_notes(m: Measured) -> list[str]:
+    f = m.failover
+    if f is None:
+        return []
+    resume = ", ".join(
+        f"{k} {'never' if v is None else f'{v:.1f} s'}" for k, v in sorted(f.resume_s.items())
+    )
+    return [
+        f"failover: killed {f.killed} (SIGKILL), which led {', '.join(f.led)}",
+        f"  every consumer resumed <= 5 s: {verdict(f.resumed_within_goal())} ({resume})",
+        "  new leaders after (s): "
+        + ", ".join(f"{k} {v:.1f}" for k, v in sorted(f.elected_s.items())),
+        "  audit stream's sources read again after (s): "
+        + (", ".join(f"{k} {v:.1f}" for k, v in sorted(f.audit_sources_s.items())) or "-"),
+        f"  no event lost (the audit reconciles): {verdict(f.nothing_lost())}: "
+        f"{f.published:,} events acknowledged, {len(f.missing)} missing from the audit, "
+        f"{len(f.twice)} in it twice, {f.probes_failed} probe publishes failed; the audit held "
+        "every one "
+        + ("-" if f.audit_caught_up_s is None else f"{f.audit_caught_up_s:.1f} s after the kill"),
+        f"  inventories of one node published through the failover: {f.inventories}, of which "
+        f"{f.inventories_superseded} never reached the audit (replaced in the inventory stream, "
+        "which keeps one per node, before the audit stream's source read it again)",
+    ]
+
+
 def goals(m: Measured) -> dict[str, bool]:
     """The goals (set for 10,000 nodes), judged on this run's figures."""
     ratio = m.slices_s / m.bare_s if m.bare_s else float("inf")
@@ -832,6 +1060,10 @@ def one_report(m: Measured) -> tuple[Report, str]:
         f"heartbeats stored: {m.heartbeats_per_s:,.0f}/s (wanted {n:,}/s); JetStream store: "
         + ", ".join(f"{k} {v:.1f} MiB" for k, v in sorted(m.store_mib.items()))
     )
+    report.figures += failover_figures(m)
+    report.notes += failover_notes(m)
+    if m.chaos is not None:
+        report.notes += m.chaos.lines()
     report.notes += m.notes
     line = json.loads(report.json_line())
     line.update(
@@ -844,6 +1076,10 @@ def one_report(m: Measured) -> tuple[Report, str]:
             "goals": {k: verdict(v) for k, v in goals(m).items()},
         }
     )
+    if m.failover is not None:
+        line["failover"] = m.failover.as_json()
+    if m.chaos is not None:
+        line["chaos"] = m.chaos.as_json()
     return report, json.dumps(line, separators=(",", ":"))
 
 
@@ -871,7 +1107,7 @@ class ScaleReport(msgspec.Struct, kw_only=True):
         return "\n".join(one_report(m)[1] for m in self.runs)
 
 
-def measure(sizes: Sizes) -> Measured:
+def measure(sizes: Sizes, options: Options = Options()) -> Measured:
     """Everything of one N, from fresh servers to their stop."""
     with tempfile.TemporaryDirectory(prefix=f"bench-scale-{sizes.nodes}-") as tmp:
         root = Path(tmp)
@@ -894,16 +1130,25 @@ def measure(sizes: Sizes) -> Measured:
                 )
             )
             services.apply_cluster_objects(plane.admin)
-            return asyncio.run(Run(plane=plane, cluster=cluster, root=root, sizes=sizes).go())
+            run = Run(plane=plane, cluster=cluster, root=root, sizes=sizes, options=options)
+            return asyncio.run(run.go())
 
 
-def run(*, quick: bool, nodes: Sequence[int] = (), only: str = "") -> ScaleReport:
+def run(
+    *,
+    quick: bool,
+    nodes: Sequence[int] = (),
+    only: str = "",
+    failover: bool = False,
+    chaos: bool = False,
+) -> ScaleReport:
     counts = list(nodes) or ([QUICK_NODES] if quick else [1000])
+    options = Options(failover=failover, chaos=chaos)
     report = ScaleReport()
     for n in counts:
         sizes = Sizes.of(n, quick=quick, only=only)
         t0 = time.monotonic()
-        m = measure(sizes)
+        m = measure(sizes, options)
         m.notes.append(
             f"run of {n:,} nodes took {time.monotonic() - t0:.0f} s; load average at the end "
             f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs"

@@ -29,7 +29,7 @@ import msgspec
 import nats.errors
 import pytest
 from neuron_dra_cli.stack import alerting, health
-from neuron_dra_common.bus import STREAMS, Bus, PublishError, replay
+from neuron_dra_common.bus import Bus, PublishError, replay
 from neuron_dra_common.bus.declarations import AUDIT, CONSUMERS, HEALTH, HEARTBEAT
 from neuron_dra_common.events import (
     ClaimPrepared,
@@ -41,8 +41,9 @@ from neuron_dra_common.events import (
 )
 from neuron_dra_common.hardware.model import NodeHardware
 from neuron_dra_common.liveness import Heartbeat
-from prometheus_client.parser import text_string_to_metric_families
 
+from bench.failover import handled, resumed
+from bench.natscluster import lead_from, stream_leaders
 from tests.fixtures.nats import REPO, NatsCluster
 from tests.fixtures.subscribers import Alertmanager, ServiceProcess
 
@@ -60,9 +61,12 @@ RESUME_GOAL = 5.0
 #: (nats-server's Raft election timeout, fixed in server/raft.go) for a lost leader before
 #: one campaigns (up to 0.8 s more); then a second for the push consumer to deliver again.
 RESUME_BOUND = 11.0
-#: The consumers of NEURON_AUDIT wait longer: that stream sources the others, and its new
-#: leader reads a source again only once the source's own leader is elected, retrying with
-#: a growing pause (the server's; measured up to 45 s). Nothing is lost meanwhile.
+#: The consumers of NEURON_AUDIT wait longer when its election ends before a source's: its
+#: new leader asks each source's leader for a source consumer, a source still electing does
+#: not answer, and nats-server waits 30 s for that answer (``srcConsumerWaitTime``) and then
+#: 10 s more (its retry backoff after one failure) before asking again; none of it is a
+#: setting. ``bench scale --failover`` prints each source's time (README "Sizing"): 46.5 s
+#: for the three sources whose leaders came after the audit stream's. Nothing is lost meanwhile.
 SOURCED_BOUND = 60.0
 
 
@@ -174,16 +178,9 @@ class Consumers:
     def handled(port: int, durable: str) -> float | None:
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=1) as r:
-                text = r.read().decode()
+                return handled(r.read().decode(), durable)
         except OSError:
             return None
-        return sum(
-            s.value
-            for family in text_string_to_metric_families(text)
-            if family.name == "neuron_dra_bus_messages"
-            for s in family.samples
-            if s.name.endswith("_total") and s.labels.get("consumer") == durable
-        )
 
     async def watch(self) -> None:
         while True:
@@ -194,19 +191,11 @@ class Consumers:
             await asyncio.sleep(0.1)
 
     def resumed(self, killed_at: float) -> dict[str, float]:
-        """Seconds from the kill to each consumer's first message handled after it.
-
-        The count at the first reading after the kill (at least 0.1 s on) stands for what was
-        already delivered then; the first reading above it is the next message handled."""
-        found: dict[str, float] = {}
-        for durable, samples in self.samples.items():
-            after = [(t, n) for t, n in samples if t >= killed_at + 0.1]
-            assert after, f"{durable}: no reading after the kill"
-            base = after[0][1]
-            first = next((t for t, n in after if n > base), None)
-            assert first is not None, f"{durable}: handled nothing after the kill"
-            found[durable] = first - killed_at
-        return found
+        """Seconds from the kill to each consumer's first message handled after it."""
+        found = resumed(self.samples, killed_at)
+        never = sorted(d for d, v in found.items() if v is None)
+        assert not never, f"handled nothing after the kill: {never}"
+        return {d: v for d, v in found.items() if v is not None}
 
 
 class AuditFile:
@@ -284,45 +273,6 @@ def services(
     finally:
         for service in running.values():
             service.stop()
-
-
-async def stream_leaders(bus: Bus) -> dict[str, str]:
-    """Which server leads each stream and each durable consumer (JetStream's cluster info);
-    one without a leader (an election under way) is left out."""
-    leaders: dict[str, str] = {}
-    for spec in STREAMS:
-        info = await bus.js.stream_info(spec.name)
-        if info.cluster is not None and info.cluster.leader:
-            leaders[spec.name] = info.cluster.leader
-    for durable, declared in CONSUMERS.items():
-        with contextlib.suppress(Exception):  # a consumer of a service not run here
-            cinfo = await bus.js.consumer_info(declared.stream, durable)
-            if cinfo.cluster is not None and cinfo.cluster.leader:
-                leaders[durable] = cinfo.cluster.leader
-    return leaders
-
-
-async def lead_from(bus: Bus, server: str, consumers: list[str]) -> None:
-    """Make ``server`` the leader of every stream and of ``consumers`` (JetStream's leader
-    step-down with a preferred server), so killing it takes every leader at once."""
-    for spec in STREAMS:
-        await _step_down(bus, f"$JS.API.STREAM.LEADER.STEPDOWN.{spec.name}", server)
-    for durable in consumers:
-        stream = CONSUMERS[durable].stream
-        await _step_down(bus, f"$JS.API.CONSUMER.LEADER.STEPDOWN.{stream}.{durable}", server)
-    for _ in range(100):
-        leaders = await stream_leaders(bus)
-        if all(leaders.get(name) == server for name in [*(s.name for s in STREAMS), *consumers]):
-            return
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"{server} does not lead everything: {leaders}")
-
-
-async def _step_down(bus: Bus, subject: str, server: str) -> None:
-    request = json.dumps({"placement": {"preferred": server}}).encode()
-    answer = json.loads((await bus.nc.request(subject, request, timeout=5)).data)
-    error = answer.get("error", {})
-    assert answer.get("success") or error.get("err_code") == 10005, answer  # already leader
 
 
 async def test_killing_the_server_leading_the_streams_loses_no_event_and_stalls_no_consumer(

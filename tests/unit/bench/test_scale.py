@@ -149,6 +149,16 @@ def test_nodes_is_refused_for_another_scenario(capsys: pytest.CaptureFixture[str
     assert "--nodes: only the scale scenario takes it, not slices" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("flag", ["--failover", "--chaos"])
+def test_failover_and_chaos_are_refused_for_another_scenario(
+    flag: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["bus", flag])
+    assert exited.value.code == 2
+    assert f"{flag}: only the scale scenario takes it, not bus" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("n", [100, 5000, 10000])
 def test_the_fleet_has_n_nodes_in_n_over_4_ultraservers_past_a_fleet_files_group_limit(
     n: int,
