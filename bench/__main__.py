@@ -30,11 +30,21 @@ def main(argv: list[str] | None = None) -> int:
         metavar="N",
         help="scale only: the fleet sizes to run, one after the other",
     )
+    parser.add_argument(
+        "--publisher-replicas",
+        type=int,
+        choices=(1, 2),
+        help="scale only: slice publishers, each writing a share of the nodes (default 1)",
+    )
     args = parser.parse_args(argv)
     if args.nodes and args.name != "scale":
         parser.error(f"--nodes: only the scale scenario takes it, not {args.name}")
+    if args.publisher_replicas and args.name != "scale":
+        parser.error(f"--publisher-replicas: only the scale scenario takes it, not {args.name}")
     scenario = importlib.import_module(SCENARIOS[args.name])
-    extra = {"nodes": args.nodes} if args.nodes else {}
+    extra: dict[str, object] = {"nodes": args.nodes} if args.nodes else {}
+    if args.publisher_replicas:
+        extra["publisher_replicas"] = args.publisher_replicas
     report = scenario.run(quick=args.quick, **extra)
     print(report.table())
     print(report.json_line())

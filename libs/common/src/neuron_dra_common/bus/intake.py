@@ -18,6 +18,7 @@ from typing import Final
 import msgspec
 
 from neuron_dra_common.bus.deadletter import DeadLetterKind
+from neuron_dra_common.bus.declarations import published_subject
 from neuron_dra_common.events.base import Event, subject_token
 from neuron_dra_common.events.catalog import NodeInventory
 from neuron_dra_common.events.codec import AnyEvent, DecodeError, decode
@@ -102,7 +103,7 @@ def admit(
             own = event.subject
         except ValueError as exc:
             raise Refused(f"{event.event_type()} on {subject}: {exc}", kind="refused") from None
-        if own != subject:
+        if own != published_subject(subject):
             node = getattr(event, "node", None)
             # Said in the operator's terms when it is a node's event sent under another node's
             # subject (a node agent posing as another, or a bug in one).
