@@ -80,6 +80,9 @@ def admit(
     subject is not ``subject`` (the wrong type for the subject, or a body about another node
     or object than the subject); a ``NodeInventory`` over ``limits.max_inventory_devices``.
     """
+    # What the stream stored under a subject of its own making is judged, and told, by the
+    # subject it was published on.
+    subject = published_subject(subject)
     size = len(payload)
     if size > limits.max_message_bytes:
         raise Refused(
@@ -103,7 +106,7 @@ def admit(
             own = event.subject
         except ValueError as exc:
             raise Refused(f"{event.event_type()} on {subject}: {exc}", kind="refused") from None
-        if own != published_subject(subject):
+        if own != subject:
             node = getattr(event, "node", None)
             # Said in the operator's terms when it is a node's event sent under another node's
             # subject (a node agent posing as another, or a bug in one).
