@@ -3,9 +3,9 @@
 With ``partitions`` N > 1 the NATS server files each node's inventory under one of
 :data:`~neuron_dra_common.bus.declarations.INVENTORY_BUCKETS` buckets (the inventory stream's
 subject transform); share ``p`` is the buckets whose number leaves ``p`` divided by N. Every
-replica campaigns for every share's Lease (``<lease_name>-<p>-of-<N>``) with the shared elector and,
-for each it holds, consumes that share's inventories through a durable consumer of its own
-and writes those nodes' pools. One writer per share, as safe as the single Lease.
+replica campaigns for every share's Lease (``<lease_name>-<p>-of-<N>``) with the shared
+elector and, for each it holds, consumes that share's inventories through a durable consumer
+of its own and writes those nodes' pools. One writer per share, as safe as the single Lease.
 
 So that two replicas started together split the shares rather than one taking them all, a
 replica that already leads a share asks for another only once that share's Lease has been
@@ -113,6 +113,12 @@ class Shares:
             finally:
                 self.held.discard(p)
 
+        if len(self.electors) == 1:
+            # One share: today's single Lease, asked for again every second after a loss.
+            await self._until(self._others_vacant)
+            if not self._stop.is_set():
+                await elector.serve(term)
+            return
         # The shares of one replica ask one after another, so that the first one taken
         # counts before the next is asked for.
         await self._pause(p * 1.0)
