@@ -14,7 +14,8 @@ For each N (``--nodes``, several allowed; ``--quick``: 100), afresh:
   agents would.
 * **services**: the slice publisher, the failure detector, the topology allocator, the
   UltraServer operator and the audit service, each ``python -m`` as ``dev up`` starts them,
-  with the settings it gives them.
+  with the settings it gives them; with ``--publisher-replicas 2``, two slice publishers
+  sharing the nodes (``NEURON_DRA_PARTITIONS=2``).
 
 Then, timed:
 
