@@ -32,6 +32,12 @@ def main(argv: list[str] | None = None) -> int:
         help="scale only: the fleet sizes to run, one after the other",
     )
     parser.add_argument(
+        "--publisher-replicas",
+        type=int,
+        choices=(1, 2),
+        help="scale only: slice publishers, each writing a share of the nodes (default 1)",
+    )
+    parser.add_argument(
         "--only",
         choices=["workloads"],
         help="scale only: the fleet and its slices, then only this part",
@@ -47,9 +53,11 @@ def main(argv: list[str] | None = None) -> int:
         help="scale only: churn the fleet and run the chaos checks against every node",
     )
     args = parser.parse_args(argv)
-    for flag in ("nodes", "failover", "chaos"):
+    for flag in ("nodes", "failover", "chaos", "publisher_replicas"):
         if getattr(args, flag) and args.name != "scale":
-            parser.error(f"--{flag}: only the scale scenario takes it, not {args.name}")
+            parser.error(
+                f"--{flag.replace('_', '-')}: only the scale scenario takes it, not {args.name}"
+            )
     scenario = importlib.import_module(SCENARIOS[args.name])
     if args.only and args.name != "scale":
         parser.error(f"--only: only the scale scenario takes it, not {args.name}")
@@ -57,6 +65,8 @@ def main(argv: list[str] | None = None) -> int:
     extra |= {flag: True for flag in ("failover", "chaos") if getattr(args, flag)}
     if args.only:
         extra["only"] = args.only
+    if args.publisher_replicas:
+        extra["publisher_replicas"] = args.publisher_replicas
     report = scenario.run(quick=args.quick, **extra)
     print(report.table())
     print(report.json_line())

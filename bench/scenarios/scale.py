@@ -14,7 +14,8 @@ For each N (``--nodes``, several allowed; ``--quick``: 100), afresh:
   agents would.
 * **services**: the slice publisher, the failure detector, the topology allocator, the
   UltraServer operator and the audit service, each ``python -m`` as ``dev up`` starts them,
-  with the settings it gives them.
+  with the settings it gives them; with ``--publisher-replicas 2``, two slice publishers
+  sharing the nodes (``NEURON_DRA_PARTITIONS=2``).
 
 Then, timed:
 
@@ -55,6 +56,7 @@ import math
 import os
 import signal
 import ssl
+import sys
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
@@ -134,8 +136,11 @@ class Sizes:
     #: Churn steps of ``--chaos`` (each followed by the checks that must hold at every step).
     chaos_steps: int = 30
 
+    #: Slice publishers, each writing a share of the nodes (``partitions``).
+    publisher_replicas: int = 1
+
     @classmethod
-    def of(cls, nodes: int, *, quick: bool, only: str = "") -> Sizes:
+    def of(cls, nodes: int, *, quick: bool, only: str = "", publisher_replicas: int = 1) -> Sizes:
         if nodes < 4 or nodes % 4:
             raise ValueError(f"--nodes: {nodes} is not a positive multiple of 4 (UltraServers)")
         return cls(
@@ -146,6 +151,7 @@ class Sizes:
             steady_seconds=5.0 if quick else 20.0,
             only_workloads=only == "workloads",
             chaos_steps=6 if quick else 30,
+            publisher_replicas=publisher_replicas,
         )
 
 
@@ -333,7 +339,7 @@ def _slices(name: str, hardware: NodeHardware, labels: dict[str, str], uid: str)
 
 
 def _service_components(
-    plane: ControlPlane, cluster: NatsCluster, root: Path
+    plane: ControlPlane, cluster: NatsCluster, root: Path, publishers: int = 1
 ) -> list[comp.Component]:
     """The cluster services with the environment ``dev up`` gives them (stack.services,
     stack.ultraserver, stack.health, stack.alerting), on the NATS cluster."""
@@ -348,16 +354,20 @@ def _service_components(
         "NEURON_DRA_LOG_LEVEL": "warning",
     }
     items = [
-        comp.python_service(
-            name="slice-publisher",
-            kind="slice-publisher",
-            module="neuron_dra_slice_publisher",
-            env={
-                "NEURON_DRA_KUBECONFIG": str(plane.admin),
-                "NEURON_DRA_NATS_SERVERS": urls,
-                "NEURON_DRA_IDENTITY": "local",
-                "NEURON_DRA_LEASE_SECONDS": "6",
-            },
+        *(
+            comp.python_service(
+                name=_publisher(i),
+                kind="slice-publisher",
+                module="neuron_dra_slice_publisher",
+                env={
+                    "NEURON_DRA_KUBECONFIG": str(plane.admin),
+                    "NEURON_DRA_NATS_SERVERS": urls,
+                    "NEURON_DRA_IDENTITY": f"local-{i}" if i else "local",
+                    "NEURON_DRA_LEASE_SECONDS": "6",
+                    "NEURON_DRA_PARTITIONS": str(publishers),
+                },
+            )
+            for i in range(publishers)
         ),
         *health_components(nats_url=urls, kubeconfig=plane.admin),
         *ultraserver_components(nats_url=urls, kubeconfig=plane.admin),
@@ -384,6 +394,11 @@ def _service_components(
         )
         for c in items
     ]
+
+
+def _publisher(i: int) -> str:
+    """The process name of slice publisher ``i`` (the first keeps the single one's name)."""
+    return f"slice-publisher-{i + 1}" if i else "slice-publisher"
 
 
 class Run:
@@ -466,8 +481,11 @@ class Run:
                 await self._bare(bodies)
 
         loop = asyncio.get_running_loop()
-        async with self.progress.phase("services started", len(SERVICES), lambda: len(self.pids)):
-            for c in _service_components(self.plane, self.cluster, self.root):
+        publishers = self.sizes.publisher_replicas
+        async with self.progress.phase(
+            "services started", len(SERVICES) + publishers - 1, lambda: len(self.pids)
+        ):
+            for c in _service_components(self.plane, self.cluster, self.root, publishers):
                 running = await loop.run_in_executor(None, self.plane.start, c)
                 self.pids[c.name] = running.pid
                 self.ports[c.name] = c.ports.get("http", 0)
@@ -571,7 +589,10 @@ class Run:
     ) -> None:
         _, version = await self.kube.list(RESOURCE_SLICES)
         before = apiserver_writes(await self.metrics.text(), only=("resourceslices",))
-        cpu0 = cpu_seconds({"p": self.pids["slice-publisher"]})["p"]
+        publishers = {
+            name: self.pids[name] for name in map(_publisher, range(self.sizes.publisher_replicas))
+        }
+        cpu0 = cpu_seconds(publishers)
         seen: set[str] = set()
         t0 = time.perf_counter()
         await fleet.publish_inventories(inventories)
@@ -592,9 +613,21 @@ class Run:
             if time.perf_counter() > deadline:
                 raise RuntimeError(f"{len(seen)} of {total} slices written within 600 s")
         self.m.slices_s = done_at - t0
-        self.m.publisher_cpu_s = cpu_seconds({"p": self.pids["slice-publisher"]})["p"] - cpu0
+        cpu1 = cpu_seconds(publishers)
+        self.m.publisher_cpu_s = sum(cpu1.values()) - sum(cpu0.values())
         after = apiserver_writes(await self.metrics.text(), only=("resourceslices",))
         self.m.slice_writes = after - before
+        each = ", ".join(
+            f"{name} {cpu1[name] - cpu0[name]:.1f} s CPU, {peak_rss_mib(pid):.0f} MiB peak"
+            for name, pid in publishers.items()
+        )
+        line = (
+            f"slices from cold with {len(publishers)} publisher(s): {self.m.slices_s:.1f} s "
+            f"({self.m.slices_s / self.m.bare_s:.2f}x the bare loop's {self.m.bare_s:.1f} s); "
+            f"{each}"
+        )
+        self.m.notes.append(line)
+        print(line, file=sys.stderr, flush=True)
 
     async def _wait_ultraservers(self, count: int, tally: Tally) -> None:
         deadline = time.monotonic() + 120.0 + count * 0.2
@@ -1141,12 +1174,13 @@ def run(
     only: str = "",
     failover: bool = False,
     chaos: bool = False,
+    publisher_replicas: int = 1,
 ) -> ScaleReport:
     counts = list(nodes) or ([QUICK_NODES] if quick else [1000])
     options = Options(failover=failover, chaos=chaos)
     report = ScaleReport()
     for n in counts:
-        sizes = Sizes.of(n, quick=quick, only=only)
+        sizes = Sizes.of(n, quick=quick, only=only, publisher_replicas=publisher_replicas)
         t0 = time.monotonic()
         m = measure(sizes, options)
         m.notes.append(

@@ -146,8 +146,10 @@ async def test_a_node_agent_cannot_publish_another_nodes_inventory(
 
 
 async def stack_last(admin: Bus, subject: str) -> bytes:
-    """The last message stored on ``subject`` in the inventory stream."""
-    stored = await admin.js.get_last_msg(INVENTORY.name, subject)
+    """The last message stored for ``subject`` in the inventory stream (which files it in a
+    bucket, ``neuron.inventory.<bucket>.<node>``)."""
+    root, node = subject.rsplit(".", 1)
+    stored = await admin.js.get_last_msg(INVENTORY.name, f"{root}.*.{node}")
     return bytes(stored.data or b"")
 
 

@@ -427,5 +427,8 @@ async def test_a_publisher_cannot_store_past_the_accounts_file_limit(
     counts = await _messages(bus, admin)
     assert counts[INVENTORY.name] == 1
     async with _as(bus, admin, "admin") as connected:
-        stored = await connected.js.get_last_msg(INVENTORY.name, subject)
+        # Stored in its bucket (neuron.inventory.<bucket>.<node>).
+        stored = await connected.js.get_last_msg(
+            INVENTORY.name, f"neuron.inventory.*.{subject_token(node)}"
+        )
         assert stored.data == b"x" * 1024

@@ -53,6 +53,13 @@ from tests.integration.busauth.conftest import AuthenticatedBus
 pytestmark = pytest.mark.stack
 
 
+def _bucketed(subject: str) -> str:
+    """Where the inventory stream files what is published on ``subject``: in a bucket,
+    ``neuron.inventory.<bucket>.<node>``."""
+    root, node = subject.rsplit(".", 1)
+    return f"{root}.*.{node}"
+
+
 async def _stored(reader: Bus, subject: str, *, within: float = 15) -> bytes:
     """The last message of ``subject`` in the inventory stream, once there is one."""
     for _ in range(int(within / 0.2)):
@@ -117,10 +124,11 @@ async def test_a_node_agent_publishes_its_own_inventory_and_not_another_nodes(
     assert violated(violations, f'publish to "{other_subject}"'), violations
 
     async with _bus(bus, admin, name="admin") as reader:
-        stored = await reader.js.get_last_msg(INVENTORY.name, own_subject)
+        # Stored in its bucket (neuron.inventory.<bucket>.<node>).
+        stored = await reader.js.get_last_msg(INVENTORY.name, _bucketed(own_subject))
         assert stored.data == b"{}"
         with pytest.raises(NotFoundError):
-            await reader.js.get_last_msg(INVENTORY.name, other_subject)
+            await reader.js.get_last_msg(INVENTORY.name, _bucketed(other_subject))
 
 
 async def test_a_node_agent_without_a_pod_bound_token_isrefused(
@@ -298,7 +306,7 @@ async def test_discovery_publishes_its_own_nodes_inventory_and_cannot_pose_as_an
         "neuron_dra_discovery", token=token, log=tmp_path / "discovery.log", env=env(own)
     ):
         async with _bus(bus, admin, name="admin") as reader:
-            data = await _stored(reader, f"neuron.inventory.{subject_token(own)}")
+            data = await _stored(reader, _bucketed(f"neuron.inventory.{subject_token(own)}"))
     inventory = decode(data)
     assert isinstance(inventory, NodeInventory)
     assert inventory.node == own
@@ -329,7 +337,7 @@ async def test_discovery_publishes_its_own_nodes_inventory_and_cannot_pose_as_an
     assert refused_in_log(), liar.read_text()[-2000:]
     async with _bus(bus, admin, name="admin") as reader:
         with pytest.raises(NotFoundError):
-            await reader.js.get_last_msg(INVENTORY.name, other_subject)
+            await reader.js.get_last_msg(INVENTORY.name, _bucketed(other_subject))
 
 
 def _declare(bus: AuthenticatedBus, token: Path) -> subprocess.CompletedProcess[str]:

@@ -54,7 +54,8 @@ async def latest_inventory(bus: Bus) -> tuple[int, NodeInventory]:
     for _ in range(200):
         info = await bus.js.stream_info(INVENTORY.name)
         if info.state.messages:
-            msg = await bus.js.get_last_msg(INVENTORY.name, f"neuron.inventory.{NODE}")
+            # The stream files it in a bucket: neuron.inventory.<bucket>.<node>.
+            msg = await bus.js.get_last_msg(INVENTORY.name, f"neuron.inventory.*.{NODE}")
             event = decode(msg.data or b"")
             assert isinstance(event, NodeInventory)
             return int(info.state.last_seq), event

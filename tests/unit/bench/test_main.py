@@ -40,3 +40,18 @@ def test_recovery_help_from_the_command_line() -> None:
     )
     assert proc.returncode == 0, proc.stderr
     assert "usage: python -m bench" in proc.stdout
+
+
+def test_publisher_replicas_is_refused_outside_scale_and_beyond_two(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["slices", "--publisher-replicas", "2"])
+    assert exited.value.code == 2
+    assert "--publisher-replicas: only the scale scenario takes it, not slices" in (
+        capsys.readouterr().err
+    )
+    with pytest.raises(SystemExit) as exited:
+        main(["scale", "--publisher-replicas", "3"])
+    assert exited.value.code == 2
+    assert "invalid choice: 3" in capsys.readouterr().err

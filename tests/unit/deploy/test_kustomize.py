@@ -12,6 +12,8 @@ from typing import Any
 
 import pytest
 import yaml
+from neuron_dra_common.bus.declarations import PUBLISHER_SHARES
+from neuron_dra_slice_publisher.partitions import lease_names
 
 REPO = Path(__file__).resolve().parents[3]
 KUSTOMIZE = REPO / "deploy" / "kustomize"
@@ -82,13 +84,16 @@ def test_slice_publisher_rules_are_least_privilege(base: list[dict[str, Any]]) -
     }
     role = by_kind(base, "Role")["neuron-dra-slice-publisher"]
     assert role["metadata"]["namespace"] == "neuron-dra-driver"
-    assert role["rules"] == [
-        {
-            "apiGroups": ["coordination.k8s.io"],
-            "resources": ["leases"],
-            "verbs": ["get", "create", "update"],
-        }
-    ]
+    # Its Lease, those of each share, and (read) those of the other numbers of shares.
+    names = tuple(
+        name
+        for n in range(1, PUBLISHER_SHARES + 1)
+        for name in lease_names("neuron-dra-slice-publisher", n)
+    )
+    assert _granted(role["rules"]) == {
+        ("coordination.k8s.io", "leases", names): {"get", "update"},
+        ("coordination.k8s.io", "leases", ()): {"create"},
+    }
 
 
 def test_process_stack_overlay_is_cluster_objects_only() -> None:

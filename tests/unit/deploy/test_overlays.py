@@ -118,6 +118,13 @@ def test_eks_runs_a_three_server_cluster_with_three_copies_of_each_stream(eks: D
     )
 
 
+def test_eks_runs_two_slice_publishers_sharing_the_nodes(eks: Docs, base: Docs) -> None:
+    publisher = by_kind(eks, "Deployment")["neuron-dra-slice-publisher"]
+    assert publisher["spec"]["replicas"] == 2
+    assert env(eks, "Deployment", "neuron-dra-slice-publisher")["NEURON_DRA_PARTITIONS"] == "2"
+    assert "NEURON_DRA_PARTITIONS" not in env(base, "Deployment", "neuron-dra-slice-publisher")
+
+
 def test_eks_pulls_every_image_from_a_registry(eks: Docs) -> None:
     for kind in ("Deployment", "DaemonSet", "StatefulSet"):
         for name, workload in by_kind(eks, kind).items():

@@ -43,6 +43,7 @@ from neuron_dra_common.bus.declarations import (
     HEALTH,
     HEARTBEAT,
     INVENTORY,
+    PUBLISHER_SHARES,
     RPC_STREAM,
     STREAMS,
     TAINTS,
@@ -50,6 +51,7 @@ from neuron_dra_common.bus.declarations import (
     StreamSpec,
     deliver_subject,
     inbox_prefix,
+    share_consumers,
 )
 from neuron_dra_common.events.base import SUBJECT_ROOT, subject_token
 
@@ -196,12 +198,20 @@ def _cluster_service(role: ClusterService) -> Permissions:
     subscribe = [_inbox(role)]
     respond = False
     owned: list[str] = []  # the durable consumers it runs
+    specs: list[ConsumerSpec] = []  # and those not declared by name
     if role == "slice-publisher":
         publish += [_subject("taint", ">"), *_read(INVENTORY, HEALTH, TAINTS)]
-        owned += ["slice-publisher-inventory", "slice-publisher-health"]
+        # Its consumers for one share of the nodes, and those of each share when several
+        # publishers share them (partitions).
+        shares = [
+            spec
+            for n in range(1, PUBLISHER_SHARES + 1)
+            for pair in share_consumers(n)
+            for spec in pair
+        ]
+        specs += list({spec.durable: spec for spec in shares}.values())
         publish += _dead_letters(
-            (INVENTORY, "slice-publisher-inventory"),
-            (HEALTH, "slice-publisher-health"),
+            *((spec.stream, spec.durable) for spec in specs),
             (TAINTS, "slice-publisher-taints"),
         )
     elif role == "topology-allocator":
@@ -235,9 +245,9 @@ def _cluster_service(role: ClusterService) -> Permissions:
         publish += _read(AUDIT)
         owned.append("audit")
         publish += _dead_letters((AUDIT, "audit"))
-    for durable in owned:
-        publish += _durable(CONSUMERS[durable])
-        subscribe.append(_deliveries(CONSUMERS[durable]))
+    for spec in [CONSUMERS[durable] for durable in owned] + specs:
+        publish += _durable(spec)
+        subscribe.append(_deliveries(spec))
     return Permissions(publish=tuple(publish), subscribe=tuple(subscribe), respond=respond)
 
 

@@ -128,8 +128,11 @@ class Controller:
         tracer: trace.Tracer | None = None,
         taints_served: bool = True,
         announcer: TaintAnnouncer | None = None,
+        partitioned: bool = False,
     ) -> None:
         self.store = store
+        #: Writing a share of the nodes only: those whose inventory came from its consumer.
+        self.partitioned = partitioned
         self.health = HealthTaints()
         #: False where the cluster drops device taints (Kubernetes 1.34): tainted devices
         #: are then left out of the pool.
@@ -276,6 +279,8 @@ class Controller:
             raise
 
     async def _reconcile(self, node: str) -> None:
+        if self.partitioned and node not in self.inventories:
+            return  # another share's node (its Node, slices and health are seen by all)
         info = self.nodes(node)
         stored = list(self.stored.get(node, {}).values())
         inventory = self.inventories.get(node)

@@ -10,17 +10,16 @@ from collections.abc import Sequence
 from neuron_dra_common.bus import (
     Bus,
     PermanentError,
-    consumer,
     credentials_of,
     inbox_prefix,
     limits_of,
 )
+from neuron_dra_common.bus.declarations import INVENTORY, share_consumers
 from neuron_dra_common.driver import package_version
 from neuron_dra_common.events import DeviceTaintChanged
 from neuron_dra_common.kube import (
     NODES,
     RESOURCE_SLICES,
-    Elector,
     Informer,
     connect,
     run_workers,
@@ -29,12 +28,11 @@ from neuron_dra_common.runtime import Service, serve
 
 from neuron_dra_slice_publisher.announce import TaintAnnouncer
 from neuron_dra_slice_publisher.controller import Controller, NodeInfo
+from neuron_dra_slice_publisher.partitions import Shares
 from neuron_dra_slice_publisher.pool import slice_summary
 from neuron_dra_slice_publisher.settings import SlicePublisherSettings
 from neuron_dra_slice_publisher.store import SELECTOR, KubeSliceStore
 from neuron_dra_slice_publisher.wiring import (
-    HEALTH_DURABLE,
-    INVENTORY_DURABLE,
     detect_mode,
     detect_taints,
     read_announced,
@@ -45,11 +43,11 @@ from neuron_dra_slice_publisher.wiring import (
 __all__ = ["build", "main"]
 
 NAME = "slice-publisher"
-DURABLE = INVENTORY_DURABLE
 
 
 async def build(settings: SlicePublisherSettings) -> Service:
-    """Connect to the API and the bus; lead (consume and write) only while holding the Lease."""
+    """Connect to the API and the bus; lead (consume and write) a share of the nodes only
+    while holding its Lease."""
     kube = await connect(kubeconfig=settings.kubeconfig or None)
     try:
         bus = await Bus.connect(
@@ -63,8 +61,9 @@ async def build(settings: SlicePublisherSettings) -> Service:
         await kube.close()
         raise
     try:
+        shares = share_consumers(settings.partitions)
         await bus.reconcile(
-            consumers=[consumer(DURABLE), consumer(HEALTH_DURABLE)],
+            consumers=[spec for pair in shares for spec in pair],
             replicas=settings.stream_replicas,
         )
         # Decided once per process, from the apiserver's answer only (never from an error):
@@ -84,15 +83,17 @@ async def build(settings: SlicePublisherSettings) -> Service:
     async def publish(event: DeviceTaintChanged, msg_id: str) -> None:
         await publisher.publish(event, msg_id=msg_id)
 
-    elector = Elector(
+    electors = Shares(
         kube,
         namespace=settings.namespace,
-        name=settings.lease_name,
+        lease_name=settings.lease_name,
+        partitions=settings.partitions,
         identity=settings.identity or socket.gethostname(),
         lease_seconds=settings.lease_seconds,
     )
+    partitioned = settings.partitions > 1
 
-    async def lead() -> None:
+    async def lead(share: int) -> None:
         # Everything a term of leadership knows is made here, afresh: after a lost Lease
         # (an apiserver outage) the next term must not trust what the last one saw.
         # A Node's labels, UID and the operator's record are all metadata: its status
@@ -110,10 +111,12 @@ async def build(settings: SlicePublisherSettings) -> Service:
             dra_driver_version=package_version(),
             taints_served=taints_served,
             announcer=TaintAnnouncer(publish, withheld=not taints_served),
+            partitioned=partitioned,
         )
-        runner = bus.runner(consumer(DURABLE), controller.handle)
+        inventory_spec, health_spec = shares[share]
+        runner = bus.runner(inventory_spec, controller.handle)
         # Undecodable health events go to the dead letter like any other consumer's.
-        health_runner = bus.runner(consumer(HEALTH_DURABLE), controller.handle_health)
+        health_runner = bus.runner(health_spec, controller.handle_health)
         slices = Informer(
             kube,
             RESOURCE_SLICES,
@@ -131,7 +134,12 @@ async def build(settings: SlicePublisherSettings) -> Service:
             await nodes.wait_synced()
             await slices.wait_synced()
             await controller.load_stored()
-            for inventory in await read_inventories(bus):
+            stored = await read_inventories(
+                bus,
+                name=inventory_spec.durable,
+                subjects=inventory_spec.filter_subjects or INVENTORY.subjects,
+            )
+            for inventory in stored:
                 with contextlib.suppress(PermanentError):
                     controller.accept(inventory)
             for event in await read_announced(bus):
@@ -155,7 +163,7 @@ async def build(settings: SlicePublisherSettings) -> Service:
 
     service = Service(name=NAME, settings=settings)
     # Every replica is ready (a standby is healthy); the leader's work shows in its metrics.
-    service.add_task("leader", lambda: elector.serve(lead), stop=elector.stop)
+    service.add_task("leader", lambda: electors.serve(lead), stop=electors.stop)
     service.add_readiness("nats", lambda: bus.connected)
     service.on_shutdown(kube.close)
     service.on_shutdown(bus.close)

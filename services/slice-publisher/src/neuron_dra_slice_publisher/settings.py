@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Annotated, Literal
 
 import msgspec
+from neuron_dra_common.bus.declarations import PUBLISHER_SHARES
 from neuron_dra_common.settings import LeaderElectedSettings
 
 __all__ = ["SlicePublisherSettings"]
@@ -48,3 +49,12 @@ class SlicePublisherSettings(LeaderElectedSettings, frozen=True, kw_only=True):
         ),
     ] = 120.0
     workers: Annotated[int, msgspec.Meta(ge=1, le=256, description="Concurrent pool writes")] = 16
+    partitions: Annotated[
+        int,
+        msgspec.Meta(
+            ge=1,
+            le=PUBLISHER_SHARES,
+            description="Shares of the nodes, each written by whichever replica holds its "
+            "Lease (<lease_name>-<share>); 1: one Lease, one writer for all nodes",
+        ),
+    ] = 1

@@ -126,15 +126,18 @@ async def detect_mode(
     return mode
 
 
-async def read_inventories(bus: Bus) -> list[NodeInventory]:
-    """Every inventory the stream holds (the latest per node), to catch up after a restart.
+async def read_inventories(
+    bus: Bus, *, name: str = INVENTORY_DURABLE, subjects: tuple[str, ...] = INVENTORY.subjects
+) -> list[NodeInventory]:
+    """Every inventory the stream holds on ``subjects`` (the latest per node), to catch up
+    after a restart.
 
-    One that is refused goes to the dead letter of the durable consumer, under its name (the
+    One that is refused goes to the dead letter of the durable consumer ``name`` (the
     consumer refuses it too, and the dead letter is stored once).
     """
-    stored = await replay(
-        bus, name=INVENTORY_DURABLE, stream=INVENTORY.name, subject=INVENTORY.subjects[0]
-    )
+    stored: list[AnyEvent] = []
+    for subject in subjects:
+        stored += await replay(bus, name=name, stream=INVENTORY.name, subject=subject)
     return [event for event in stored if isinstance(event, NodeInventory)]
 
 

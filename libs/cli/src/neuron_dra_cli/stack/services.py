@@ -7,9 +7,11 @@ control plane is up, and starts the components with its launcher like any other.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from pathlib import Path
 
+from neuron_dra_common.bus.declarations import PUBLISHER_SHARES
 from neuron_dra_common.hardware.simulate import SimNode
 
 from neuron_dra_cli.stack import kubectl
@@ -118,19 +120,28 @@ def product_components(
                 },
             )
         )
-    items.append(
-        python_service(
-            name="slice-publisher",
-            kind="slice-publisher",
-            module="neuron_dra_slice_publisher",
-            env={
-                "NEURON_DRA_KUBECONFIG": str(kubeconfig),
-                "NEURON_DRA_NATS_SERVERS": nats_url,
-                "NEURON_DRA_IDENTITY": "local",
-                "NEURON_DRA_LEASE_SECONDS": "6",
-            },
+    # NEURON_DRA_SLICE_PUBLISHERS=2: two publishers sharing the nodes (a Lease per share).
+    publishers = int(os.environ.get("NEURON_DRA_SLICE_PUBLISHERS") or 1)
+    if not 1 <= publishers <= PUBLISHER_SHARES:
+        raise ValueError(
+            f"NEURON_DRA_SLICE_PUBLISHERS: {publishers} is not between 1 and {PUBLISHER_SHARES}"
         )
-    )
+    for i in range(publishers):
+        suffix = f"-{i + 1}" if i else ""
+        items.append(
+            python_service(
+                name=f"slice-publisher{suffix}",
+                kind="slice-publisher",
+                module="neuron_dra_slice_publisher",
+                env={
+                    "NEURON_DRA_KUBECONFIG": str(kubeconfig),
+                    "NEURON_DRA_NATS_SERVERS": nats_url,
+                    "NEURON_DRA_IDENTITY": f"local{suffix}",
+                    "NEURON_DRA_LEASE_SECONDS": "6",
+                    "NEURON_DRA_PARTITIONS": str(publishers),
+                },
+            )
+        )
     return items
 
 

@@ -25,6 +25,8 @@ __all__ = [
     "HEARTBEAT",
     "INBOX_ROOT",
     "INVENTORY",
+    "INVENTORY_BUCKETS",
+    "PUBLISHER_SHARES",
     "RPC_STREAM",
     "STREAMS",
     "TAINTS",
@@ -35,7 +37,10 @@ __all__ = [
     "dead_letter_subject",
     "deliver_subject",
     "inbox_prefix",
+    "inventory_partition",
+    "published_subject",
     "reader",
+    "share_consumers",
 ]
 
 _DAY = 86_400.0
@@ -58,6 +63,8 @@ class StreamSpec(msgspec.Struct, frozen=True, kw_only=True):
     storage: Literal["file", "memory"] = "file"
     replicas: int = 1
     sources: tuple[str, ...] = ()
+    #: ``(source, destination)`` of the server's subject transform of what comes in, if any.
+    subject_transform: tuple[str, str] | None = None
 
 
 class ConsumerSpec(msgspec.Struct, frozen=True, kw_only=True):
@@ -91,11 +98,20 @@ def _subjects(kind: str) -> tuple[str, ...]:
 DEAD_LETTER_PREFIX: Final = f"{SUBJECT_ROOT}.deadletter"
 DELIVER_PREFIX: Final = f"{SUBJECT_ROOT}.deliver"
 
+#: The server files each node's inventory under one of this many buckets, by a hash of the
+#: node's subject token (``neuron.inventory.<bucket>.<token>``), so that several slice
+#: publishers can each consume a fixed share of the nodes (``partitions``).
+INVENTORY_BUCKETS: Final = 16
+
 INVENTORY: Final = StreamSpec(
     name="NEURON_INVENTORY",
     subjects=_subjects("inventory"),
     description="Latest NodeInventory per node",
     max_msgs_per_subject=1,
+    subject_transform=(
+        f"{SUBJECT_ROOT}.inventory.*",
+        f"{SUBJECT_ROOT}.inventory.{{{{partition({INVENTORY_BUCKETS},1)}}}}.{{{{wildcard(1)}}}}",
+    ),
 )
 HEARTBEAT: Final = StreamSpec(
     name="NEURON_HEARTBEAT",
@@ -192,6 +208,68 @@ CONSUMERS: Final[dict[str, ConsumerSpec]] = {
         ConsumerSpec(stream=AUDIT.name, durable="alert"),
     )
 }
+
+
+def inventory_partition(partition: int, partitions: int) -> tuple[str, ...]:
+    """The inventory subjects of ``partition`` (from 0) of ``partitions``: the buckets whose
+    number leaves ``partition`` when divided by ``partitions``; all of them for one partition.
+
+    >>> inventory_partition(1, 8)
+    ('neuron.inventory.1.*', 'neuron.inventory.9.*')
+    """
+    if not 0 <= partition < partitions <= INVENTORY_BUCKETS:
+        raise ValueError(f"partition {partition} of {partitions} (at most {INVENTORY_BUCKETS})")
+    if partitions == 1:
+        return INVENTORY.subjects
+    return tuple(
+        f"{SUBJECT_ROOT}.inventory.{bucket}.*"
+        for bucket in range(partition, INVENTORY_BUCKETS, partitions)
+    )
+
+
+def published_subject(stored: str) -> str:
+    """The subject a message was published on, from the one the stream stored it under: an
+    inventory without its bucket (the server put it there, see :data:`INVENTORY`).
+
+    >>> published_subject("neuron.inventory.7.ip-10-0-0-1_ec2_internal")
+    'neuron.inventory.ip-10-0-0-1_ec2_internal'
+    """
+    if not stored.startswith(_INVENTORY_PREFIX):
+        return stored
+    bucket, _, token = stored[len(_INVENTORY_PREFIX) :].partition(".")
+    if token and "." not in token and bucket.isdigit() and int(bucket) < INVENTORY_BUCKETS:
+        return _INVENTORY_PREFIX + token
+    return stored
+
+
+_INVENTORY_PREFIX: Final = f"{SUBJECT_ROOT}.inventory."
+
+#: At most this many slice publishers share the nodes (``partitions``), each share with
+#: its own two durable consumers (:func:`share_consumers`).
+PUBLISHER_SHARES: Final = 4
+
+
+def share_consumers(partitions: int) -> list[tuple[ConsumerSpec, ConsumerSpec]]:
+    """The slice publisher's inventory and health consumers of each share: the two declared
+    ones for a single share.
+
+    >>> [c.durable for c in share_consumers(2)[1]]
+    ['slice-publisher-inventory-1', 'slice-publisher-health-1']
+    """
+    if partitions == 1:
+        return [(CONSUMERS["slice-publisher-inventory"], CONSUMERS["slice-publisher-health"])]
+    return [
+        (
+            ConsumerSpec(
+                stream=INVENTORY.name,
+                durable=f"slice-publisher-inventory-{p}",
+                filter_subjects=inventory_partition(p, partitions),
+            ),
+            ConsumerSpec(stream=HEALTH.name, durable=f"slice-publisher-health-{p}"),
+        )
+        for p in range(partitions)
+    ]
+
 
 #: The stream-like name under which a request responder's dead letters are filed (requests
 #: are core NATS messages, stored in no stream).

@@ -36,7 +36,7 @@ from nats.js import api
 
 from neuron_dra_common.bus.connection import Bus
 from neuron_dra_common.bus.deadletter import DeadLetterKind, publish_dead_letter
-from neuron_dra_common.bus.declarations import reader
+from neuron_dra_common.bus.declarations import published_subject, reader
 from neuron_dra_common.bus.errors import PermanentError
 from neuron_dra_common.bus.intake import Refused, admit
 from neuron_dra_common.events.codec import AnyEvent
@@ -148,7 +148,7 @@ class Follower:
                 await publish_dead_letter(
                     self._bus.js,
                     spec=self._spec,
-                    subject=msg.subject,
+                    subject=published_subject(msg.subject),
                     payload=msg.data,
                     headers=msg.headers,
                     sequence=meta.sequence.stream,

@@ -18,6 +18,7 @@ from typing import Final
 import msgspec
 
 from neuron_dra_common.bus.deadletter import DeadLetterKind
+from neuron_dra_common.bus.declarations import published_subject
 from neuron_dra_common.events.base import Event, subject_token
 from neuron_dra_common.events.catalog import NodeInventory
 from neuron_dra_common.events.codec import AnyEvent, DecodeError, decode
@@ -79,6 +80,9 @@ def admit(
     subject is not ``subject`` (the wrong type for the subject, or a body about another node
     or object than the subject); a ``NodeInventory`` over ``limits.max_inventory_devices``.
     """
+    # What the stream stored under a subject of its own making is judged, and told, by the
+    # subject it was published on.
+    subject = published_subject(subject)
     size = len(payload)
     if size > limits.max_message_bytes:
         raise Refused(

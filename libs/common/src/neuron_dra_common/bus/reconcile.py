@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Iterable
 from typing import Any, Literal
@@ -9,7 +10,7 @@ from typing import Any, Literal
 import msgspec
 import nats.errors
 from nats.js import JetStreamContext, api
-from nats.js.errors import NotFoundError
+from nats.js.errors import BadRequestError, NotFoundError
 
 from neuron_dra_common.bus.declarations import ConsumerSpec, StreamSpec, deliver_subject
 
@@ -46,6 +47,9 @@ def _stream_config(spec: StreamSpec) -> api.StreamConfig:
         duplicate_window=spec.duplicate_window_seconds,
         num_replicas=spec.replicas,
         sources=[api.StreamSource(name=name) for name in spec.sources] or None,
+        subject_transform=api.SubjectTransform(*spec.subject_transform)
+        if spec.subject_transform
+        else None,
     )
 
 
@@ -61,6 +65,9 @@ def _stream_view(config: api.StreamConfig) -> dict[str, Any]:
         "duplicate_window": float(config.duplicate_window or 0),
         "num_replicas": config.num_replicas or 1,
         "sources": sorted(s.name for s in config.sources or ()),
+        "subject_transform": (config.subject_transform.src, config.subject_transform.dest)
+        if config.subject_transform
+        else None,
     }
 
 
@@ -119,7 +126,39 @@ async def reconcile_stream(js: JetStreamContext, spec: StreamSpec) -> Change:
         return "unchanged"
     await js.update_stream(desired)
     log.info("stream updated", extra={"stream": spec.name})
+    if spec.subject_transform and _stream_view(info.config)["subject_transform"] is None:
+        await _transform_stored(js, spec.name, spec.subject_transform[0])
     return "updated"
+
+
+#: JetStream's answer to a publish whose expected last sequence of its subject is not so.
+_WRONG_LAST_SEQUENCE = 10071
+
+
+async def _transform_stored(js: JetStreamContext, stream: str, source: str) -> None:
+    """Store again, through the subject transform just given to ``stream``, the latest message
+    of each subject matching ``source`` (stored before it); then delete the old copy.
+
+    Each goes back to its own subject with its headers (less its message id, which the
+    duplicate window would drop) and only if its new subject holds nothing yet, so a message
+    published since is never replaced by an older one.
+    """
+    info = await js.stream_info(stream, subjects_filter=source)
+    moved = 0
+    for subject in sorted(info.state.subjects or {}):
+        msg = await js.get_last_msg(stream, subject)
+        headers = {k: v for k, v in (msg.headers or {}).items() if k != "Nats-Msg-Id"}
+        headers["Nats-Expected-Last-Subject-Sequence"] = "0"
+        try:
+            await js.publish(subject, msg.data or b"", stream=stream, headers=headers)
+            moved += 1
+        except BadRequestError as exc:
+            if exc.err_code != _WRONG_LAST_SEQUENCE:
+                raise  # a newer message is there already: only the old copy goes
+        if msg.seq is not None:
+            with contextlib.suppress(NotFoundError):
+                await js.delete_msg(stream, msg.seq)
+    log.info("stored messages transformed", extra={"stream": stream, "moved": moved})
 
 
 async def _recreate(js: JetStreamContext, spec: ConsumerSpec, info: api.ConsumerInfo) -> None:

@@ -44,7 +44,7 @@ from opentelemetry import trace
 
 from neuron_dra_common.bus import metrics
 from neuron_dra_common.bus.deadletter import DeadLetterKind, publish_dead_letter
-from neuron_dra_common.bus.declarations import ConsumerSpec
+from neuron_dra_common.bus.declarations import ConsumerSpec, published_subject
 from neuron_dra_common.bus.errors import PermanentError
 from neuron_dra_common.bus.headers import MSG_ID, CloudEventAttributes, cloud_event_attributes
 from neuron_dra_common.bus.intake import IntakeLimits, Refused, admit
@@ -325,7 +325,7 @@ class ConsumerRunner:
             deliveries = meta.num_delivered
             stream_sequence, consumer_sequence = meta.sequence.stream, meta.sequence.consumer
         return Delivery(
-            subject=msg.subject,
+            subject=published_subject(msg.subject),
             stream=stream,
             consumer=consumer,
             stream_sequence=stream_sequence,
