@@ -46,6 +46,7 @@ def _stream_config(spec: StreamSpec) -> api.StreamConfig:
         duplicate_window=spec.duplicate_window_seconds,
         num_replicas=spec.replicas,
         sources=[api.StreamSource(name=name) for name in spec.sources] or None,
+        allow_msg_ttl=spec.allow_msg_ttl or None,
     )
 
 
@@ -61,6 +62,7 @@ def _stream_view(config: api.StreamConfig) -> dict[str, Any]:
         "duplicate_window": float(config.duplicate_window or 0),
         "num_replicas": config.num_replicas or 1,
         "sources": sorted(s.name for s in config.sources or ()),
+        "allow_msg_ttl": bool(config.allow_msg_ttl),
     }
 
 
