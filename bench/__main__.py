@@ -10,6 +10,7 @@ SCENARIOS = {
     "allocator": "bench.scenarios.allocator",
     "bus": "bench.scenarios.bus",
     "extender": "bench.scenarios.extender",
+    "heartbeats": "bench.scenarios.heartbeats",
     "prepare": "bench.scenarios.prepare",
     "recovery": "bench.scenarios.recovery",
     "scale": "bench.scenarios.scale",
