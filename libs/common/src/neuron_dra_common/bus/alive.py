@@ -16,7 +16,6 @@ import msgspec
 import nats.errors
 from nats.aio.client import Client
 from nats.js import JetStreamContext
-from nats.js.errors import NotFoundError
 
 from neuron_dra_common.bus.declarations import ALIVE
 from neuron_dra_common.bus.errors import PublishError
@@ -158,9 +157,7 @@ class AliveView:
         """``node``'s last alive beat; None when the stream holds none (or cannot be read)."""
         try:
             msg = await self._js.get_last_msg(ALIVE.name, alive_subject(node))
-        except NotFoundError:
-            return None
-        except (nats.errors.Error, TimeoutError):
+        except (nats.errors.Error, TimeoutError):  # none held (NotFoundError), or no answer
             return None
         headers = msg.headers or {}
         try:
