@@ -11,6 +11,7 @@ SCENARIOS = {
     "bus": "bench.scenarios.bus",
     "explain": "bench.scenarios.explain",
     "extender": "bench.scenarios.extender",
+    "heartbeats": "bench.scenarios.heartbeats",
     "prepare": "bench.scenarios.prepare",
     "recovery": "bench.scenarios.recovery",
     "scale": "bench.scenarios.scale",

@@ -7,6 +7,7 @@ from tests.attacks import Row
 
 _T = "tests/integration/busauth/test_attacks.py"
 _C = "tests/integration/busauth/test_callout.py"
+_A = "tests/integration/busauth/test_alive_attacks.py"
 
 ROWS: tuple[Row, ...] = (
     Row("anonymous", "connect to the bus", "refused", f"{_T}::test_anonymous_connect_is_refused"),
@@ -39,6 +40,30 @@ ROWS: tuple[Row, ...] = (
         "publish node A's inventory and heartbeat",
         "allowed",
         f"{_T}::test_discovery_of_node_a_cannot_publish_node_bs_inventory_or_heartbeat",
+    ),
+    Row(
+        "discovery of node A",
+        "publish an alive beat (ttl heartbeat mode) for node B",
+        "refused",
+        f"{_A}::test_only_a_nodes_own_agent_beats_alive_and_only_the_detector_reads_them",
+    ),
+    Row(
+        "discovery of node A",
+        "publish an alive beat for node A",
+        "allowed",
+        f"{_A}::test_only_a_nodes_own_agent_beats_alive_and_only_the_detector_reads_them",
+    ),
+    Row(
+        "slice publisher, reader (neuron-dra events)",
+        "read an alive beat of NEURON_ALIVE",
+        "refused",
+        f"{_A}::test_only_a_nodes_own_agent_beats_alive_and_only_the_detector_reads_them",
+    ),
+    Row(
+        "failure detector",
+        "ask NEURON_ALIVE which nodes beat, read a node's last alive beat",
+        "allowed",
+        f"{_A}::test_only_a_nodes_own_agent_beats_alive_and_only_the_detector_reads_them",
     ),
     Row(
         "health probe of node A",

@@ -99,6 +99,7 @@ def test_the_device_plugin_reads_health_and_publishes_its_nodes_heartbeats_only(
     events = [s for s in grants.publish if s.startswith("neuron.")]
     assert events == [
         "neuron.heartbeat.ip-10-0-0-1_ec2_internal",
+        "neuron.alive.ip-10-0-0-1_ec2_internal",
         "neuron.deadletter.NEURON_HEALTH.device-plugin-health",
     ]
     assert "$JS.API.CONSUMER.CREATE.NEURON_HEALTH" in grants.publish
@@ -182,7 +183,24 @@ def test_a_node_agent_publishes_events_of_its_own_node_only(role: str) -> None:
     for kind, subject in (
         ("inventory", f"neuron.inventory.{other}"),
         ("heartbeat", f"neuron.heartbeat.{other}"),
+        ("alive", f"neuron.alive.{other}"),
         ("health", f"neuron.health.{other}.neurondevice0"),
         ("claim", f"neuron.claim.prepared.{other}.default.claim"),
     ):
         assert not any(_matches(p, subject) for p in grants.publish), (role, kind)
+
+
+def test_only_the_failure_detector_reads_the_alive_beats() -> None:
+    """NEURON_ALIVE shows who is alive: its messages (MSG.GET) and consumers are the failure
+    detector's alone; the stream check every service makes at start stays allowed."""
+    alive = "NEURON_ALIVE"
+    detector = permissions_for("failure-detector").publish
+    assert f"$JS.API.STREAM.MSG.GET.{alive}" in detector
+    assert not [s for s in detector if s.startswith("$JS.API.CONSUMER.") and alive in s]
+    for role in (*CLUSTER_SERVICES, "reader"):
+        if role == "failure-detector":
+            continue
+        grants = permissions_for(role).publish  # type: ignore[arg-type]
+        reads = [s for s in grants if alive in s and s != f"$JS.API.STREAM.INFO.{alive}"]
+        assert reads == [], role
+        assert f"$JS.API.STREAM.INFO.{alive}" in grants, role

@@ -9,18 +9,43 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import urllib.request
 import uuid
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Final, Literal
 
-from neuron_dra_common.bus import Publisher, PublishError
+from neuron_dra_common.bus import AlivePublisher, Publisher, PublishError
 from neuron_dra_common.events import NodeHeartbeat
 
-__all__ = ["Heartbeat", "kubelet_probe", "read_boot_id"]
+__all__ = [
+    "ALIVE_MISSES",
+    "HELLO_SECONDS",
+    "Heartbeat",
+    "alive_ttl",
+    "kubelet_probe",
+    "read_boot_id",
+]
 
 log = logging.getLogger(__name__)
+
+#: An alive beat lives this many intervals on the bus: the failure detector's default window.
+ALIVE_MISSES: Final = 3
+#: A ttl-mode agent says hello again this often, so ``NEURON_HEARTBEAT`` (one day's max age)
+#: always holds its node: a detector that starts reads the fleet from there.
+HELLO_SECONDS: Final = 3600.0
+
+
+def alive_ttl(interval: float) -> int:
+    """Whole seconds an alive beat lives: ``ALIVE_MISSES`` intervals, at least 2 s (NATS counts
+    a message TTL in whole seconds, and one under two intervals expires between beats).
+
+    >>> alive_ttl(1.0), alive_ttl(0.5), alive_ttl(2.5)
+    (3, 2, 8)
+    """
+    return max(2, math.ceil(ALIVE_MISSES * interval))
 
 
 def read_boot_id(path: str) -> str:
@@ -52,8 +77,16 @@ class Heartbeat:
         boot_id: str,
         interval: float,
         probe: Callable[[], Awaitable[bool]] | None = None,
+        mode: Literal["stream", "ttl"] = "stream",
+        alive: AlivePublisher | None = None,
     ) -> None:
+        if mode == "ttl" and alive is None:
+            raise ValueError("heartbeat_mode ttl: alive beats need an AlivePublisher")
         self._publisher = publisher
+        self._mode = mode
+        self._alive_publisher = alive
+        self._ttl = alive_ttl(interval) if mode == "ttl" else 0
+        self._hello_at: float | None = None
         self._node = node
         self._boot_id = boot_id
         self._interval = interval
@@ -78,7 +111,32 @@ class Heartbeat:
         if self._held:
             log.warning("kubelet healthy again: heartbeats resume", extra={"node": self._node})
             self._held = False
-        return await self._send(stopping=False)
+        if self._mode == "stream":
+            return await self._send(stopping=False)
+        now = asyncio.get_running_loop().time()
+        if self._hello_at is None or now - self._hello_at >= HELLO_SECONDS:
+            # Until the hello is stored, the detector judges this node by NodeHeartbeats.
+            if not await self._send(stopping=False):
+                return False
+            self._hello_at = now
+        return await self._alive()
+
+    async def _alive(self) -> bool:
+        """One alive beat: kept by the bus for the node's window, then dropped."""
+        assert self._alive_publisher is not None
+        self._sequence += 1
+        try:
+            await self._alive_publisher.publish(
+                ttl=self._ttl,
+                sequence=self._sequence,
+                instance=self._instance,
+                boot_id=self._boot_id,
+            )
+        except PublishError as exc:
+            log.warning("alive beat not sent", extra={"error": str(exc)})
+            return False
+        self.sent += 1
+        return True
 
     async def goodbye(self) -> bool:
         """The last heartbeat, marked ``stopping``; True when it was sent.
@@ -106,6 +164,7 @@ class Heartbeat:
                     interval_seconds=self._interval,
                     instance=self._instance,
                     stopping=stopping,
+                    alive_ttl_seconds=float(self._ttl),
                 ),
                 msg_id=f"heartbeat/{self._node}/{self._instance}/{self._sequence}",
             )

@@ -247,6 +247,15 @@ class NodeLivenessSettings(NodeHardwareSettings, frozen=True, kw_only=True):
             "answer ok, so a node whose kubelet died is declared lost; empty: not checked"
         ),
     ] = ""
+    heartbeat_mode: Annotated[
+        Literal["stream", "ttl"],
+        msgspec.Meta(
+            description="stream: every heartbeat is a NodeHeartbeat the failure detector "
+            "consumes; ttl: a hello, then alive beats the bus keeps for the node's window "
+            "(Nats-TTL), which the detector polls once a second (needs a failure detector "
+            "that knows ttl mode: update it first)"
+        ),
+    ] = "stream"
 
 
 def env_name(field: str, prefix: str = ENV_PREFIX) -> str:

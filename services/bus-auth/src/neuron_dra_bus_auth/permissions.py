@@ -35,6 +35,7 @@ from typing import Final, Literal
 import msgspec
 from neuron_dra_common.bus.declarations import (
     ALERTS,
+    ALIVE,
     ALLOCATION,
     AUDIT,
     CONSUMERS,
@@ -166,12 +167,18 @@ def _base() -> list[str]:
     return [f"{_API}.INFO", *(f"{_API}.STREAM.INFO.{stream.name}" for stream in STREAMS)]
 
 
+def _beats(token: str) -> list[str]:
+    """A node's heartbeats: NodeHeartbeat (every beat, or hello and goodbye in ttl mode) and
+    alive beats on NEURON_ALIVE, on its own subjects only."""
+    return [_subject("heartbeat", token), _subject("alive", token)]
+
+
 def _node_agent(role: NodeAgent, node: str) -> Permissions:
     token = subject_token(node)
     publish = _base()
     deny: tuple[str, ...] = ()
     if role == "discovery":
-        publish += [_subject("inventory", token), _subject("heartbeat", token)]
+        publish += [_subject("inventory", token), *_beats(token)]
     elif role == "health-probe":
         # Its node's devices' health (neuron.health.<node>.<device>), never NodeLost or
         # NodeRecovered (neuron.health.<node>.node): only the failure detector declares those.
@@ -181,7 +188,7 @@ def _node_agent(role: NodeAgent, node: str) -> Permissions:
     elif role == "device-plugin":
         # It reads its node's health events (to report devices Unhealthy to the kubelet) and,
         # on a node with no discovery agent, sends the node's heartbeats.
-        publish += [_subject("heartbeat", token), *_read(HEALTH)]
+        publish += [*_beats(token), *_read(HEALTH)]
         publish += _dead_letters((HEALTH, "device-plugin-health"))
     else:
         publish += [
@@ -231,6 +238,9 @@ def _cluster_service(role: ClusterService) -> Permissions:
     elif role == "failure-detector":
         # NodeLost / NodeRecovered only: neuron.health.<node>.node, never a device's health.
         publish += [_subject("health", "*", "node"), *_read(HEALTH, HEARTBEAT)]
+        # Which nodes' alive beats NEURON_ALIVE holds (STREAM.INFO, in the base grants) and a
+        # lost node's last one; nobody else reads that stream.
+        publish.append(f"{_API}.STREAM.MSG.GET.{ALIVE.name}")
         owned.append("health-monitor-heartbeats")
         publish += _dead_letters(
             (HEALTH, "health-monitor-heartbeats"), (HEARTBEAT, "health-monitor-heartbeats")
@@ -255,7 +265,7 @@ def permissions_for(role: Role, *, node: str = "") -> Permissions:
     """The grants of ``role``; a node agent's are bound to ``node``.
 
     >>> permissions_for("discovery", node="ip-10-0-0-1.ec2.internal").publish[-2:]
-    ('neuron.inventory.ip-10-0-0-1_ec2_internal', 'neuron.heartbeat.ip-10-0-0-1_ec2_internal')
+    ('neuron.heartbeat.ip-10-0-0-1_ec2_internal', 'neuron.alive.ip-10-0-0-1_ec2_internal')
     """
     if role in NODE_AGENTS:
         if not node:
@@ -266,5 +276,7 @@ def permissions_for(role: Role, *, node: str = "") -> Permissions:
     if role == "admin":
         return Permissions(publish=(">",), subscribe=(">",), respond=True)
     if role == "reader":
-        return Permissions(publish=(*_base(), *_read(*STREAMS)), subscribe=(_inbox(role),))
+        # Every stream but the alive beats, which only the failure detector reads.
+        readable = [stream for stream in STREAMS if stream is not ALIVE]
+        return Permissions(publish=(*_base(), *_read(*readable)), subscribe=(_inbox(role),))
     return _cluster_service(role)  # type: ignore[arg-type]

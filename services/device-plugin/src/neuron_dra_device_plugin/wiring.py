@@ -29,7 +29,7 @@ from neuron_dra_device_plugin.servicer import AnnotatedPods, DevicePluginService
 from neuron_dra_device_plugin.settings import DevicePluginSettings
 
 if TYPE_CHECKING:
-    from neuron_dra_common.bus import Publisher
+    from neuron_dra_common.bus import Bus
     from neuron_dra_common.liveness import Heartbeat
 
 __all__ = ["NAME", "build", "inventory_of"]
@@ -77,7 +77,7 @@ async def _on_bus(
     settings: DevicePluginSettings,
     *,
     feed: BusHealthFeed | None,
-    heartbeat: Callable[[Publisher], Heartbeat] | None,
+    heartbeat: Callable[[Bus], Heartbeat] | None,
     stopped: asyncio.Event,
 ) -> None:
     """Connect to NATS (retrying for ever), then follow this node's health events and send its
@@ -102,9 +102,7 @@ async def _on_bus(
             attempt = 0
             async with asyncio.TaskGroup() as group:
                 if heartbeat is not None:
-                    beating = heartbeat(
-                        bus.publisher(source=f"/neuron-dra/{NAME}/{settings.node_name}")
-                    )
+                    beating = heartbeat(bus)
                     group.create_task(beating.run(), name="heartbeat")
                 if feed is not None:
                     group.create_task(feed.follow(bus), name="health-events")
@@ -127,8 +125,9 @@ async def _on_bus(
 
 def _heartbeat(
     settings: DevicePluginSettings, *, kubelet_socket: Path
-) -> Callable[[Publisher], Heartbeat]:
-    """The node's heartbeat, sent with the publisher of each connection to NATS."""
+) -> Callable[[Bus], Heartbeat]:
+    """The node's heartbeat, sent on each connection to NATS."""
+    from neuron_dra_common.bus import AlivePublisher
     from neuron_dra_common.liveness import Heartbeat, kubelet_probe, read_boot_id
 
     boot_id = read_boot_id(settings.boot_id_path)
@@ -140,13 +139,15 @@ def _heartbeat(
         else kubelet_socket_probe(kubelet_socket)
     )
 
-    def make(publisher: Publisher) -> Heartbeat:
+    def make(bus: Bus) -> Heartbeat:
         return Heartbeat(
-            publisher=publisher,
+            publisher=bus.publisher(source=f"/neuron-dra/{NAME}/{settings.node_name}"),
             node=settings.node_name,
             boot_id=boot_id,
             interval=settings.liveness_seconds,
             probe=probe,
+            mode=settings.heartbeat_mode,
+            alive=AlivePublisher(bus.js, node=settings.node_name),
         )
 
     return make

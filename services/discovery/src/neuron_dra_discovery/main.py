@@ -23,7 +23,7 @@ PROG = "neuron-dra-discovery"
 
 async def build(settings: DiscoverySettings) -> Service:
     """Connect to the bus and wire the agent into a service."""
-    from neuron_dra_common.bus import Bus, credentials_of, inbox_prefix, limits_of
+    from neuron_dra_common.bus import AlivePublisher, Bus, credentials_of, inbox_prefix, limits_of
     from neuron_dra_common.driver import package_version
     from neuron_dra_common.liveness import Heartbeat, kubelet_probe
     from neuron_dra_common.runtime import Service
@@ -55,6 +55,8 @@ async def build(settings: DiscoverySettings) -> Service:
         boot_id=tracker.boot_id,
         interval=settings.liveness_seconds,
         probe=kubelet_probe(settings.kubelet_healthz_url) if settings.kubelet_healthz_url else None,
+        mode=settings.heartbeat_mode,
+        alive=AlivePublisher(bus.js, node=settings.node_name),
     )
     service = Service(name=NAME, settings=settings)
     service.add_task("inventory", agent.run, stop=agent.stop, ready=lambda: agent.ready)

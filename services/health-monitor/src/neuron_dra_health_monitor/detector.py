@@ -29,6 +29,15 @@ nodes heard, so nodes restarting during a bus outage do not hide the outage. Nod
 declared lost before a restart are restored with :meth:`Detector.restore` and stay lost until
 they recover by the rule above.
 
+A node whose agent beats in ``ttl`` mode (its last ``NodeHeartbeat``, the hello, carried
+``alive_ttl_seconds``) is judged from the bus's answer to "which nodes' alive beats do you
+still hold" (:meth:`Detector.answer`): the bus drops a beat when its TTL runs out, so a node
+absent from the answer has been silent for its TTL. Present in an answer means a beat within
+the TTL; absent and past the node's window (counted from that), it is quiet; absent is also
+what "lagging" means for the bus-blaming rule, since one answer is one instant for the whole
+fleet. Its recovery needs ``recover_beats`` beats in a row as any node's: the caller reads a
+lost node's last beat and hands it to :meth:`Detector.heard`.
+
 Times are seconds on a monotonic clock the caller supplies (``now``); wall-clock times
 (``datetime``) only travel along for the events.
 
@@ -50,14 +59,26 @@ A goodbye buys the node ``restart_grace`` seconds:
 >>> d.heard("n1", now=21.0, interval=1.0, sequence=1, boot_id="b", instance="i2")
 >>> [v.kind for v in d.judge(now=21.0)]
 ['restarted']
+
+In ``ttl`` mode the answers decide; a node present in one had a beat within its TTL:
+
+>>> d = Detector(DetectorRules(misses=3, min_window=1.0))
+>>> d.resume(now=0.0)
+>>> d.heard("n1", now=0.0, interval=1.0, sequence=1, boot_id="b", ttl=3.0)
+>>> d.answer({"n1"}, now=2.0)
+>>> d.judge(now=2.0), d.judge(now=4.5)
+([], [])
+>>> d.answer(set(), now=5.0)
+>>> [(v.kind, v.reason) for v in d.judge(now=5.0)]
+[('lost', 'no heartbeat for 3.0 s (every 1 s expected)')]
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Literal
 
 import msgspec
@@ -110,6 +131,10 @@ class NodeState:
     sequence: int = 0
     #: when its agent said goodbye (None: not restarting); the grace runs from here
     stopping_since: float | None = None
+    #: > 0: the agent's beats live this many seconds on the bus (ttl mode), judged by answers
+    ttl: float = 0.0
+    #: ttl mode: missing from the bus's last answer
+    absent: bool = False
     lost: bool = False
     lost_since: float = 0.0
     #: heartbeats in a row since it was declared lost
@@ -154,12 +179,15 @@ class Detector:
         state.streak = 0
         state.lost_since = now - lost_for if lost else 0.0
 
-    def known(self, node: str, *, now: float, interval: float, stopping: bool = False) -> None:
+    def known(
+        self, node: str, *, now: float, interval: float, stopping: bool = False, ttl: float = 0.0
+    ) -> None:
         """``node`` sent heartbeats before the detector started (the stream's last one): it
         is expected to send more, and is judged from ``now`` on like any other. ``stopping``:
         that last one was a goodbye, so its agent is restarting; it gets the whole grace from
         ``now`` (when it said goodbye is the node's clock, not ours)."""
         state = self._state(node, now=now, interval=interval)
+        state.ttl = ttl
         if stopping and not state.lost and self.rules.restart_grace > 0:
             # Already told before the restart: no second "restarting".
             state.stopping_since = now
@@ -181,11 +209,16 @@ class Detector:
         sent_at: datetime | None = None,
         instance: str = "",
         stopping: bool = False,
+        ttl: float | None = None,
     ) -> None:
         """A heartbeat of ``node`` arrived. A repeat (same boot and process, a sequence not
         newer than one heard) is ignored: a redelivery says nothing about now. ``stopping``:
-        the agent's goodbye; the node is restarting until its next heartbeat."""
+        the agent's goodbye; the node is restarting until its next heartbeat. ``ttl``: what
+        a ``NodeHeartbeat`` says of the agent's mode (> 0: ttl mode); None (an alive beat read
+        back from the bus) leaves it as it is."""
         state = self._state(node, now=now, interval=interval)
+        if ttl is not None:
+            state.ttl = ttl
         same_process = boot_id == state.boot_id and instance == state.instance
         if same_process and 0 < sequence <= state.sequence:
             return
@@ -216,6 +249,30 @@ class Detector:
             self._heard.append(Verdict(kind="restarted", node=node, lost_for=away))
         if state.lost:
             state.streak = state.streak + 1 if gap <= self.window(state) else 1
+
+    def answer(self, present: Collection[str], *, now: float, wall: datetime | None = None) -> None:
+        """The bus's answer at ``now``: the ttl-mode nodes whose last alive beat it still
+        holds are ``present``; every other ttl-mode node is absent. A present node beat
+        within its TTL; one that just went absent beat no later than its TTL before ``now``,
+        which is when its silence is counted from (and, with ``wall``, the answer's wall
+        time, what a NodeLost says of its last heartbeat)."""
+        for name, state in self.nodes.items():
+            if state.ttl <= 0:
+                continue
+            if name not in present:
+                if not state.absent:
+                    state.absent = True
+                    state.last = max(state.last, now - state.ttl)
+                    if wall is not None:
+                        state.last_wall = wall - timedelta(seconds=state.ttl)
+                continue
+            if self._bus_blamed:
+                # As for a heartbeat: the bus carries beats again, the window starts here.
+                self._bus_blamed = False
+                self.resume(now=now)
+            state.absent = False
+            state.last = max(state.last, now - state.ttl)
+            self._heard_at = max(self._heard_at, now)
 
     # --- the rule ------------------------------------------------------------------------
 
@@ -303,12 +360,19 @@ class Detector:
         return self._heard_at < proof
 
     def _quiet(self, state: NodeState, *, now: float) -> bool:
-        """Silent past its deadline (a node :meth:`_awaited` is not judged at all)."""
+        """Silent past its deadline (a node :meth:`_awaited` is not judged at all); in ttl
+        mode only once the bus no longer holds its beat either."""
+        if state.ttl > 0:
+            # Counted from the latest its last beat can have been: due at the first answer
+            # without it when the window is the TTL.
+            return state.absent and now - state.last >= self.window(state) - 1e-9
         return now - state.last > self.window(state)
 
     def _lagging(self, state: NodeState, *, now: float) -> bool:
         """Quiet, or will be before its next heartbeat is due (silent past its deadline less
-        one interval)."""
+        one interval); in ttl mode, absent from the bus's last answer."""
+        if state.ttl > 0:
+            return state.absent
         return now - state.last > self.window(state) - state.interval
 
     def _restarting(self, name: str, state: NodeState, *, now: float) -> None:

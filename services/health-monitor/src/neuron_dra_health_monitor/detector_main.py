@@ -57,6 +57,7 @@ async def build(settings: DetectorSettings) -> Service:
             detector=Detector(rules(settings)),
             notes=NodeNotes(kube) if kube is not None else None,
             source=f"/neuron-dra/{NAME}",
+            poll=settings.alive_poll_seconds,
         )
         await work.prepare()
         runner = bus.runner(consumer(DURABLE), work.handle)

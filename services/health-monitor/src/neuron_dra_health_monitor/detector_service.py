@@ -10,6 +10,13 @@ flapping, then waits one full window of fresh heartbeats. A reconnect to the bus
 wait again: what the detector could not hear is never a node's fault. A node whose agent said
 goodbye (a heartbeat marked ``stopping``) is waited for up to the restart grace; that is
 logged and shown as Events on the Node, not published.
+
+Nodes whose agents beat in ``ttl`` mode send only a hello and a goodbye on that consumer;
+their alive beats stay on ``NEURON_ALIVE`` for the node's window and the bus drops them
+after. Once every ``poll`` seconds the detector asks the bus which of them it still holds
+(one ``STREAM.INFO`` request with a subjects filter): no beat is delivered to it. What it
+cannot trust is treated as a reconnect (judge nobody for the reconnect grace): a request that
+fails, a new stream leader, or a stream whose first sequence went back.
 """
 
 from __future__ import annotations
@@ -20,10 +27,10 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Final
 
-from neuron_dra_common.bus import Bus, Delivery, PublishError, replay
+from neuron_dra_common.bus import AliveView, Blind, Bus, Delivery, PublishError, replay
 from neuron_dra_common.bus.declarations import HEALTH, HEARTBEAT
 from neuron_dra_common.events import AnyEvent, NodeHeartbeat, NodeLost, NodeRecovered
-from neuron_dra_common.events.base import SUBJECT_ROOT, Event
+from neuron_dra_common.events.base import SUBJECT_ROOT, Event, subject_token
 
 from neuron_dra_health_monitor.detector import Detector, Verdict
 from neuron_dra_health_monitor.detector_kube import NodeNotes
@@ -35,6 +42,8 @@ log = logging.getLogger(__name__)
 DURABLE: Final = "health-monitor-heartbeats"
 #: The detector's own events: one subject per node, the latest is what it last said.
 NODE_SUBJECTS: Final = f"{SUBJECT_ROOT}.health.*.node"
+#: Lost ttl-mode nodes whose last alive beat is read back per poll, for their recovery.
+RECOVERY_READS: Final = 100
 
 
 class FailureDetector:
@@ -48,6 +57,8 @@ class FailureDetector:
         notes: NodeNotes | None,
         source: str,
         clock: Callable[[], float] | None = None,
+        poll: float = 1.0,
+        poll_timeout: float = 2.0,
     ) -> None:
         self._bus = bus
         self.detector = detector
@@ -57,6 +68,9 @@ class FailureDetector:
         self._unsent: list[Verdict] = []
         self._blind = False
         self.published: list[Event] = []
+        self._poll = poll
+        self._polled_at = float("-inf")
+        self.alive = AliveView(bus.nc, bus.js, timeout=poll_timeout)
 
     async def prepare(self) -> None:
         """Read back the detector's own last word on each node, the known nodes and the held
@@ -84,7 +98,11 @@ class FailureDetector:
         ):
             if isinstance(event, NodeHeartbeat):
                 self.detector.known(
-                    event.node, now=now, interval=event.interval_seconds, stopping=event.stopping
+                    event.node,
+                    now=now,
+                    interval=event.interval_seconds,
+                    stopping=event.stopping,
+                    ttl=event.alive_ttl_seconds,
                 )
         if self._notes is not None:
             for node in await self._notes.held_nodes():
@@ -111,7 +129,44 @@ class FailureDetector:
                 sent_at=event.sent_at,
                 instance=event.instance,
                 stopping=event.stopping,
+                ttl=event.alive_ttl_seconds,
             )
+
+    async def poll_once(self) -> bool:
+        """Ask the bus which ttl-mode nodes are alive and tell the detector; read back the
+        last beat of lost nodes still there (their recovery). False: blind."""
+        by_token = {subject_token(n): n for n, s in self.detector.nodes.items() if s.ttl > 0}
+        if not by_token:
+            return True
+        try:
+            tokens = await self.alive.tokens()
+        except Blind as exc:
+            if not self._blind:
+                log.warning("alive beats unknown: judging nobody", extra={"error": str(exc)})
+            self._blind = True
+            return False
+        now = self._clock()
+        present = {by_token[t] for t in tokens if t in by_token}
+        self.detector.answer(present, now=now, wall=datetime.now(UTC))
+        lost = [n for n in self.detector.lost() if n in present][:RECOVERY_READS]
+        for node in lost:
+            await self._read_back(node)
+        return True
+
+    async def _read_back(self, node: str) -> None:
+        """Hand a lost node's last alive beat to the detector (a repeat is ignored there)."""
+        beat = await self.alive.last(node)
+        if beat is None:
+            return
+        self.detector.heard(
+            node,
+            now=self._clock(),
+            interval=self.detector.nodes[node].interval,
+            sequence=beat.sequence,
+            boot_id=beat.boot_id,
+            sent_at=beat.stored_at,
+            instance=beat.instance,
+        )
 
     async def judge_forever(self, *, tick: float, stop: asyncio.Event) -> None:
         while not stop.is_set():
@@ -126,6 +181,10 @@ class FailureDetector:
         if not self._bus.connected:
             self._blind = True
             return
+        if now - self._polled_at >= 0.9 * self._poll:
+            self._polled_at = now
+            if not await self.poll_once():
+                return
         if self._blind:
             # Back on the bus: heartbeats sent meanwhile were not heard; wait for fresh ones.
             self._blind = False

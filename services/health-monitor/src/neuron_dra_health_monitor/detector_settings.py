@@ -67,3 +67,13 @@ class DetectorSettings(LeaderElectedSettings, frozen=True, kw_only=True):
     tick_seconds: Annotated[
         float, msgspec.Meta(gt=0, le=5, description="Seconds between judgements")
     ] = 0.25
+    alive_poll_seconds: Annotated[
+        float,
+        msgspec.Meta(
+            ge=0.5,
+            le=5,
+            description="Seconds between the questions to NEURON_ALIVE (one STREAM.INFO "
+            "request) about the nodes whose agents beat in ttl mode; a node is found lost up "
+            "to this long after its beat's TTL ran out",
+        ),
+    ] = 1.0

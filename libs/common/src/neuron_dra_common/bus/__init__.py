@@ -1,5 +1,6 @@
 """The only module of common that talks to NATS: streams, publishing, consumer runners."""
 
+from neuron_dra_common.bus.alive import AliveBeat, AlivePublisher, AliveView, Blind, alive_subject
 from neuron_dra_common.bus.cloudevents import CloudEvent, cloud_event_id, encode_line, structured
 from neuron_dra_common.bus.connection import Bus
 from neuron_dra_common.bus.credentials import BusCredentials, credentials_of
@@ -30,6 +31,10 @@ __all__ = [
     "CONSUMERS",
     "DEAD_LETTER_PREFIX",
     "STREAMS",
+    "AliveBeat",
+    "AlivePublisher",
+    "AliveView",
+    "Blind",
     "Bus",
     "BusCredentials",
     "CloudEvent",
@@ -54,6 +59,7 @@ __all__ = [
     "StoredMessage",
     "StreamSpec",
     "admit",
+    "alive_subject",
     "cloud_event_attributes",
     "cloud_event_id",
     "consumer",

@@ -14,6 +14,7 @@ from neuron_dra_common.events.base import SUBJECT_ROOT, subject_token
 
 __all__ = [
     "ALERTS",
+    "ALIVE",
     "ALLOCATION",
     "AUDIT",
     "CLAIMS",
@@ -51,6 +52,8 @@ class StreamSpec(msgspec.Struct, frozen=True, kw_only=True):
 
     ``sources`` names other streams whose messages this one also holds (the audit view).
     ``max_age_seconds`` 0 keeps messages until another limit removes them.
+    ``allow_msg_ttl`` lets a publisher give one message its own lifetime (the ``Nats-TTL``
+    header, whole seconds; NATS 2.11 and later): the server removes it when that runs out.
     """
 
     name: str
@@ -65,6 +68,7 @@ class StreamSpec(msgspec.Struct, frozen=True, kw_only=True):
     sources: tuple[str, ...] = ()
     #: ``(source, destination)`` of the server's subject transform of what comes in, if any.
     subject_transform: tuple[str, str] | None = None
+    allow_msg_ttl: bool = False
 
 
 class ConsumerSpec(msgspec.Struct, frozen=True, kw_only=True):
@@ -119,6 +123,19 @@ HEARTBEAT: Final = StreamSpec(
     description="Latest NodeHeartbeat per node",
     max_msgs_per_subject=1,
     max_age_seconds=_DAY,
+)
+#: Agents in ``ttl`` heartbeat mode beat here (``neuron.alive.<node token>``): a message with
+#: no body whose ``Nats-TTL`` is the node's window. The server drops it when that runs out,
+#: so the subjects the stream holds are the nodes alive now; the failure detector asks for
+#: them once a second instead of consuming every beat. Not in AUDIT, like heartbeats.
+ALIVE: Final = StreamSpec(
+    name="NEURON_ALIVE",
+    subjects=(f"{SUBJECT_ROOT}.alive.*",),
+    description="Each node's last alive beat, kept for its own Nats-TTL",
+    max_msgs_per_subject=1,
+    max_age_seconds=60.0,
+    duplicate_window_seconds=5.0,
+    allow_msg_ttl=True,
 )
 HEALTH: Final = StreamSpec(
     name="NEURON_HEALTH",
@@ -185,6 +202,7 @@ DEADLETTER: Final = StreamSpec(
 STREAMS: Final[tuple[StreamSpec, ...]] = (
     INVENTORY,
     HEARTBEAT,
+    ALIVE,
     HEALTH,
     TAINTS,
     ALLOCATION,

@@ -50,6 +50,7 @@ def _stream_config(spec: StreamSpec) -> api.StreamConfig:
         subject_transform=api.SubjectTransform(*spec.subject_transform)
         if spec.subject_transform
         else None,
+        allow_msg_ttl=spec.allow_msg_ttl or None,
     )
 
 
@@ -68,6 +69,7 @@ def _stream_view(config: api.StreamConfig) -> dict[str, Any]:
         "subject_transform": (config.subject_transform.src, config.subject_transform.dest)
         if config.subject_transform
         else None,
+        "allow_msg_ttl": bool(config.allow_msg_ttl),
     }
 
 

@@ -97,6 +97,10 @@ class NodeHeartbeat(Event, frozen=True, kw_only=True, tag="node.heartbeat.v1"):
     instance: str = ""
     #: True on the goodbye: the process is stopping and sends no more heartbeats.
     stopping: bool = False
+    #: > 0: this one is the agent's hello (or goodbye) and its beats in between are alive
+    #: beats on ``NEURON_ALIVE`` that the bus keeps for this many seconds (``ttl`` heartbeat
+    #: mode); 0: every beat is a ``NodeHeartbeat`` here.
+    alive_ttl_seconds: float = 0.0
 
     @property
     def subject(self) -> str:
