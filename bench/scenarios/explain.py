@@ -278,8 +278,8 @@ def _measure(kubeconfig: Path, n: int) -> Report:
 
 
 def run(*, quick: bool, n: int = 0) -> Report:
-    """``n`` nodes (default 1,000, or 100 with ``quick``); at 500 or more, run it under
-    ``flock /tmp/bench-heavy.lock``."""
+    """``n`` nodes (default 1,000, or 100 with ``quick``); at 500 or more, run it alone on
+    the machine."""
     n = n or (100 if quick else 1000)
     with tempfile.TemporaryDirectory(prefix="bench-explain-") as tmp:
         fleet = Path(tmp) / "fleet.yaml"

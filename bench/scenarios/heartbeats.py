@@ -15,7 +15,7 @@ The simulator publishes the agents' messages as they are on the wire (the NodeHe
 its CloudEvents headers and message id; the alive beat's headers and no body) without waiting
 for each ack: it plays the fleet, it is not what is measured.
 
-    flock /tmp/bench-heavy.lock python -m bench heartbeats
+    python -m bench heartbeats
 """
 
 from __future__ import annotations
