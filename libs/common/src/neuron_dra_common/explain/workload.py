@@ -254,7 +254,7 @@ def placement_reason(view: WorkloadView) -> Reason | None:
     if view.holds or view.usable_units >= view.server_count:
         return None
     codes = [n.code for c in view.ultra_servers for n in c.nodes if not n.ok]
-    code = min(codes, key=lambda c: ORDER.get(c, len(ORDER))) if codes else Code.NO_POOL
+    code = min(codes, key=lambda c: ORDER.get(c, len(ORDER))) if codes else Code.NOT_ENOUGH_DEVICES
     partial = [c for c in view.ultra_servers if c.state == "partial"]
     why = "; ".join(
         f"{c.name}: " + ", ".join(_said(n) for n in c.nodes if not n.ok) for c in partial[:3]
