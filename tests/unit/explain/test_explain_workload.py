@@ -40,8 +40,8 @@ def _fleet(**node_spec: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict
     return nodes, all_slices
 
 
-def _ultraservers(nodes: list[dict[str, Any]], all_slices: list[dict[str, Any]]) -> list[Any]:
-    views = discover(nodes, all_slices)
+def _ultraservers(nodes: list[dict[str, Any]], slices: list[dict[str, Any]]) -> list[Any]:
+    views = discover(nodes, slices)
     return [ultraserver_object(v) for v in views.values()]
 
 
@@ -173,3 +173,86 @@ def test_not_ultraserver_of_workload_outside_held() -> None:
     assert servers[US["us-b"]]["state"] == "whole"
     assert exp.workload is not None
     assert exp.workload["pendingPods"] == ["p"]
+
+
+def test_each_reason_a_node_is_not_usable() -> None:
+    nodes, all_slices = _fleet()
+    # us-a-0: no pool; us-a-1: a chip tainted NoSchedule; us-a-3: NotReady.
+    all_slices = [s for s in all_slices if s["spec"]["nodeName"] != "us-a-0"]
+    all_slices = [s for s in all_slices if s["spec"]["nodeName"] != "us-a-1"] + slices(
+        "us-a-1",
+        ITYPE,
+        labels={SERVER_ID_4_LABEL: SERVERS["us-a"], NODE_ID_4_LABEL: "1"},
+        taints={
+            "neurondevice5": [{"key": "neuron.aws.com/hbm", "value": "ecc", "effect": "NoSchedule"}]
+        },
+    )
+    nodes[3]["status"]["conditions"] = [{"type": "Ready", "status": "False"}]
+    us = _ultraservers(nodes, slices=all_slices)
+    # us-b's nodes 0 and 1 are allocated to another workload (the NeuronUltraServer's status).
+    for obj in us:
+        if obj["metadata"]["name"] == US["us-b"]:
+            obj["status"] = {
+                "allocations": [
+                    {"workloadRef": "team/other", "allocatedNodes": ["us-b-0", "us-b-1"]}
+                ]
+            }
+    snap = Snapshot.build(
+        nodes=nodes,
+        slices=all_slices,
+        classes=[NEURON_CLASS],
+        workloads=[_workload(count=1, size=2)],
+        ultraservers=us,
+    )
+    exp = explain_workload(snap, "default", "wl")
+    servers = _by_name(to_json(exp))
+    said = {n["node"]: n.get("code", "") for s in servers.values() for n in s["nodes"]}
+    assert said == {
+        "us-a-0": "NoPool",
+        "us-a-1": "DeviceTainted",
+        "us-a-2": "",
+        "us-a-3": "NodeNotReady",
+        "us-b-0": "DevicesHeld",
+        "us-b-1": "DevicesHeld",
+        "us-b-2": "",
+        "us-b-3": "",
+    }
+    held = [n for n in servers[US["us-b"]]["nodes"] if n.get("heldBy")]
+    assert {n["heldBy"] for n in held} == {"team/other"}
+    # us-b keeps its vertical pair {2, 3}: one 2-node unit, which is what the workload asks.
+    assert exp.workload is not None
+    assert exp.workload["usableUnits"] == 1
+    assert exp.summary.schedulable
+    assert render_text(exp).startswith(
+        "NeuronUltraServerWorkload default/wl: enough free UltraServers; the operator can place it"
+    )
+
+
+def test_too_few_ultraservers_when_all_are_whole() -> None:
+    nodes, all_slices = _fleet()
+    snap = Snapshot.build(
+        nodes=nodes,
+        slices=all_slices,
+        workloads=[_workload(count=3)],
+        ultraservers=_ultraservers(nodes, all_slices),
+    )
+    exp = explain_workload(snap, "default", "wl")
+    assert exp.top_code() == "NotEnoughDevices"
+    assert exp.event_message().startswith("NotEnoughDevices: 2 of 3 4-node units free")
+    assert exp.summary.fits == 0
+    assert exp.nodes == {}
+
+
+def test_a_workload_that_holds_its_ultraservers_and_has_no_pending_pod() -> None:
+    nodes, all_slices = _fleet()
+    snap = Snapshot.build(
+        nodes=nodes,
+        slices=all_slices,
+        workloads=[_workload(holds="us-a")],
+        ultraservers=_ultraservers(nodes, all_slices),
+    )
+    exp = explain_workload(snap, "default", "wl")
+    assert exp.summary.schedulable
+    assert render_text(exp).startswith(
+        f"NeuronUltraServerWorkload default/wl: holds {US['us-a']}; no pod waits"
+    )

@@ -388,6 +388,18 @@ def _explain(
         blocked_by=blocked_by,
         scheduler=_scheduler_view(pod),
     )
+    return Explanation(
+        target=target,
+        summary=summary,
+        pod_level=pod_level,
+        claims=_claims_view(claims, ctx),
+        groups=groups,
+        nodes=nodes,
+        observed=_observed(ctx),
+    )
+
+
+def _observed(ctx: _Context) -> dict[str, Any]:
     observed: dict[str, Any] = {
         "checkedAgainst": f"kube-scheduler {CHECKED_AGAINST}",
         "features": {"deviceTaints": ctx.taints, "partitionableDevices": ctx.counters},
@@ -406,15 +418,7 @@ def _explain(
             )
     if ctx.snap.resource_versions:
         observed["resourceVersions"] = dict(ctx.snap.resource_versions)
-    return Explanation(
-        target=target,
-        summary=summary,
-        pod_level=pod_level,
-        claims=_claims_view(claims, ctx),
-        groups=groups,
-        nodes=nodes,
-        observed=observed,
-    )
+    return observed
 
 
 def explain_pod(snap: Snapshot, namespace: str, name: str) -> Explanation:
@@ -496,12 +500,11 @@ def explain_workload(snap: Snapshot, namespace: str, name: str) -> Explanation:
     target = Target(kind="NeuronUltraServerWorkload", namespace=namespace, name=name)
     if not pending:
         blocked = placement_reason(view)
-        exp = _explain(ctx, target=target, pod=None, claims=[], pod_level=[])
-        summary = msgspec.structs.replace(
-            exp.summary, schedulable=blocked is None, blocked_by=blocked
-        )
-        return msgspec.structs.replace(
-            exp, summary=summary, groups=[], nodes={}, workload=msgspec.to_builtins(view)
+        return Explanation(
+            target=target,
+            summary=Summary(schedulable=blocked is None, blocked_by=blocked),
+            observed=_observed(ctx),
+            workload=msgspec.to_builtins(view),
         )
     exp = explain_pod(snap, namespace, pending[0]["metadata"]["name"])
     exp = _outside_held(exp, view)

@@ -31,6 +31,10 @@ def _headline(exp: Explanation) -> str:
     total = s.fits + s.does_not_fit + s.unknown + s.scheduler_error
     if s.blocked_by is not None:
         return f"{target}: will not be scheduled: {s.blocked_by.code}: {s.blocked_by.message}"
+    if exp.workload is not None and not exp.nodes:
+        if exp.workload.get("holds"):
+            return f"{target}: holds {', '.join(exp.workload['holds'])}; no pod waits"
+        return f"{target}: enough free UltraServers; the operator can place it"
     if s.schedulable:
         return f"{target}: fits {s.fits} of {total} nodes"
     if s.unknown:
