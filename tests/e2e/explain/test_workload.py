@@ -99,6 +99,10 @@ def test_a_workload_pod_is_told_the_nodes_outside_its_ultraserver(stack: KubeSta
         (pod,) = stack.wait_for("four pods placed, one waiting", waiting, timeout=120)
         data = json.loads(kubectl_neuron(stack, "explain", "nusw/one-us", "-o", "json").stdout)
         assert data["workload"]["holds"] == [us_name]
+        # Its own allocation and its own pods' claims do not count against it.
+        (server,) = data["workload"]["ultraServers"]
+        assert server["state"] == "held"
+        assert all(n["ok"] for n in server["nodes"]), server
         assert data["workload"]["pendingPods"] == [pod]
         assert data["summary"]["schedulable"] is False
         groups = {tuple(g["nodes"]): [r["code"] for r in g["reasons"]] for g in data["groups"]}

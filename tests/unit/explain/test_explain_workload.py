@@ -256,3 +256,21 @@ def test_a_workload_that_holds_its_ultraservers_and_has_no_pending_pod() -> None
     assert render_text(exp).startswith(
         f"NeuronUltraServerWorkload default/wl: holds {US['us-a']}; no pod waits"
     )
+
+
+def test_ultraservers_of_another_instance_type_are_not_listed() -> None:
+    nodes, all_slices = _fleet()
+    wl = _workload()
+    wl["spec"]["instanceType"] = "Trn3pds"
+    snap = Snapshot.build(
+        nodes=nodes,
+        slices=all_slices,
+        workloads=[wl],
+        ultraservers=_ultraservers(nodes, all_slices),
+    )
+    exp = explain_workload(snap, "default", "wl")
+    assert exp.workload is not None
+    assert exp.workload["ultraServers"] == []
+    assert exp.event_message() == (
+        "NotEnoughDevices: 0 of 1 4-node units free on 0 Trn3pds UltraServers"
+    )

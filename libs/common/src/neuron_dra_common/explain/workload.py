@@ -17,10 +17,11 @@ from typing import Any
 import msgspec
 
 from neuron_dra_common.driver import DRIVER_NAME, NODE_RESOURCE_TYPE
-from neuron_dra_common.explain.model import NodeFacts, Pool, node_from
+from neuron_dra_common.explain.model import Device, NodeFacts, Pool, node_from
 from neuron_dra_common.explain.nodes import node_reasons, tolerates
 from neuron_dra_common.explain.reasons import ORDER, Code
 from neuron_dra_common.explain.result import Reason
+from neuron_dra_common.topology import UnknownInstanceType, instance_spec
 from neuron_dra_common.ultraserver import WORKLOAD_LABEL, modes_for_size
 
 __all__ = ["NodeCheck", "UltraServerCheck", "WorkloadView", "check_workload", "placement_reason"]
@@ -64,20 +65,17 @@ class WorkloadView(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     pending_pods: list[str] = []
 
 
-def _attr(device: Obj, name: str) -> Any:
-    value = (device.get("attributes") or {}).get(name) or {}
-    for kind in ("string", "int", "bool", "version"):
-        if kind in value:
-            return value[kind]
-    return None
+def _attr(device: Device, name: str) -> Any:
+    found = device.attribute(f"{DRIVER_NAME}/{name}")
+    return found[1] if found else None
 
 
-def _same_type(a: str, b: str) -> bool:
-    # trn2u.48xlarge and trn2.48xlarge-u name one instance; a node label may lack the suffix.
-    def norm(s: str) -> str:
-        return s.lower().replace("u.", ".").removesuffix("-u")
-
-    return bool(a) and bool(b) and norm(a) == norm(b)
+def _catalog_name(instance_type: str) -> str:
+    # As the topology allocator matches them: trn3pds.48xlarge finds trn3.48xlarge nodes.
+    try:
+        return instance_spec(instance_type).name
+    except UnknownInstanceType:
+        return instance_type
 
 
 def _claim_holders(claims: Sequence[Obj]) -> dict[tuple[str, str], tuple[str, str]]:
@@ -126,11 +124,11 @@ def _node_check(
     if pool is None:
         return bad(Code.NO_POOL, f"node {name} publishes no {DRIVER_NAME} ResourceSlice")
     node_device = next(
-        (d for d in pool.devices if _attr(d.raw, "resourceType") == NODE_RESOURCE_TYPE), None
+        (d for d in pool.devices if _attr(d, "resourceType") == NODE_RESOURCE_TYPE), None
     )
     if node_device is None:
         return bad(Code.NO_POOL, f"node {name} publishes no UltraServer node device")
-    raw_modes = str(_attr(node_device.raw, "ultraserverModes") or "")
+    raw_modes = str(_attr(node_device, "ultraserverModes") or "")
     modes = {int(m) for m in raw_modes.split(",") if m.strip().isdigit()}
     if modes and not modes & set(modes_needed):
         return bad(
@@ -184,6 +182,7 @@ def check_workload(
     instance_type = str(spec.get("instanceType", ""))
     size = int(spec.get("topologySize") or 4)
     needed = modes_for_size(size)
+    wanted = _catalog_name(instance_type)
     holds = sorted(
         {
             a.get("ultraServer", "")
@@ -198,7 +197,7 @@ def check_workload(
     for us in sorted(ultraservers, key=lambda u: (u.get("metadata") or {}).get("name", "")):
         us_name = (us.get("metadata") or {}).get("name", "")
         us_spec = us.get("spec") or {}
-        if us_name not in holds and not _same_type(us_spec.get("instanceType", ""), instance_type):
+        if us_name not in holds and _catalog_name(us_spec.get("instanceType", "")) != wanted:
             continue
         allocated_to = {
             node: a.get("workloadRef", "")
