@@ -118,6 +118,7 @@ def context_namespace(kubeconfig: str, context: str | None) -> str:
 async def _fetch(kubeconfig: str, context: str | None, kind: str, namespace: str, name: str) -> Any:
     from neuron_dra_common import kube
     from neuron_dra_common.explain import Snapshot
+    from neuron_dra_common.ultraserver import NAMESPACE as US_NAMESPACE
 
     group = "neuron.aws.com"
     classes = kube.Resource(
@@ -164,7 +165,8 @@ async def _fetch(kubeconfig: str, context: str | None, kind: str, namespace: str
         )
         us: list[Obj] = []
         if kind == "NeuronUltraServerWorkload":
-            us, _ = await client.list(ultraservers, namespace=namespace)
+            # NeuronUltraServers live in the driver's namespace, whatever the workload's.
+            us, _ = await client.list(ultraservers, namespace=US_NAMESPACE)
     finally:
         await client.close()
     # The apiserver is at least as new as any kubelet (version skew policy): the newest

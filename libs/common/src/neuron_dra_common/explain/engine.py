@@ -33,6 +33,7 @@ from neuron_dra_common.explain.result import (
 from neuron_dra_common.explain.search import Allocated, Plan, PoolIndex, solve
 from neuron_dra_common.explain.snapshot import Snapshot
 from neuron_dra_common.explain.whynot import why_not
+from neuron_dra_common.explain.workload import WorkloadView, check_workload, placement_reason
 
 __all__ = [
     "ExplainError",
@@ -387,6 +388,18 @@ def _explain(
         blocked_by=blocked_by,
         scheduler=_scheduler_view(pod),
     )
+    return Explanation(
+        target=target,
+        summary=summary,
+        pod_level=pod_level,
+        claims=_claims_view(claims, ctx),
+        groups=groups,
+        nodes=nodes,
+        observed=_observed(ctx),
+    )
+
+
+def _observed(ctx: _Context) -> dict[str, Any]:
     observed: dict[str, Any] = {
         "checkedAgainst": f"kube-scheduler {CHECKED_AGAINST}",
         "features": {"deviceTaints": ctx.taints, "partitionableDevices": ctx.counters},
@@ -405,15 +418,7 @@ def _explain(
             )
     if ctx.snap.resource_versions:
         observed["resourceVersions"] = dict(ctx.snap.resource_versions)
-    return Explanation(
-        target=target,
-        summary=summary,
-        pod_level=pod_level,
-        claims=_claims_view(claims, ctx),
-        groups=groups,
-        nodes=nodes,
-        observed=observed,
-    )
+    return observed
 
 
 def explain_pod(snap: Snapshot, namespace: str, name: str) -> Explanation:
@@ -461,33 +466,80 @@ def explain_claim(snap: Snapshot, namespace: str, name: str) -> Explanation:
 
 
 def explain_workload(snap: Snapshot, namespace: str, name: str) -> Explanation:
-    """The first Pending pod of the workload (its claims carry the workload's template), with
-    the workload's UltraServers listed."""
+    """The workload's UltraServers (whole and healthy, partial and why, held), and its first
+    Pending pod node by node: a node outside the UltraServers it holds is
+    ``NotUltraServerOfWorkload``."""
     workload = _find(snap.workloads, namespace, name)
     if workload is None:
         raise TargetNotFound(f"NeuronUltraServerWorkload {namespace}/{name} not found")
     template = (workload.get("status") or {}).get("resourceClaimTemplate", "")
-    pending = [
-        p
-        for p in snap.pods
-        if (p.get("metadata") or {}).get("namespace") == namespace
-        and not (p.get("spec") or {}).get("nodeName")
-        and any(
-            c.get("resourceClaimTemplateName") == template
-            for c in (p.get("spec") or {}).get("resourceClaims") or ()
-        )
-    ]
-    view = {
-        "ultraServers": sorted(
-            (u.get("metadata") or {}).get("name", "") for u in snap.ultraservers
+    pending = sorted(
+        (
+            p
+            for p in snap.pods
+            if (p.get("metadata") or {}).get("namespace") == namespace
+            and not (p.get("spec") or {}).get("nodeName")
+            and template
+            and any(
+                c.get("resourceClaimTemplateName") == template
+                for c in (p.get("spec") or {}).get("resourceClaims") or ()
+            )
         ),
-        "pendingPods": sorted(p["metadata"]["name"] for p in pending),
-    }
+        key=lambda p: p["metadata"]["name"],
+    )
+    ctx = _Context(snap)
+    view = check_workload(
+        workload,
+        ultraservers=snap.ultraservers,
+        nodes=snap.nodes,
+        pools=[p for ps in ctx.pools.by_node.values() for p in ps],
+        claims=snap.claims,
+        tolerations=((pending[0].get("spec") or {}).get("tolerations") or ()) if pending else (),
+        pending_pods=[p["metadata"]["name"] for p in pending],
+    )
     target = Target(kind="NeuronUltraServerWorkload", namespace=namespace, name=name)
-    if not template or not pending:
-        ctx = _Context(snap)
-        exp = _explain(ctx, target=target, pod=None, claims=[], pod_level=[])
-    else:
-        first = sorted(pending, key=lambda p: p["metadata"]["name"])[0]
-        exp = explain_pod(snap, namespace, first["metadata"]["name"])
-    return msgspec.structs.replace(exp, target=target, workload=view)
+    if not pending:
+        blocked = placement_reason(view)
+        return Explanation(
+            target=target,
+            summary=Summary(schedulable=blocked is None, blocked_by=blocked),
+            observed=_observed(ctx),
+            workload=msgspec.to_builtins(view),
+        )
+    exp = explain_pod(snap, namespace, pending[0]["metadata"]["name"])
+    exp = _outside_held(exp, view)
+    return msgspec.structs.replace(exp, target=target, workload=msgspec.to_builtins(view))
+
+
+def _outside_held(exp: Explanation, view: WorkloadView) -> Explanation:
+    """Mark the nodes outside the UltraServers the workload holds."""
+    if not view.holds:
+        return exp
+    held = {n.node for u in view.ultra_servers if u.state == "held" for n in u.nodes}
+    home = {n.node: u.name for u in view.ultra_servers for n in u.nodes}
+    holds = ", ".join(view.holds)
+    per_node: dict[str, tuple[Verdict, list[Reason]]] = {}
+    for node, entry in exp.nodes.items():
+        group = exp.groups[entry.group]
+        verdict, reasons = group.verdict, list(group.reasons)
+        if node not in held:
+            where = f"UltraServer {home[node]}" if node in home else "no UltraServer"
+            verdict = "does-not-fit" if verdict == "fits" else verdict
+            reasons = [
+                Reason(
+                    code=Code.NOT_ULTRASERVER_OF_WORKLOAD,
+                    message=f"the node is in {where}; the workload holds {holds}",
+                    subject=holds,
+                ),
+                *(r for r in reasons if r.code != Code.REQUEST_SELECTOR),
+            ]
+        per_node[node] = (verdict, reasons)
+    groups, nodes = _group(per_node)
+    fits = sum(1 for e in nodes.values() if e.verdict == "fits")
+    summary = msgspec.structs.replace(
+        exp.summary,
+        schedulable=exp.summary.blocked_by is None and fits > 0,
+        fits=fits,
+        does_not_fit=sum(1 for e in nodes.values() if e.verdict == "does-not-fit"),
+    )
+    return msgspec.structs.replace(exp, summary=summary, groups=groups, nodes=nodes)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import msgspec
 
 from neuron_dra_common.explain.result import Explanation, Group
@@ -29,6 +31,10 @@ def _headline(exp: Explanation) -> str:
     total = s.fits + s.does_not_fit + s.unknown + s.scheduler_error
     if s.blocked_by is not None:
         return f"{target}: will not be scheduled: {s.blocked_by.code}: {s.blocked_by.message}"
+    if exp.workload is not None and not exp.nodes:
+        if exp.workload.get("holds"):
+            return f"{target}: holds {', '.join(exp.workload['holds'])}; no pod waits"
+        return f"{target}: enough free UltraServers; the operator can place it"
     if s.schedulable:
         return f"{target}: fits {s.fits} of {total} nodes"
     if s.unknown:
@@ -68,10 +74,7 @@ def render_text(exp: Explanation) -> str:
         for reason in group.reasons:
             lines.append(f"    {reason.code}: {reason.message}")
     if exp.workload:
-        for key, value in exp.workload.items():
-            lines.append(
-                f"workload {key}: {', '.join(value) if isinstance(value, list) else value}"
-            )
+        lines.extend(_workload_lines(exp.workload))
     if exp.observed.get("warning"):
         lines.append(f"warning: {exp.observed['warning']}")
     checked = exp.observed.get("checkedAgainst")
@@ -80,6 +83,30 @@ def render_text(exp: Explanation) -> str:
             f"(checked against {checked}; other filters such as CPU and memory are not evaluated)"
         )
     return "\n".join(lines) + "\n"
+
+
+def _workload_lines(view: dict[str, Any]) -> list[str]:
+    """``UltraServer us0: whole and healthy`` / ``partial: node-2 NodeUnschedulable: ...``."""
+    holds = ", ".join(view.get("holds") or ()) or "none"
+    lines = [
+        f"workload: {view.get('serverCount')} x {view.get('topologySize')}-node "
+        f"{view.get('instanceType')}; holds {holds}; free units: {view.get('usableUnits')} "
+        f"(whole and healthy UltraServers: {view.get('whole')})"
+    ]
+    for us in view.get("ultraServers") or ():
+        bad = [n for n in us["nodes"] if not n["ok"]]
+        state = {"whole": "whole and healthy", "held": "held by this workload"}.get(
+            us["state"],
+            f"partial ({len(us['nodes']) - len(bad)} of {len(us['nodes'])} nodes usable)",
+        )
+        lines.append(f"  UltraServer {us['name']}: {state}")
+        for node in bad:
+            lines.append(
+                f"    {node['node']} (node {node['nodeId']}): {node['code']}: {node['reason']}"
+            )
+    if view.get("pendingPods"):
+        lines.append(f"  pending pods: {', '.join(view['pendingPods'])}")
+    return lines
 
 
 def _group_head(group: Group) -> str:
