@@ -4,6 +4,7 @@ reason a user reads, and the scheduler-error and cannot-evaluate cases."""
 from typing import Any
 
 import msgspec
+from neuron_dra_cli.explain_cmd import drawings
 from neuron_dra_common.explain import (
     Explanation,
     Snapshot,
@@ -122,6 +123,11 @@ def test_match_attribute_reports_the_largest_connected_group() -> None:
     assert reason.details["need"] == 4
     assert reason.details["largest"] == 3
     assert sorted(len(v) for v in reason.details["groups"].values()) == [3, 3, 3, 3]
+    # The text output draws the node's devices as `topology show` does, holder marked.
+    picture = drawings(exp, snap)
+    assert picture.startswith("\nThe devices of trn2-0 (as `neuron-dra topology show trn2-0`")
+    assert "row 0 [ 0 A]-[ 1 .]-[ 2 .]-[ 3 .]" in picture
+    assert "A  default/holder" in picture
 
 
 def test_match_attribute_fits_when_one_group_is_whole() -> None:

@@ -233,8 +233,30 @@ def _explain(args: argparse.Namespace) -> int:
         sys.stdout.buffer.write(explain.to_json(exp) + b"\n")
         sys.stdout.flush()
     else:
-        print(explain.render_text(exp), end="")
+        print(explain.render_text(exp) + drawings(exp, snap), end="")
     return 0
+
+
+def drawings(exp: Any, snap: Any) -> str:
+    """For each group of nodes whose free devices are not connected as a request needs, the
+    devices of its first node drawn as ``neuron-dra topology show`` draws them: which are
+    held, by whom, and which are tainted, on the node's torus or ring."""
+    from neuron_dra_cli import topology_cmd
+
+    out = []
+    for group in exp.groups:
+        if not group.nodes or not any(r.code == "NotConnected" for r in group.reasons):
+            continue
+        node = group.nodes[0]
+        try:
+            picture = topology_cmd.render(node=node, slices=snap.slices, claims=snap.claims)
+        except CliError:
+            continue  # no Neuron pool on the node: nothing to draw
+        out.append(
+            f"\nThe devices of {node} (as `neuron-dra topology show {node}` draws them):\n"
+            f"{picture}\n"
+        )
+    return "".join(out)
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
