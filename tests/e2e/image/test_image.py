@@ -48,8 +48,11 @@ def test_every_entry_point_runs_from_where_it_is_installed(image: str) -> None:
 def test_local_stack_tools_are_not_in_the_image(image: str) -> None:
     code, out = run(image, "sh", "-c", "ls /opt/neuron-dra/bin")
     assert code == 0, out
-    assert "kubectl" not in out
-    assert "nats-server" not in out
+    names = out.split()
+    assert "kubectl" not in names
+    assert "nats-server" not in names
+    # The CLI's kubectl plugin is the product's own and ships with the CLI.
+    assert "kubectl-neuron" in names
     code, out = run(
         image,
         "sh",
