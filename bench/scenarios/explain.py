@@ -33,7 +33,8 @@ from typing import Any
 from neuron_dra_cli.stack import busauth
 
 from bench.harness import Figure, Report, percentile
-from bench.scenarios.slices import _FLEET, _Bench, _bounded, _cli, _stop_component
+from bench.scenarios.slices import _FLEET, _Bench, _bounded, _stop_component
+from bench.stack import local_stack
 
 RUNS = 5
 #: What the command imports before it reads anything: its process start.
@@ -281,30 +282,22 @@ def run(*, quick: bool, n: int = 0) -> Report:
     """``n`` nodes (default 1,000, or 100 with ``quick``); at 500 or more, run it alone on
     the machine."""
     n = n or (100 if quick else 1000)
-    with tempfile.TemporaryDirectory(prefix="bench-explain-") as tmp:
-        fleet = Path(tmp) / "fleet.yaml"
-        fleet.write_text(_FLEET)
-        state = Path(tmp) / "stack"
-        up = _cli("dev", "up", "--detach", "--state-dir", str(state), "--fleet", str(fleet))
-        if up.returncode != 0:
-            raise RuntimeError(f"dev up failed:\n{up.stdout}\n{up.stderr}")
-        try:
-            recorded = json.loads((state / "state.json").read_text())
-            # The publisher would remove pools it does not own; the bench writes them itself.
-            _stop_component(recorded, "slice-publisher")
-            kubeconfig = Path(recorded["kubeconfig"])
-            bench = _Bench(
-                kubeconfig, recorded["nats_url"], n, {}, busauth.admin_credentials(state)
-            )
+    with (
+        tempfile.TemporaryDirectory(prefix="bench-explain-") as tmp,
+        local_stack(Path(tmp), fleet=_FLEET) as recorded,
+    ):
+        # The publisher would remove pools it does not own; the bench writes them itself.
+        _stop_component(recorded, "slice-publisher")
+        kubeconfig = Path(recorded["kubeconfig"])
+        credentials = busauth.admin_credentials(Path(recorded["state_dir"]))
+        bench = _Bench(kubeconfig, recorded["nats_url"], n, {}, credentials)
 
-            async def build() -> None:
-                await bench.open()
-                try:
-                    await _fleet(bench, n)
-                finally:
-                    await bench.close()
+        async def build() -> None:
+            await bench.open()
+            try:
+                await _fleet(bench, n)
+            finally:
+                await bench.close()
 
-            asyncio.run(build())
-            return _measure(kubeconfig, n)
-        finally:
-            _cli("dev", "down", "--state-dir", str(state))
+        asyncio.run(build())
+        return _measure(kubeconfig, n)
