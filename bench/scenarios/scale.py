@@ -59,7 +59,7 @@ import ssl
 import sys
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -158,45 +158,48 @@ class Sizes:
 # --- pure pieces (unit tested) ---------------------------------------------------------------
 
 
+def _write_samples(
+    metrics: str, skip: Sequence[tuple[str, str]]
+) -> Iterator[tuple[dict[str, str], str, str, float]]:
+    """Each mutating ``apiserver_request_total`` sample as (labels, resource, subresource,
+    count), less the ``(resource, subresource)`` pairs in ``skip`` (``""``: the object)."""
+    for family in text_string_to_metric_families(metrics):
+        if family.name != "apiserver_request":
+            continue
+        for sample in family.samples:
+            labels = sample.labels
+            if not sample.name.endswith("_total") or labels.get("verb") not in _MUTATING:
+                continue
+            resource, sub = labels.get("resource", ""), labels.get("subresource", "")
+            if (resource, sub) not in skip:
+                yield labels, resource, sub, sample.value
+
+
 def apiserver_writes(
     metrics: str, *, only: Sequence[str] = (), skip: Sequence[tuple[str, str]] = ()
 ) -> float:
     """Mutating requests the apiserver answered, from its ``apiserver_request_total``:
     those on the resources in ``only`` (all when empty), less ``(resource, subresource)``
     pairs in ``skip`` (``""``: the object itself)."""
-    total = 0.0
-    for family in text_string_to_metric_families(metrics):
-        if family.name != "apiserver_request":
-            continue
-        for sample in family.samples:
-            labels = sample.labels
-            if not sample.name.endswith("_total") or labels.get("verb") not in _MUTATING:
-                continue
-            resource, sub = labels.get("resource", ""), labels.get("subresource", "")
-            if (only and resource not in only) or (resource, sub) in skip:
-                continue
-            total += sample.value
-    return total
+    return sum(
+        (
+            value
+            for _, resource, _, value in _write_samples(metrics, skip)
+            if not only or resource in only
+        ),
+        0.0,
+    )
 
 
 def apiserver_writes_by(metrics: str, *, skip: Sequence[tuple[str, str]] = ()) -> dict[str, float]:
     """Mutating requests the apiserver answered, by ``VERB resource[/subresource]``, with
     the answer's code when it was not a success (``PATCH nodes 409``)."""
     out: dict[str, float] = {}
-    for family in text_string_to_metric_families(metrics):
-        if family.name != "apiserver_request":
-            continue
-        for sample in family.samples:
-            labels = sample.labels
-            if not sample.name.endswith("_total") or labels.get("verb") not in _MUTATING:
-                continue
-            resource, sub = labels.get("resource", ""), labels.get("subresource", "")
-            if (resource, sub) in skip:
-                continue
-            code = labels.get("code", "")
-            key = f"{labels['verb']} {resource}" + (f"/{sub}" if sub else "")
-            key += "" if code.startswith("2") else f" {code}"
-            out[key] = out.get(key, 0.0) + sample.value
+    for labels, resource, sub, value in _write_samples(metrics, skip):
+        code = labels.get("code", "")
+        key = f"{labels['verb']} {resource}" + (f"/{sub}" if sub else "")
+        key += "" if code.startswith("2") else f" {code}"
+        out[key] = out.get(key, 0.0) + value
     return out
 
 
