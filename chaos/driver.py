@@ -56,6 +56,7 @@ from chaos.invariants import (
     audit_mismatches,
     devices_held_twice,
     free_devices,
+    leftover_taints,
     nodes_held_twice,
     offered_problems,
     running_claims,
@@ -661,13 +662,7 @@ class Driver:
                 problems.append(f"pod {name} still terminating")
             elif name in allocated and phase != "Running":
                 problems.append(f"pod {name} allocated but {phase}")
-        for piece in slices:
-            for device in (piece.get("spec") or {}).get("devices") or ():
-                for taint in device.get("taints") or ():
-                    problems.append(
-                        f"{piece['spec'].get('nodeName') or piece['spec']['pool']['name']}/"
-                        f"{device['name']} still tainted {taint['key']}:{taint['effect']}"
-                    )
+        problems += leftover_taints(slices)
         for w in workloads:
             if w["metadata"].get("namespace") != NAMESPACE:
                 continue

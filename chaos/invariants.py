@@ -186,6 +186,18 @@ def _newest_pools(slices: Iterable[Obj]) -> dict[str, tuple[int, int, list[Obj]]
     return pools
 
 
+def leftover_taints(slices: Iterable[Obj]) -> list[str]:
+    """Each device taint still on a published device, in words (``node/device still
+    tainted key:effect``)."""
+    return [
+        f"{piece['spec'].get('nodeName') or piece['spec']['pool']['name']}/"
+        f"{device['name']} still tainted {taint['key']}:{taint['effect']}"
+        for piece in slices
+        for device in (piece.get("spec") or {}).get("devices") or ()
+        for taint in device.get("taints") or ()
+    ]
+
+
 def offered_problems(nodes: Iterable[Obj], slices: Iterable[Obj]) -> list[str]:
     """Each Neuron node whose pool is missing, incomplete or short of a device, in words.
 

@@ -37,6 +37,7 @@ from neuron_dra_ultraserver_operator.resources import NAMESPACES, NUS, NUSW
 from chaos.invariants import (
     allocator_mismatches,
     devices_held_twice,
+    leftover_taints,
     nodes_held_twice,
     offered_problems,
 )
@@ -110,14 +111,7 @@ def converge_problems(
 ) -> list[str]:
     """What keeps the fleet from having converged, apart from the allocator's view: pools
     missing or short of a device, taints left, workloads not Allocated."""
-    problems = offered_problems(nodes, slices)
-    for piece in slices:
-        for device in (piece.get("spec") or {}).get("devices") or ():
-            for taint in device.get("taints") or ():
-                problems.append(
-                    f"{piece['spec']['pool']['name']}/{device['name']} still tainted "
-                    f"{taint.get('key')}:{taint.get('effect')}"
-                )
+    problems = offered_problems(nodes, slices) + leftover_taints(slices)
     for w in workloads:
         state = (w.get("status") or {}).get("state")
         if w["metadata"].get("deletionTimestamp"):
