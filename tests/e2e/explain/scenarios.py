@@ -21,6 +21,8 @@ CLASS = "neuron.aws.com"
 FITS = "fits"
 #: Reason codes that the node-level filters give, before any device is looked at.
 NODE_LEVEL = {"NodeNotReady", "NodeUnschedulable", "NodeTaint", "NodeSelector"}
+#: Reason codes that stay among a node's reasons whichever of its devices are free.
+FREE_DEVICES_AGNOSTIC = NODE_LEVEL | {"RequestSelector", "ClassSelector"}
 #: The label on every slice the test writes for ``bare-trn2-0``, so the next scenario can
 #: remove them all.
 BARE_LABEL = "test.neuron.aws.com/explain-pool"
@@ -114,11 +116,14 @@ class Scenario:
     @property
     def light(self) -> bool:
         """Runs beside other light scenarios: no holders, and each of its pods holds at most
-        one device per node (or fits nowhere), so it cannot change another one's answer."""
+        one device per node, so it cannot change another one's answer. A scenario that fits
+        nowhere holds nothing, but the devices its neighbours hold may change its reasons
+        (DevicesHeld instead of ClaimsConflict): it runs beside others only when its reasons
+        do not depend on which devices are free."""
         if self.holders or self.shared:
             return False
         if not any(code == FITS for code in self.expected.values()):
-            return True
+            return bool(self.pod_level) or set(self.expected.values()) <= FREE_DEVICES_AGNOSTIC
         wants = [
             r["exactly"].get("count", 0) if "count" in r["exactly"] else 99
             for spec in self.claims

@@ -111,7 +111,9 @@ def test_explain_agrees_with_scheduler(observed: dict[str, Observed], scenario: 
         code = scenario.expected[node]
         if code != FITS:
             assert code in codes_on(exp, node), (
-                f"{scenario.name} on {node}: {code} not among {codes_on(exp, node)}"
+                f"{scenario.name} on {node}: {code} not among {codes_on(exp, node)}: "
+                f"{[r.message for r in exp.pod_level]} "
+                f"{[r.message for r in exp.groups[entry.group].reasons] if entry else []}"
             )
     assert exp.summary.schedulable == (obs.unpinned.verdict == "fits")
     if scenario.schedulable:
