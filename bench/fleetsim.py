@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import json
 import secrets
+import subprocess
 import sys
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -46,6 +47,7 @@ __all__ = [
     "STATUS_SECONDS",
     "Agents",
     "FleetSim",
+    "Kubelets",
     "batches",
 ]
 
@@ -103,10 +105,14 @@ class FleetSim:
     """The fleet's kubelets and agents. ``nodes``: name -> labels."""
 
     def __init__(
-        self, *, kube: KubeClient | None, publisher: Publisher, nodes: dict[str, dict[str, str]]
+        self,
+        *,
+        kube: KubeClient | None,
+        publisher: Publisher | None,
+        nodes: dict[str, dict[str, str]],
     ):
         self._kube = kube
-        self.publisher = publisher
+        self._publisher = publisher
         self.nodes = nodes
         self.names = list(nodes)
         self.silent: set[str] = set()
@@ -138,6 +144,12 @@ class FleetSim:
         if self._kube is None:
             raise RuntimeError("this fleet plays the agents only: no apiserver client")
         return self._kube
+
+    @property
+    def publisher(self) -> Publisher:
+        if self._publisher is None:
+            raise RuntimeError("this fleet plays the kubelets only: no bus")
+        return self._publisher
 
     # -- kubelet ------------------------------------------------------------------------------
 
@@ -363,7 +375,68 @@ class Agents:
             await self._proc.wait()
 
 
+class Kubelets:
+    """The fleet's kubelets alone (Nodes registered Ready, Leases renewed, status posted) in
+    a child process, for a bench that measures something else in its own process: the
+    renewals neither take its CPU time nor wait for it."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], uids: dict[str, str]) -> None:
+        self._proc = proc
+        #: name -> the Node's uid
+        self.uids = uids
+
+    @classmethod
+    def start(cls, kubeconfig: str, nodes: dict[str, dict[str, str]]) -> Kubelets:
+        """Register every node (name -> labels) and keep them Ready until :meth:`stop`."""
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "bench.fleetsim"], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+        )
+        assert proc.stdin is not None
+        assert proc.stdout is not None
+        proc.stdin.write(json.dumps({"kubeconfig": kubeconfig, "nodes": nodes}).encode() + b"\n")
+        proc.stdin.flush()
+        line = proc.stdout.readline()
+        answer = json.loads(line) if line else {}
+        if answer.get("ready") is not True:
+            proc.kill()
+            proc.wait()
+            raise RuntimeError(f"the simulated kubelets did not start: {answer or 'exited'}")
+        return cls(proc, {str(k): str(v) for k, v in answer["uids"].items()})
+
+    def stop(self) -> str:
+        """Stop renewing; the batches that failed meanwhile (empty: none)."""
+        assert self._proc.stdin is not None
+        assert self._proc.stdout is not None
+        failed = ""
+        if self._proc.poll() is None:
+            self._proc.stdin.write(b'{"stats": true}\n')
+            self._proc.stdin.flush()
+            line = self._proc.stdout.readline()
+            failed = str(json.loads(line).get("failed", "")) if line else "exited early"
+            self._proc.terminate()
+        self._proc.wait()
+        return failed
+
+
 _SPEC_LINE_LIMIT = 16 << 20
+
+
+async def _serve_kubelets(spec: dict[str, Any], reader: asyncio.StreamReader) -> None:
+    from neuron_dra_common.kube import connect
+
+    kube = await connect(kubeconfig=spec["kubeconfig"])
+    fleet = FleetSim(kube=kube, publisher=None, nodes=spec["nodes"])
+    try:
+        uids = await fleet.register()
+        fleet.start(agents=False)
+        sys.stdout.write(json.dumps({"ready": True, "uids": uids}) + "\n")
+        sys.stdout.flush()
+        while await reader.readline():
+            sys.stdout.write(json.dumps({"failed": fleet.failed()}) + "\n")
+            sys.stdout.flush()
+    finally:
+        await fleet.stop()
+        await kube.close()
 
 
 async def _serve() -> None:
@@ -375,6 +448,9 @@ async def _serve() -> None:
     reader = asyncio.StreamReader(limit=_SPEC_LINE_LIMIT)
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
     spec = json.loads(await reader.readline())
+    if "kubeconfig" in spec:
+        await _serve_kubelets(spec, reader)
+        return
     bus = await Bus.connect(spec["urls"], name="bench-scale-agents")
     fleet = FleetSim(
         kube=None,

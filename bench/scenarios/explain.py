@@ -1,8 +1,9 @@
 """``neuron-dra explain`` for one Pending pod in a 1,000-node trn2 fleet (goal: <= 1 s).
 
 One local stack (its real etcd and kube-apiserver; a single simulated node without the
-driver) holds N trn2.48xlarge Nodes and their pools as the slice publisher writes them (the
-slices bench's ``bodies()``). Half the nodes run driver 2.25.0.0 and carry 4 claims each
+driver) holds N trn2.48xlarge Nodes, kept Ready by simulated kubelets in a process of their
+own (Lease renewed every 10 s, as the kubelet does), and their pools as the slice publisher
+writes them (the slices bench's ``bodies()``). Half the nodes run driver 2.25.0.0 and carry 4 claims each
 (2 devices per claim, allocated as the scheduler writes it: 2 devices of every torus row
 held); the other half still run 2.24.7.0. The pod asks for 4 connected devices
 (``matchAttribute: resource.aws.com/devicegroup4_id``) on driver 2.25.0.0, so every node
@@ -32,8 +33,9 @@ from typing import Any
 
 from neuron_dra_cli.stack import busauth
 
+from bench.fleetsim import Kubelets
 from bench.harness import Figure, Report, percentile
-from bench.scenarios.slices import _FLEET, _Bench, _bounded, _stop_component
+from bench.scenarios.slices import _FLEET, _Bench, _bounded, _node, _stop_component
 from bench.stack import local_stack
 
 RUNS = 5
@@ -123,12 +125,16 @@ def _pending_objects() -> list[dict[str, Any]]:
     return [template, pod]
 
 
+def _names(n: int) -> list[str]:
+    return [f"bench-explain-{i:05d}" for i in range(n)]
+
+
 async def _fleet(bench: _Bench, n: int) -> None:
-    """N Nodes and pools; 4 allocated claims on each node of the upgraded half; the pod."""
+    """N pools (their Nodes are the kubelets'); 4 allocated claims on each node of the
+    upgraded half; the pod."""
     from neuron_dra_common.kube import PODS, RESOURCE_CLAIMS, RESOURCE_SLICES, Resource
 
-    names = [f"bench-explain-{i:05d}" for i in range(n)]
-    await bench.make_nodes(names)
+    names = _names(n)
 
     async def pool(i: int) -> None:
         driver = UPGRADED if i % 2 == 0 else "2.24.7.0"
@@ -291,13 +297,26 @@ def run(*, quick: bool, n: int = 0) -> Report:
         kubeconfig = Path(recorded["kubeconfig"])
         credentials = busauth.admin_credentials(Path(recorded["state_dir"]))
         bench = _Bench(kubeconfig, recorded["nats_url"], n, {}, credentials)
+        # Every Node Ready, as its kubelet keeps it: a node the controller manager found
+        # silent would be refused before its devices are looked at, and explain would skip
+        # the device search the figure is about.
+        kubelets = Kubelets.start(
+            str(kubeconfig), {name: _node(name)["metadata"]["labels"] for name in _names(n)}
+        )
+        try:
+            bench.uids = kubelets.uids
 
-        async def build() -> None:
-            await bench.open()
-            try:
-                await _fleet(bench, n)
-            finally:
-                await bench.close()
+            async def build() -> None:
+                await bench.open()
+                try:
+                    await _fleet(bench, n)
+                finally:
+                    await bench.close()
 
-        asyncio.run(build())
-        return _measure(kubeconfig, n)
+            asyncio.run(build())
+            report = _measure(kubeconfig, n)
+        finally:
+            failed = kubelets.stop()
+        if failed:
+            report.notes.append(f"simulated kubelets: {failed}")
+        return report

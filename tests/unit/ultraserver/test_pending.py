@@ -10,6 +10,7 @@ from neuron_dra_ultraserver_operator.pending import (
     CONDITION,
     SignatureMemory,
     Verdict,
+    pod_signature,
     waiting_for_devices,
     workload_condition,
     workload_of,
@@ -154,3 +155,42 @@ def test_a_long_message_is_cut_to_what_the_api_keeps() -> None:
     cond = workload_condition(_workload("job"), [Verdict("p", "X", "m" * 5000)], now=NOW)
     assert cond is not None
     assert len(cond["message"]) == 1024
+
+
+def _unschedulable(message: str, *, claims: list[dict[str, str]] | None = None) -> dict[str, Any]:
+    return {
+        "metadata": {"name": "p", "namespace": "ml", "uid": "u1", "labels": {"app": "x"}},
+        "spec": {"resourceClaims": [{"name": "n", "resourceClaimTemplateName": "t"}]},
+        "status": {
+            "conditions": [
+                {
+                    "type": "PodScheduled",
+                    "status": "False",
+                    "reason": "Unschedulable",
+                    "message": message,
+                    "lastProbeTime": None,
+                }
+            ],
+            "resourceClaimStatuses": claims or [],
+        },
+    }
+
+
+def test_the_schedulers_next_attempt_alone_does_not_explain_the_pod_again() -> None:
+    """The scheduler rewrites its message at every attempt while nodes change: that alone is
+    no reason to explain the pod again (the sweep follows the cluster). What explain reads of
+    the pod is."""
+    first = _unschedulable("0/1001 nodes are available: 75 Too many pods")
+    again = _unschedulable("0/1001 nodes are available: 74 Too many pods")
+    assert pod_signature(first) == pod_signature(again)
+    claimed = _unschedulable("same", claims=[{"name": "n", "resourceClaimName": "p-n-x"}])
+    assert pod_signature(claimed) != pod_signature(first)
+    relabelled = _unschedulable("same")
+    relabelled["metadata"]["labels"] = {"app": "y"}
+    assert pod_signature(relabelled) != pod_signature(first)
+    placed = _unschedulable("same")
+    placed["status"]["conditions"][0].update(status="True", reason="")
+    assert pod_signature(placed) != pod_signature(first)
+    deleting = _unschedulable("same")
+    deleting["metadata"]["deletionTimestamp"] = NOW
+    assert pod_signature(deleting) != pod_signature(first)

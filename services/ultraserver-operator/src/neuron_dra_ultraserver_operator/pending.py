@@ -13,7 +13,9 @@ decider writes never removes it and never has to compare it.
 The loop has its own informers: unscheduled pods (``spec.nodeName=``; pods without claims
 are kept as bare names), ResourceClaims, ResourceSlices (whole, unlike the operator's node
 devices) and DeviceClasses; it reads the operator's Nodes, workloads and NeuronUltraServers.
-A pod is explained again when the scheduler updates it, and every waiting pod at most every
+A pod is explained again when what explain reads of it changes (its spec, labels, claim
+statuses, or whether the scheduler has given up on it: not the scheduler's message, which
+changes at every attempt while nodes come and go), and every waiting pod at most every
 :data:`SWEEP_SECONDS` when devices, claims, classes or nodes change.
 """
 
@@ -52,6 +54,7 @@ __all__ = [
     "PendingPods",
     "SignatureMemory",
     "Verdict",
+    "pod_signature",
     "waiting_for_devices",
     "workload_condition",
     "workload_of",
@@ -146,6 +149,34 @@ def _trim_pod(pod: Obj) -> Obj:
         keep = ("name", "namespace", "uid", "resourceVersion")
         return {"metadata": {k: meta[k] for k in keep if k in meta}}
     return {**pod, "metadata": meta}
+
+
+def pod_signature(pod: Obj) -> bytes:
+    """What explain reads of the pod itself: a pod update that keeps it is the scheduler
+    saying again what it said (its message counts nodes, and changes as they change).
+
+    >>> waiting = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}
+    >>> a = {"spec": {}, "status": {"conditions": [{**waiting, "message": "0/9 nodes"}]}}
+    >>> b = {"spec": {}, "status": {"conditions": [{**waiting, "message": "0/8 nodes"}]}}
+    >>> pod_signature(a) == pod_signature(b)
+    True
+    """
+    meta = pod.get("metadata") or {}
+    status = pod.get("status") or {}
+    scheduled = [
+        (c.get("status"), c.get("reason"))
+        for c in status.get("conditions") or ()
+        if c.get("type") == "PodScheduled"
+    ]
+    return msgspec.json.encode(
+        (
+            pod.get("spec"),
+            meta.get("labels"),
+            bool(meta.get("deletionTimestamp")),
+            status.get("resourceClaimStatuses"),
+            scheduled,
+        )
+    )
 
 
 def _trim(obj: Obj) -> Obj:
@@ -269,6 +300,8 @@ class PendingPods:
         self._sweep_seconds = sweep_seconds
         #: pod UID -> its informer key (a deleted pod's key is still known)
         self._keys: dict[str, str] = {}
+        #: pod UID -> :func:`pod_signature` when it was last queued
+        self._signatures: dict[str, bytes] = {}
         #: pod UID -> (its workload's key, why it waits)
         self._waiting: dict[str, tuple[str, Verdict]] = {}
         self._queue: WorkQueue[str] | None = None
@@ -298,8 +331,17 @@ class PendingPods:
             # A standby only follows: the leader to come reads the cache when it starts.
             if kind == "DELETED":
                 self._keys.pop(uid, None)
+                self._signatures.pop(uid, None)
                 self._memory.forget(uid)
             return
+        if kind == "DELETED":
+            self._signatures.pop(uid, None)
+        else:
+            signature = pod_signature(pod)
+            if self._signatures.get(uid) == signature:
+                # The scheduler's next attempt, same pod: the sweep follows the cluster.
+                return
+            self._signatures[uid] = signature
         # Kept until the pod is looked at: a deleted pod's workload may need telling.
         self._keys[uid] = _key(pod)
         self._queue.add(uid)

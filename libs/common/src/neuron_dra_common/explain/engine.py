@@ -34,6 +34,7 @@ from neuron_dra_common.explain.search import Allocated, Plan, PoolIndex, solve
 from neuron_dra_common.explain.snapshot import Snapshot
 from neuron_dra_common.explain.whynot import why_not
 from neuron_dra_common.explain.workload import WorkloadView, check_workload, placement_reason
+from neuron_dra_common.gcpause import while_paused
 
 __all__ = [
     "ExplainError",
@@ -421,6 +422,7 @@ def _observed(ctx: _Context) -> dict[str, Any]:
     return observed
 
 
+@while_paused
 def explain_pod(snap: Snapshot, namespace: str, name: str) -> Explanation:
     pod = _find(snap.pods, namespace, name)
     if pod is None:
@@ -451,6 +453,7 @@ def explain_pod(snap: Snapshot, namespace: str, name: str) -> Explanation:
     )
 
 
+@while_paused
 def explain_claim(snap: Snapshot, namespace: str, name: str) -> Explanation:
     ctx = _Context(snap)
     claim = ctx.claims_by_key.get(f"{namespace}/{name}")
@@ -465,6 +468,7 @@ def explain_claim(snap: Snapshot, namespace: str, name: str) -> Explanation:
     )
 
 
+@while_paused
 def explain_workload(snap: Snapshot, namespace: str, name: str) -> Explanation:
     """The workload's UltraServers (whole and healthy, partial and why, held), and its first
     Pending pod node by node: a node outside the UltraServers it holds is

@@ -32,6 +32,7 @@ from kubernetes_asyncio.client.exceptions import ApiException as LibraryApiExcep
 from kubernetes_asyncio.config.config_exception import ConfigException
 from opentelemetry import trace
 
+from neuron_dra_common.gcpause import paused
 from neuron_dra_common.kube.config import (
     EXEC_TIMEOUT,
     ConfigError,
@@ -522,7 +523,12 @@ class KubeClient:
             query += _selectors(label_selector, field_selector)
             accept = METADATA_LIST if metadata_only else JSON
             data = await self._exchange("GET", path, query=query, accept=accept)
-            page = (_decode_metadata_list(data) if metadata_only else _decode(data)) if data else {}
+            with paused():
+                page = (
+                    (_decode_metadata_list(data) if metadata_only else _decode(data))
+                    if data
+                    else {}
+                )
             items.extend(page.get("items") or [])
             meta = page.get("metadata") or {}
             cont = meta.get("continue") or ""
