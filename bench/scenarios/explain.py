@@ -186,11 +186,12 @@ def _timed(argv: list[str], env: dict[str, str]) -> tuple[float, str]:
 
 def _in_process(kubeconfig: str) -> tuple[float, float, float, Any]:
     """fetch, compute, render seconds of one explain, through the CLI's own fetch."""
+    from neuron_dra_cli.aio import run
     from neuron_dra_cli.explain_cmd import _fetch
     from neuron_dra_common.explain import explain_pod, to_json
 
     t0 = time.perf_counter()
-    snap = asyncio.run(_fetch(kubeconfig, None, "Pod", NS, "p"))
+    snap = run(_fetch(kubeconfig, None, "Pod", NS, "p"))
     t1 = time.perf_counter()
     exp = explain_pod(snap, namespace=NS, name="p")
     t2 = time.perf_counter()
@@ -236,7 +237,9 @@ def _measure(kubeconfig: Path, n: int) -> Report:
             "render": render,
         }.items()
     }
-    total = p50["fetch"] + p50["compute"]
+    # The p50 of each run's sum (not the sum of the two p50s, which may come from
+    # different runs).
+    total = percentile([f + c for f, c in zip(fetch, compute, strict=True)], 50)
     report = Report(name=f"explain (one Pending pod, {n} trn2 nodes, {n // 2 * 4} claims)")
     report.figures += [
         Figure(

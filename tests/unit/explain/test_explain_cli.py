@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 from neuron_dra_cli.errors import CliError
 from neuron_dra_cli.explain_cmd import context_namespace, parse_target
+from neuron_dra_common.explain import Snapshot
 
 
 @pytest.mark.parametrize(
@@ -43,3 +44,14 @@ def test_default_namespace_is_the_contexts(tmp_path: Path) -> None:
     )
     assert context_namespace(str(config), None) == "ml"
     assert context_namespace(str(config), "b") == "default"
+
+
+def test_a_snapshot_shows_itself_as_counts() -> None:
+    """What explain read is shown by its counts: a 1,000-node cluster's full repr is tens of
+    megabytes of text that logs and asyncio would otherwise build."""
+    slices = [{"spec": {"devices": [{"name": f"neurondevice{i}"} for i in range(16)]}}] * 1000
+    snap = Snapshot.build(nodes=[{}] * 1000, slices=slices, server_version="v1.36.3")
+    assert repr(snap) == (
+        "Snapshot(pods=0, nodes=1000, slices=1000, claims=0, classes=0, templates=0, "
+        "server_version='v1.36.3')"
+    )

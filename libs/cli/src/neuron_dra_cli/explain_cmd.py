@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 from typing import Any, Final
 
+from neuron_dra_cli.aio import run
 from neuron_dra_cli.errors import CliError
 from neuron_dra_cli.output import add_output_option
 
@@ -214,7 +215,7 @@ def _explain(args: argparse.Namespace) -> int:
     namespace = args.namespace or context_namespace(kubeconfig, args.context)
     where = kubeconfig or "the pod's service account"
     try:
-        snap = asyncio.run(
+        snap = run(
             asyncio.wait_for(_fetch(kubeconfig, args.context, kind, namespace, name), _TIMEOUT)
         )
     except ApiException as exc:

@@ -36,6 +36,7 @@ from neuron_dra_common.driver import DEVICE_RESOURCE_TYPE, NODE_RESOURCE_TYPE
 from neuron_dra_common.driver import DRIVER_NAME as DRIVER
 
 from neuron_dra_cli import paths
+from neuron_dra_cli.aio import run
 from neuron_dra_cli.errors import CliError
 from neuron_dra_cli.output import add_output_option
 
@@ -252,13 +253,11 @@ async def _fetch(kubeconfig: Path) -> tuple[list[Obj], list[Obj]]:
 
 
 def _show(args: argparse.Namespace) -> int:
-    import asyncio
-
     from neuron_dra_common.kube import ApiException, ConfigError
 
     kubeconfig = _kubeconfig(args.kubeconfig)
     try:
-        slices, claims = asyncio.run(_fetch(kubeconfig))
+        slices, claims = run(_fetch(kubeconfig))
     except (ApiException, ConfigError, OSError) as exc:
         raise CliError(f"reading ResourceSlices and ResourceClaims ({kubeconfig}): {exc}") from None
     if args.output == "json":

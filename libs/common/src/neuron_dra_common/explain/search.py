@@ -52,13 +52,19 @@ class Allocated(msgspec.Struct, frozen=True):
         return cls({device: claim.key for claim in claims for device in claim.allocated})
 
 
+Answer = tuple[bool, str, "CelError | CannotEvaluate | None"]
+
+
 class Plan(msgspec.Struct, frozen=True):
-    """One request of one claim to allocate, with its class resolved."""
+    """One request of one claim to allocate, with its class resolved; ``answers`` keeps
+    :func:`selector_answer` per device for the explanation the plan is made for (the
+    search and the reasons ask the same of the same devices)."""
 
     claim_index: int
     claim: Claim
     request: Request
     device_class: DeviceClass
+    answers: dict[DeviceId, Answer] = msgspec.field(default_factory=dict)
 
 
 class NodeAnswer(msgspec.Struct, frozen=True):
@@ -96,10 +102,15 @@ class PoolIndex:
         return sorted(out, key=lambda p: (p.driver, p.name))
 
 
-def selector_answer(
-    cel: DraCel, plan: Plan, device: Device
-) -> tuple[bool, str, CelError | CannotEvaluate | None]:
+def selector_answer(cel: DraCel, plan: Plan, device: Device) -> Answer:
     """(selectable, which selector said no, error or cannot-evaluate), class selectors first."""
+    found = plan.answers.get(device.id)
+    if found is None:
+        found = plan.answers[device.id] = _selector_answer(cel, plan, device)
+    return found
+
+
+def _selector_answer(cel: DraCel, plan: Plan, device: Device) -> Answer:
     for selector in (*plan.device_class.selectors, *plan.request.selectors):
         program = cel.compile(selector.expression)
         if isinstance(program, CannotEvaluate):

@@ -27,6 +27,15 @@ class Snapshot(msgspec.Struct, frozen=True, kw_only=True):
     server_version: str = ""
     resource_versions: dict[str, str] = {}
 
+    def __repr__(self) -> str:
+        # Counts only: at 1,000 nodes the full repr is some 30 MB of text, and Python 3.11's
+        # asyncio.run formats the repr of its main task, result included, when it ends.
+        counts = ", ".join(
+            f"{name}={len(getattr(self, name))}"
+            for name in ("pods", "nodes", "slices", "claims", "classes", "templates")
+        )
+        return f"Snapshot({counts}, server_version={self.server_version!r})"
+
     @classmethod
     def build(
         cls,
