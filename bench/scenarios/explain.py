@@ -170,9 +170,43 @@ async def _fleet(bench: _Bench, n: int) -> None:
         got = await bench.kube.get(PODS, "p", namespace=NS)
         conds = got.get("status", {}).get("conditions", [])
         if any(c["type"] == "PodScheduled" and c["status"] == "False" for c in conds):
-            return
+            break
         await asyncio.sleep(0.2)
-    raise RuntimeError("the bench pod got no PodScheduled=False condition within 2 minutes")
+    else:
+        raise RuntimeError("the bench pod got no PodScheduled=False condition within 2 minutes")
+    await _untainted(bench, set(names))
+
+
+#: Taints the node lifecycle controller keeps on a Node until it has seen it Ready.
+_UNREADY_TAINTS = frozenset({"node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"})
+_UNTAINT_SECONDS = 600.0
+
+
+async def _untainted(bench: _Bench, names: set[str]) -> None:
+    """Wait until the controller manager has lifted the not-ready taint off every Node: it
+    does so a few nodes a second, and a tainted node is refused before explain looks at its
+    devices, which is the work the figure is about."""
+    from neuron_dra_common.kube import NODES
+
+    deadline = time.monotonic() + _UNTAINT_SECONDS
+    waiting = len(names)
+    while time.monotonic() < deadline:
+        nodes, _ = await bench.kube.list(NODES)
+        waiting = sum(
+            1
+            for node in nodes
+            if node["metadata"]["name"] in names
+            and any(t.get("key") in _UNREADY_TAINTS for t in node["spec"].get("taints") or ())
+        )
+        if not waiting:
+            return
+        print(
+            f"bench explain: {waiting} of {len(names)} nodes still tainted not-ready",
+            file=sys.stderr,
+            flush=True,
+        )
+        await asyncio.sleep(5.0)
+    raise RuntimeError(f"{waiting} nodes still tainted not-ready after {_UNTAINT_SECONDS:.0f} s")
 
 
 def _timed(argv: list[str], env: dict[str, str]) -> tuple[float, str]:
