@@ -7,26 +7,16 @@ measure), what explain answered is."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 
-from tests.fixtures.stack import REPO
+from tests.e2e.bench.support import run_bench
 
 pytestmark = [pytest.mark.stack]
 
 
 def test_explain_quick_runs_end_to_end_on_ready_nodes() -> None:
-    proc = subprocess.run(
-        [sys.executable, "-m", "bench", "explain", "--quick"],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        timeout=540,
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    out = proc.stdout
+    out = run_bench("explain", "--quick", timeout=540).stdout
     assert "== explain (one Pending pod, 100 trn2 nodes, 200 claims)" in out
     assert "neuron-dra explain pod/p -o json (p50 of 5)" in out
     assert "goal: fetch + compute <= 1.0 s for one pod at 100 nodes: " in out

@@ -5,26 +5,17 @@ services as processes. It prints every figure, judges every goal, and one JSON l
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 
 from bench.scenarios.scale import SERVICES
-from tests.fixtures.stack import REPO
+from tests.e2e.bench.support import run_bench
 
 pytestmark = [pytest.mark.stack]
 
 
 def test_scale_quick_runs_end_to_end_and_prints_every_figure() -> None:
-    proc = subprocess.run(
-        [sys.executable, "-m", "bench", "scale", "--quick"],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        timeout=540,
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    proc = run_bench("scale", "--quick", timeout=540)
     out = proc.stdout
     assert "== scale (100 trn2u nodes, 25 UltraServers)" in out
     for goal in ("lost node p99 <= 5 s", "slices cold <= 1.2 x bare", "no service over 1 GiB"):
@@ -49,24 +40,7 @@ def test_scale_failover_and_chaos_at_sixteen_nodes_print_what_a_user_must_see() 
     consumer handles messages again, the audit holds every acknowledged claim event once, and
     the figures taken through the failover stand next to the steady ones. ``--chaos``: the
     chaos checks hold on the whole fleet after the churn. Progress goes to stderr."""
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "bench",
-            "scale",
-            "--quick",
-            "--nodes",
-            "16",
-            "--failover",
-            "--chaos",
-        ],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        timeout=400,
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    proc = run_bench("scale", "--quick", "--nodes", "16", "--failover", "--chaos", timeout=400)
     progress = proc.stderr
     for phase in (
         "nodes registered: done 16/16",

@@ -402,9 +402,9 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario(
         "two-requests",
         "one matchAttribute over two requests of 2, one device of every row of T0 held",
-        # Each request alone finds 2 devices of one row; the constraint over both needs 4:
-        # explain names the requests that do not fit together.
-        on(t0="ClaimsConflict"),
+        # Each request alone finds 2 devices of one row; the constraint over both needs 4
+        # in one row: explain says the requests are not connected together.
+        on(t0="NotConnected"),
         (
             claim_spec(
                 request("a", count=2),

@@ -251,3 +251,11 @@ async def test_status_subresource_and_events(kube: KubeClient) -> None:
         assert len(event["message"]) == 1024
     finally:
         await kube.delete(NODES, name)
+
+
+async def test_the_server_version_is_the_apiservers_release(kube: KubeClient) -> None:
+    """``/version`` as explain reads it to know which scheduler checks apply."""
+    from neuron_dra_cli.kubebuild import DEFAULT_VERSION
+
+    # The session's stack runs the default release, built from the official modules.
+    assert await kube.server_version() == f"v{DEFAULT_VERSION}"

@@ -140,6 +140,33 @@ def test_match_attribute_fits_when_one_group_is_whole() -> None:
     assert verdicts(explain_pod(snap, "default", "p")) == {"trn2-0": "fits"}
 
 
+def test_match_attribute_over_two_requests_is_not_connected_not_a_conflict() -> None:
+    # One device held in each row of four: each request of 2 finds 3 free in a row, but the
+    # two together need 4 that share one row.
+    two = [request("a", 2), request("b", 2)]
+    snap = snapshot(
+        {"trn2-0": "trn2.48xlarge"},
+        claim("holder", request("neurons", 4), allocated_on="trn2-0", devices=chips(0, 4, 8, 12)),
+        claim("c", *two, constraints=[{"matchAttribute": GROUP4}]),
+        pod("p", "c"),
+    )
+    exp = explain_pod(snap, "default", "p")
+    assert verdicts(exp) == {"trn2-0": "does-not-fit"}
+    assert codes(exp, "trn2-0") == ["NotConnected"]
+    reason = exp.groups[0].reasons[0]
+    assert reason.request == "a, b"
+    assert reason.details["need"] == 4
+    assert reason.details["largest"] == 3
+    # A whole row left: the two requests fit together there.
+    whole = snapshot(
+        {"trn2-0": "trn2.48xlarge"},
+        claim("holder", request("neurons", 3), allocated_on="trn2-0", devices=chips(0, 4, 8)),
+        claim("c", *two, constraints=[{"matchAttribute": GROUP4}]),
+        pod("p", "c"),
+    )
+    assert verdicts(explain_pod(whole, "default", "p")) == {"trn2-0": "fits"}
+
+
 def test_untolerated_device_taint_blocks_and_a_toleration_lifts_it() -> None:
     taint = {"key": "neuron.aws.com/hardware-error", "value": "true", "effect": "NoSchedule"}
     tainted = slices("trn2-0", taints={f"neurondevice{i}": [taint] for i in range(14)})

@@ -168,11 +168,13 @@ async def _read(kubeconfig: str, context: str | None, kind: str, namespace: str,
             (slices, slices_rv),
             (claims, claims_rv),
             (device_classes, _),
+            server,
         ) = await asyncio.gather(
             client.list(kube.NODES),
             client.list(kube.RESOURCE_SLICES),
             client.list(kube.RESOURCE_CLAIMS),
             client.list(classes),
+            _server_version(client),
         )
         us: list[Obj] = []
         if kind == "NeuronUltraServerWorkload":
@@ -180,8 +182,8 @@ async def _read(kubeconfig: str, context: str | None, kind: str, namespace: str,
             us, _ = await client.list(ultraservers, namespace=US_NAMESPACE)
     finally:
         await client.close()
-    # The apiserver is at least as new as any kubelet (version skew policy): the newest
-    # kubelet is the closest lower bound on the scheduler's release the nodes tell.
+    # Where /version is not answered: the apiserver is at least as new as any kubelet
+    # (version skew policy), so the newest kubelet is the closest lower bound the nodes tell.
     kubelet = max(
         (n.get("status", {}).get("nodeInfo", {}).get("kubeletVersion", "") for n in nodes),
         key=_version_key,
@@ -195,9 +197,22 @@ async def _read(kubeconfig: str, context: str | None, kind: str, namespace: str,
         classes=device_classes,
         workloads=target if kind == "NeuronUltraServerWorkload" else [],
         ultraservers=us,
-        server_version=kubelet,
+        server_version=server or kubelet,
         resource_versions={"resourceslices": slices_rv, "resourceclaims": claims_rv},
     )
+
+
+async def _server_version(client: Any) -> str:
+    """The apiserver's release, or "" when ``/version`` is refused (a cluster that took
+    ``system:public-info-viewer`` away)."""
+    from neuron_dra_common.kube import ApiException
+
+    try:
+        return str(await client.server_version())
+    except ApiException as exc:
+        if exc.status in (401, 403, 404):
+            return ""
+        raise
 
 
 def _version_key(version: str) -> tuple[int, ...]:

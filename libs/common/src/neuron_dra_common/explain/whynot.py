@@ -137,6 +137,8 @@ def why_not(
             )
         return reasons
     fits_alone = True
+    #: the requests that fit alone: their eligible devices and how many each needs
+    alone: list[tuple[Plan, list[Device], int]] = []
     by_name = {d.name: d for d in search.devices}
     for plan in plans:
         tally = _tally(
@@ -269,10 +271,16 @@ def why_not(
             fits_alone = False
             reasons += own
             continue
+        alone.append((plan, tally.eligible, need))
         connected = _connection(plan, tally.eligible, need)
         if connected is not None:
             fits_alone = False
             reasons.append(connected)
+    if fits_alone:
+        joint = _joint_connection(alone)
+        if joint is not None:
+            fits_alone = False
+            reasons.append(joint)
     if fits_alone and plans:
         claims = sorted({p.claim.key for p in plans})
         reasons.append(
@@ -330,4 +338,53 @@ def _connection(plan: Plan, eligible: Sequence[Device], need: int) -> Reason | N
                     "largest": largest,
                 },
             )
+    return None
+
+
+def _joint_connection(alone: Sequence[tuple[Plan, list[Device], int]]) -> Reason | None:
+    """For a matchAttribute over several requests of a claim, each connected alone: is there
+    one value that enough free devices of every request share, and enough of them in all
+    (for the requests' total)? If not, that is why the node fails, not the claims together."""
+    for plan, _, _ in alone:
+        for constraint in plan.claim.constraints:
+            if constraint.unsupported:
+                continue
+            members = [
+                (p, eligible, need)
+                for p, eligible, need in alone
+                if p.claim.key == plan.claim.key and applies(constraint, p.request.name)
+            ]
+            if len(members) < 2 or members[0][0] is not plan:
+                continue  # one request alone is _connection's; each claim is asked once
+            total = sum(need for _, _, need in members)
+            per_value: dict[str, list[set[str]]] = {}
+            for index, (_, eligible, _) in enumerate(members):
+                for device in eligible:
+                    found = device.attribute(constraint.attribute)
+                    if found is None:
+                        continue
+                    sets = per_value.setdefault(str(found[1]), [set() for _ in members])
+                    sets[index].add(device.name)
+            best = 0
+            for sets in per_value.values():
+                each = all(len(names) >= m[2] for names, m in zip(sets, members, strict=True))
+                together = len(set().union(*sets))
+                if each and together >= total:
+                    break
+                # What the requests could take at this value, each up to its need.
+                usable = sum(min(len(n), m[2]) for n, m in zip(sets, members, strict=True))
+                best = max(best, min(together, usable))
+            else:
+                requests = ", ".join(p.request.name for p, _, _ in members)
+                return Reason(
+                    code=Code.NOT_CONNECTED,
+                    message=f"requests {requests} of claim {plan.claim.key} need {total} devices "
+                    f"that share {constraint.attribute} (matchAttribute); each request has "
+                    f"enough free devices alone, but at most {best} free devices share one "
+                    "value among them",
+                    claim=plan.claim.key,
+                    request=requests,
+                    subject=constraint.attribute,
+                    details={"attribute": constraint.attribute, "need": total, "largest": best},
+                )
     return None

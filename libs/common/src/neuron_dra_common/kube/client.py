@@ -497,6 +497,12 @@ class KubeClient:
         path = resource.path(namespace=namespace, name=name, subresource=subresource)
         return await self._call("GET", path, metadata_only=metadata_only)
 
+    async def server_version(self) -> str:
+        """The apiserver's ``gitVersion`` (``v1.36.3``), from ``/version``: every
+        authenticated identity may read it (the ClusterRole ``system:public-info-viewer``)."""
+        info = await self._call("GET", "/version")
+        return str(info.get("gitVersion", ""))
+
     async def list(
         self,
         resource: Resource,
